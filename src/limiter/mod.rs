@@ -1,1 +1,77 @@
+//! Limiting algorithms as pure functions on packed 64-bit states.
+//!
+//! Every algorithm maps `(state, now, cost) → (new state, verdict)`. Time is monotonic
+//! nanoseconds, passed in, so every transition is deterministic and testable. The state `0`
+//! always means "nothing recorded": an absent key and a zero state behave the same, which is
+//! what lets the table evict expired states without losing anything.
 
+pub mod concurrency;
+pub mod gcra;
+mod packed;
+pub mod rate;
+pub mod sliding;
+
+pub use concurrency::{Concurrency, Permit};
+pub use gcra::{Delay, Gcra};
+pub use rate::Rate;
+pub use sliding::SlidingWindow;
+
+/// Nanoseconds per second.
+pub const NS_PER_SEC: u64 = 1_000_000_000;
+
+/// What a check decided.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Decision {
+    /// Admit now.
+    Pass,
+    /// Admit after holding the request for [`Verdict::wait_ns`].
+    Delay,
+    /// Refuse; the same request would conform after [`Verdict::retry_after_ns`].
+    Reject,
+}
+
+/// The outcome of one check, with the numbers hosts need for headers and logs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Verdict {
+    pub decision: Decision,
+    /// For [`Decision::Delay`]: how long to hold the request. Otherwise 0.
+    pub wait_ns: u64,
+    /// For [`Decision::Reject`]: time until the same request would conform, if nothing else
+    /// arrives (0 when the algorithm cannot tell, e.g. concurrency).
+    pub retry_after_ns: u64,
+    /// Quota in requests (cost units): GCRA `burst + 1`, sliding `events`, concurrency `max`.
+    pub limit: u64,
+    /// Quota units left after this request.
+    pub remaining: u64,
+    /// Time until the full quota is available again.
+    pub reset_ns: u64,
+}
+
+impl Verdict {
+    /// True when the request goes ahead (now or after a delay).
+    pub fn admitted(&self) -> bool {
+        self.decision != Decision::Reject
+    }
+}
+
+/// A rate-style algorithm the table can run: a pure transition plus an eviction rank.
+pub trait Algorithm {
+    /// The transition for a request of `cost` units at `now`. A rejected request returns the
+    /// state unchanged (it is not charged).
+    fn step(&self, state: u64, now: u64, cost: u64) -> (u64, Verdict);
+    /// How much the state still matters at `now`: 0 means it equals an absent key (evicting it
+    /// loses nothing); otherwise smaller means closer to forgotten.
+    fn residual(&self, state: u64, now: u64) -> u64;
+}
+
+/// Parameters rejected at construction.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ParamError(pub String);
+
+impl std::fmt::Display for ParamError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ParamError {}

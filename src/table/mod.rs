@@ -1,1 +1,607 @@
-pub fn probe() -> bool { portable_atomic::AtomicU128::is_always_lock_free() }
+//! A fixed-capacity, lock-free map from key hash to a 64-bit limiter state.
+//!
+//! The table lives in one contiguous region — process memory, or memory a host shares between
+//! processes (an nginx shared-memory zone, a `MAP_SHARED` mapping) — whose layout is described
+//! in [`header`]. Every slot is one 16-byte word changed only by compare-exchange (see
+//! [`slot`]); there are no locks, so a process killed at any instruction never leaves the
+//! table wedged. See docs/ARCHITECTURE.md for the protocols and their invariants.
+
+mod header;
+mod slot;
+
+pub use header::LAYOUT_VERSION;
+
+use crate::limiter::{Algorithm, Concurrency, Decision, Permit, Verdict};
+use header::{Header, Stripe, HEADER_BYTES, MAGIC};
+use slot::{pack, SlotWord, EMPTY};
+use std::ptr::NonNull;
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
+
+/// Bytes per slot (one key).
+pub const SLOT_BYTES: usize = 16;
+/// Slots examined for one key: its home slot and the next ones, wrapping.
+pub const PROBE_WINDOW: usize = 8;
+/// Fewest slots a table may have.
+pub const MIN_CAPACITY: usize = PROBE_WINDOW;
+/// Alignment a caller-given region must have.
+pub const REGION_ALIGN: usize = 64;
+
+/// Why a table could not be created or attached.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TableError {
+    TooSmall {
+        bytes: usize,
+        minimum: usize,
+    },
+    Misaligned {
+        align: usize,
+    },
+    /// The region holds something that is not a weir table (or a table of another version).
+    NotATable,
+    LayoutVersion {
+        found: u64,
+        expected: u64,
+    },
+    SizeChanged {
+        created: u64,
+        now: u64,
+    },
+    SchemaChanged {
+        created: u64,
+        now: u64,
+    },
+    /// 16-byte compare-exchange is not lock-free on this CPU; a shared table would be unsafe.
+    NoLockFree128,
+    Alloc {
+        bytes: usize,
+    },
+}
+
+impl std::fmt::Display for TableError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TableError::TooSmall { bytes, minimum } => {
+                write!(f, "region of {bytes} bytes is too small; a table needs at least {minimum}")
+            }
+            TableError::Misaligned { align } => {
+                write!(f, "region must be aligned to {align} bytes")
+            }
+            TableError::NotATable => f.write_str("region does not hold a weir table"),
+            TableError::LayoutVersion { found, expected } => write!(
+                f,
+                "region holds a table of layout version {found}, this build uses {expected}; restart instead of reloading"
+            ),
+            TableError::SizeChanged { created, now } => write!(
+                f,
+                "region was created with {created} bytes and is now {now} bytes; a zone's size cannot change on reload"
+            ),
+            TableError::SchemaChanged { created, now } => write!(
+                f,
+                "region was created for schema {created:#x}, now asked for {now:#x} (the zone's algorithm or key changed); use a new zone name or restart"
+            ),
+            TableError::NoLockFree128 => f.write_str(
+                "this CPU lacks a lock-free 16-byte compare-exchange (cmpxchg16b); shared tables are refused",
+            ),
+            TableError::Alloc { bytes } => write!(f, "could not allocate {bytes} bytes"),
+        }
+    }
+}
+
+impl std::error::Error for TableError {}
+
+/// A snapshot of a table's counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TableStats {
+    pub capacity: u64,
+    /// Slots holding a key (slots are never emptied, only reused).
+    pub occupancy: u64,
+    /// Keys stored (into an empty slot or by eviction).
+    pub inserts: u64,
+    /// Evictions of states that equalled an absent key (lossless).
+    pub evicted_expired: u64,
+    /// Evictions of states still limiting something.
+    pub evicted_active: u64,
+    /// Longest probe distance seen (0 = home slot).
+    pub longest_probe: u64,
+    pub passed: u64,
+    pub delayed: u64,
+    pub rejected: u64,
+}
+
+enum Owner {
+    /// The caller owns the region.
+    Borrowed,
+    /// Heap memory this table frees on drop.
+    #[cfg(not(loom))]
+    Heap(std::alloc::Layout),
+    #[cfg(loom)]
+    Boxed(
+        #[allow(dead_code)] Box<Header>,
+        #[allow(dead_code)] Box<[SlotWord]>,
+    ),
+}
+
+/// A handle on a table. Cheap to share between threads (`&Table` is enough); each process
+/// attaches its own handle to a shared region.
+pub struct Table {
+    header: NonNull<Header>,
+    slots: NonNull<SlotWord>,
+    capacity: usize,
+    hasher: ahash::RandomState,
+    clock_base: u64,
+    owner: Owner,
+}
+
+// SAFETY: every byte the handle points at is accessed only through atomics, and the region
+// outlives the handle (heap: owned; borrowed: the caller's contract on `create`/`attach`).
+unsafe impl Send for Table {}
+unsafe impl Sync for Table {}
+
+impl Drop for Table {
+    fn drop(&mut self) {
+        #[cfg(not(loom))]
+        if let Owner::Heap(layout) = self.owner {
+            // SAFETY: allocated in `Table::new` with exactly this layout.
+            unsafe { std::alloc::dealloc(self.header.as_ptr().cast(), layout) };
+        }
+    }
+}
+
+impl Table {
+    /// Slots that fit in a region of `bytes` (0 when it is too small for a table).
+    pub fn capacity_for(bytes: usize) -> usize {
+        let cap = bytes.saturating_sub(HEADER_BYTES) / SLOT_BYTES;
+        if cap < MIN_CAPACITY {
+            0
+        } else {
+            cap
+        }
+    }
+
+    /// Bytes a region needs for `capacity` slots.
+    pub fn bytes_for(capacity: usize) -> usize {
+        HEADER_BYTES + capacity.max(MIN_CAPACITY) * SLOT_BYTES
+    }
+
+    /// A table in this process's memory, within a budget of `bytes`. `schema` names what the
+    /// states mean (see [`Table::attach`]); `clock_base` is subtracted from every `now`.
+    #[cfg(not(loom))]
+    pub fn new(bytes: usize, schema: u64, clock_base: u64) -> Result<Table, TableError> {
+        let minimum = Table::bytes_for(MIN_CAPACITY);
+        if bytes < minimum {
+            return Err(TableError::TooSmall { bytes, minimum });
+        }
+        let layout = std::alloc::Layout::from_size_align(bytes, REGION_ALIGN)
+            .map_err(|_| TableError::Alloc { bytes })?;
+        // SAFETY: the layout has a non-zero size.
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        if ptr.is_null() {
+            return Err(TableError::Alloc { bytes });
+        }
+        // SAFETY: fresh, exclusive, aligned, `bytes` long.
+        let mut table =
+            unsafe { Table::create(ptr, bytes, schema, clock_base) }.inspect_err(|_| {
+                // SAFETY: allocated above with this layout.
+                unsafe { std::alloc::dealloc(ptr, layout) }
+            })?;
+        table.owner = Owner::Heap(layout);
+        Ok(table)
+    }
+
+    /// Under loom, tables are boxed model objects.
+    #[cfg(loom)]
+    pub fn new(bytes: usize, schema: u64, clock_base: u64) -> Result<Table, TableError> {
+        let capacity = Table::capacity_for(bytes);
+        let header = header::new_boxed();
+        let slots: Box<[SlotWord]> = (0..capacity).map(|_| SlotWord::default()).collect();
+        init_header(&header, bytes, capacity, schema, clock_base, [1, 2, 3, 4]);
+        let mut t = Table::from_parts(NonNull::from(&*header), NonNull::from(&slots[0]), capacity);
+        t.owner = Owner::Boxed(header, slots);
+        Ok(t)
+    }
+
+    /// Formats `len` bytes at `ptr` as an empty table with a fresh random seed.
+    ///
+    /// # Safety
+    /// `ptr` must be valid for reads and writes of `len` bytes for as long as any handle on it
+    /// lives, and no other handle may use the region while it is being created.
+    #[cfg(not(loom))]
+    pub unsafe fn create(
+        ptr: *mut u8,
+        len: usize,
+        schema: u64,
+        clock_base: u64,
+    ) -> Result<Table, TableError> {
+        let capacity = check_region(ptr, len)?;
+        // SAFETY: caller guarantees exclusive access to `len` bytes; zero is a valid value for
+        // every atomic in the region.
+        unsafe { std::ptr::write_bytes(ptr, 0, len) };
+        let header = NonNull::new_unchecked(ptr.cast::<Header>());
+        init_header(
+            header.as_ref(),
+            len,
+            capacity,
+            schema,
+            clock_base,
+            random_seed(),
+        );
+        Ok(Table::from_parts(header, slots_of(ptr), capacity))
+    }
+
+    /// Attaches to a region formatted by [`Table::create`], keeping its state. Refused when the
+    /// region is not a table of this layout version, its size changed, or it was created with
+    /// another `schema`.
+    ///
+    /// # Safety
+    /// `ptr` must be valid for reads and writes of `len` bytes for as long as the handle lives.
+    #[cfg(not(loom))]
+    pub unsafe fn attach(ptr: *mut u8, len: usize, schema: u64) -> Result<Table, TableError> {
+        let capacity = check_region(ptr, len)?;
+        let header = NonNull::new_unchecked(ptr.cast::<Header>());
+        let h = header.as_ref();
+        let magic = h.magic.load(Acquire);
+        if magic != MAGIC {
+            if magic & 0x00ff_ffff_ffff_ffff == MAGIC & 0x00ff_ffff_ffff_ffff {
+                return Err(TableError::LayoutVersion {
+                    found: magic >> 56,
+                    expected: LAYOUT_VERSION,
+                });
+            }
+            return Err(TableError::NotATable);
+        }
+        let version = h.version.load(Relaxed);
+        if version != LAYOUT_VERSION {
+            return Err(TableError::LayoutVersion {
+                found: version,
+                expected: LAYOUT_VERSION,
+            });
+        }
+        let created = h.region_len.load(Relaxed);
+        if created != len as u64 || h.capacity.load(Relaxed) != capacity as u64 {
+            return Err(TableError::SizeChanged {
+                created,
+                now: len as u64,
+            });
+        }
+        let created_schema = h.schema.load(Relaxed);
+        if created_schema != schema {
+            return Err(TableError::SchemaChanged {
+                created: created_schema,
+                now: schema,
+            });
+        }
+        Ok(Table::from_parts(header, slots_of(ptr), capacity))
+    }
+
+    /// Attaches when the region already holds a table, creates one otherwise (an nginx zone
+    /// on first start vs. on reload). Returns whether the state was kept.
+    ///
+    /// # Safety
+    /// As [`Table::create`].
+    #[cfg(not(loom))]
+    pub unsafe fn create_or_attach(
+        ptr: *mut u8,
+        len: usize,
+        schema: u64,
+        clock_base: u64,
+    ) -> Result<(Table, bool), TableError> {
+        check_region(ptr, len)?;
+        match Table::attach(ptr, len, schema) {
+            Ok(t) => Ok((t, true)),
+            Err(TableError::NotATable) => Ok((Table::create(ptr, len, schema, clock_base)?, false)),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn from_parts(header: NonNull<Header>, slots: NonNull<SlotWord>, capacity: usize) -> Table {
+        // SAFETY: `header` points at an initialised header (callers above).
+        let h = unsafe { header.as_ref() };
+        let seed = h.seed.each_ref().map(|s| s.load(Relaxed));
+        Table {
+            header,
+            slots,
+            capacity,
+            hasher: ahash::RandomState::with_seeds(seed[0], seed[1], seed[2], seed[3]),
+            clock_base: h.clock_base.load(Relaxed),
+            owner: Owner::Borrowed,
+        }
+    }
+
+    #[inline]
+    fn header(&self) -> &Header {
+        // SAFETY: valid for the handle's life (see `unsafe impl Send`).
+        unsafe { self.header.as_ref() }
+    }
+
+    #[inline]
+    fn slot(&self, index: usize) -> &SlotWord {
+        debug_assert!(index < self.capacity);
+        // SAFETY: index < capacity, and the region holds `capacity` slots after the header.
+        unsafe { &*self.slots.as_ptr().add(index) }
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// The time base every `now` is measured from (stored in the region).
+    pub fn clock_base(&self) -> u64 {
+        self.clock_base
+    }
+
+    /// The table's keyed 64-bit hash of `key` (seeded per table; never 0).
+    #[inline]
+    pub fn key_hash(&self, key: &[u8]) -> u64 {
+        self.hasher.hash_one(key).max(1)
+    }
+
+    /// Runs a rate algorithm for `key_hash` at `now` (absolute ns on the table's clock) and
+    /// counts the verdict.
+    #[inline]
+    pub fn check<A: Algorithm>(&self, alg: &A, key_hash: u64, cost: u64, now: u64) -> Verdict {
+        let now = now.saturating_sub(self.clock_base);
+        let verdict = self.modify(
+            key_hash,
+            |s| alg.residual(s, now),
+            |s| alg.step(s, now, cost),
+            true,
+        );
+        self.count(verdict.decision);
+        verdict
+    }
+
+    /// Takes a concurrency permit for `key_hash`, or refuses when `max` are in flight.
+    #[inline]
+    pub fn acquire(&self, c: &Concurrency, key_hash: u64, now: u64) -> (Verdict, Option<Permit>) {
+        let now = now.saturating_sub(self.clock_base);
+        let verdict = self.modify(
+            key_hash,
+            |s| c.in_flight(s, now),
+            |s| c.acquire(s, now),
+            true,
+        );
+        self.count(verdict.decision);
+        let permit = verdict.admitted().then(|| Permit {
+            key_hash,
+            bucket: c.bucket(now),
+        });
+        (verdict, permit)
+    }
+
+    /// Gives a permit back (exactly once: it is consumed). A permit whose key was evicted or
+    /// whose lease expired changes nothing.
+    #[inline]
+    pub fn release(&self, c: &Concurrency, permit: Permit, now: u64) {
+        let now = now.saturating_sub(self.clock_base);
+        self.modify(
+            permit.key_hash,
+            |s| c.in_flight(s, now),
+            |s| (c.release(s, now, permit.bucket), ()),
+            false,
+        );
+    }
+
+    /// Renews a permit's lease (for requests held longer than the lease).
+    pub fn renew(&self, c: &Concurrency, permit: Permit, now: u64) -> Permit {
+        let rel = now.saturating_sub(self.clock_base);
+        let key_hash = permit.key_hash;
+        let bucket = self.modify(
+            key_hash,
+            |s| c.in_flight(s, rel),
+            |s| c.renew(s, rel, permit.bucket),
+            false,
+        );
+        Permit { key_hash, bucket }
+    }
+
+    /// The state stored for `key_hash`, if any (for tests and diagnostics).
+    pub fn peek(&self, key_hash: u64) -> Option<u64> {
+        let home = self.home(key_hash);
+        (0..self.window()).find_map(|i| {
+            let w = self.slot(self.wrap(home + i)).load(Acquire);
+            (slot::tag(w) == key_hash).then(|| slot::state(w))
+        })
+    }
+
+    pub fn stats(&self) -> TableStats {
+        let h = self.header();
+        let inserts = h.sum(|s| &s.inserts);
+        let evicted_expired = h.sum(|s| &s.evicted_expired);
+        let evicted_active = h.sum(|s| &s.evicted_active);
+        TableStats {
+            capacity: self.capacity as u64,
+            occupancy: inserts - evicted_expired - evicted_active,
+            inserts,
+            evicted_expired,
+            evicted_active,
+            longest_probe: h.longest_probe.load(Relaxed),
+            passed: h.sum(|s| &s.passed),
+            delayed: h.sum(|s| &s.delayed),
+            rejected: h.sum(|s| &s.rejected),
+        }
+    }
+
+    #[inline]
+    fn count(&self, d: Decision) {
+        let s: &Stripe = self.header().stripe();
+        match d {
+            Decision::Pass => &s.passed,
+            Decision::Delay => &s.delayed,
+            Decision::Reject => &s.rejected,
+        }
+        .fetch_add(1, Relaxed);
+    }
+
+    #[inline]
+    fn window(&self) -> usize {
+        PROBE_WINDOW.min(self.capacity)
+    }
+
+    /// Home slot: the hash mapped onto `[0, capacity)` by multiply-shift.
+    #[inline]
+    fn home(&self, key_hash: u64) -> usize {
+        ((key_hash as u128 * self.capacity as u128) >> 64) as usize
+    }
+
+    #[inline]
+    fn wrap(&self, i: usize) -> usize {
+        if i >= self.capacity {
+            i - self.capacity
+        } else {
+            i
+        }
+    }
+
+    /// The one update protocol. Finds `key_hash` in its probe window and replaces its state by
+    /// `step(state).0` with one compare-exchange, retrying from a fresh read when the word
+    /// changed underneath. An absent key has state 0; it is stored only when `step` yields a
+    /// non-zero state and `insert` is set: into the first empty slot of the window, else over
+    /// the slot whose state ranks lowest by `residual` (0 = expired, a lossless eviction).
+    ///
+    /// Invariant: a slot, once filled, is never emptied, and a key is only ever stored in the
+    /// first empty slot of its window or over another key. So a key never sits after an empty
+    /// slot of its window, and a scan can stop at the first empty slot.
+    #[inline]
+    fn modify<R>(
+        &self,
+        key_hash: u64,
+        residual: impl Fn(u64) -> u64,
+        step: impl Fn(u64) -> (u64, R),
+        insert: bool,
+    ) -> R {
+        let home = self.home(key_hash);
+        let window = self.window();
+        'scan: loop {
+            // (index, word, residual) of the best eviction candidate so far.
+            let mut victim: Option<(usize, u128, u64)> = None;
+            for i in 0..window {
+                let index = self.wrap(home + i);
+                let slot = self.slot(index);
+                let mut word = slot.load(Acquire);
+                let tag = slot::tag(word);
+                if tag == key_hash {
+                    loop {
+                        let (next, out) = step(slot::state(word));
+                        if next == slot::state(word) {
+                            return out;
+                        }
+                        match slot.compare_exchange(word, pack(key_hash, next), AcqRel, Acquire) {
+                            Ok(_) => {
+                                self.header().note_probe(i as u64);
+                                return out;
+                            }
+                            Err(now_word) if slot::tag(now_word) == key_hash => word = now_word,
+                            // Evicted meanwhile: look again.
+                            Err(_) => continue 'scan,
+                        }
+                    }
+                }
+                if tag == EMPTY {
+                    let (next, out) = step(0);
+                    if next == 0 || !insert {
+                        return out;
+                    }
+                    if slot
+                        .compare_exchange(word, pack(key_hash, next), AcqRel, Acquire)
+                        .is_ok()
+                    {
+                        self.header().stripe().inserts.fetch_add(1, Relaxed);
+                        self.header().note_probe(i as u64);
+                        return out;
+                    }
+                    // Someone filled it (maybe with this key): look again.
+                    continue 'scan;
+                }
+                let r = residual(slot::state(word));
+                if victim.is_none_or(|(_, _, best)| r < best) {
+                    victim = Some((index, word, r));
+                }
+            }
+            let (next, out) = step(0);
+            if next == 0 || !insert {
+                return out;
+            }
+            let (index, word, r) = victim.expect("probe window is never empty");
+            if self
+                .slot(index)
+                .compare_exchange(word, pack(key_hash, next), AcqRel, Acquire)
+                .is_ok()
+            {
+                let s = self.header().stripe();
+                s.inserts.fetch_add(1, Relaxed);
+                if r == 0 {
+                    &s.evicted_expired
+                } else {
+                    &s.evicted_active
+                }
+                .fetch_add(1, Relaxed);
+                return out;
+            }
+        }
+    }
+}
+
+fn init_header(
+    h: &Header,
+    len: usize,
+    capacity: usize,
+    schema: u64,
+    clock_base: u64,
+    seed: [u64; 4],
+) {
+    h.version.store(LAYOUT_VERSION, Relaxed);
+    h.region_len.store(len as u64, Relaxed);
+    h.capacity.store(capacity as u64, Relaxed);
+    for (s, v) in h.seed.iter().zip(seed) {
+        s.store(v, Relaxed);
+    }
+    h.clock_base.store(clock_base, Relaxed);
+    h.schema.store(schema, Relaxed);
+    // Publishes everything above to attachers that read the magic with Acquire.
+    h.magic.store(MAGIC, Release);
+}
+
+#[cfg(not(loom))]
+fn check_region(ptr: *mut u8, len: usize) -> Result<usize, TableError> {
+    if !portable_atomic::AtomicU128::is_lock_free() {
+        return Err(TableError::NoLockFree128);
+    }
+    if ptr.is_null() || (ptr as usize) % REGION_ALIGN != 0 {
+        return Err(TableError::Misaligned {
+            align: REGION_ALIGN,
+        });
+    }
+    match Table::capacity_for(len) {
+        0 => Err(TableError::TooSmall {
+            bytes: len,
+            minimum: Table::bytes_for(MIN_CAPACITY),
+        }),
+        cap => Ok(cap),
+    }
+}
+
+#[cfg(not(loom))]
+fn slots_of(region: *mut u8) -> NonNull<SlotWord> {
+    // SAFETY: callers checked the region holds the header and at least one slot.
+    unsafe { NonNull::new_unchecked(region.add(HEADER_BYTES).cast()) }
+}
+
+#[cfg(not(loom))]
+fn random_seed() -> [u64; 4] {
+    let mut seed = [0u64; 4];
+    let bytes = std::mem::size_of_val(&seed);
+    // SAFETY: `seed` is a writable buffer of `bytes` bytes.
+    let got = unsafe { libc::getrandom(seed.as_mut_ptr().cast(), bytes, 0) };
+    if got != bytes as isize {
+        // Fall back to the clock and address-space layout: still unpredictable enough to
+        // spread keys, though not a secret.
+        let t = crate::clock::monotonic_ns();
+        seed = [
+            t,
+            &seed as *const _ as u64,
+            t.rotate_left(32),
+            std::process::id() as u64,
+        ];
+    }
+    seed
+}

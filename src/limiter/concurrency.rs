@@ -1,0 +1,181 @@
+//! Concurrency: at most `max` requests in flight per key, with permits that are leases.
+//!
+//! Crash recovery by leases: permits are counted in lease buckets (`now / lease`), this one and
+//! the one before. A permit acquired in bucket `b` counts until it is released or bucket `b + 1`
+//! ends, whichever comes first — so it lives between one and two leases. Permits held by a process
+//! that died (SIGKILL, segfault) are therefore recovered within `2·lease` without any owner
+//! bookkeeping, and a release after expiry is a no-op, so the count never underflows and never
+//! frees someone else's permit. Hosts holding requests longer than `lease` call
+//! [`Concurrency::renew`] (or accept that such requests stop counting).
+//!
+//! State: [`super::packed`] with bucket ids; `prev + cur` is the in-flight count.
+
+use super::packed::{self, Counts, MAX_COUNT};
+use super::{Decision, ParamError, Verdict, NS_PER_SEC};
+
+/// Default lease: permits live between 2 and 4 minutes unless released or renewed.
+pub const DEFAULT_LEASE_NS: u64 = 120 * NS_PER_SEC;
+
+/// A concurrency limiter's parameters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Concurrency {
+    max: u64,
+    lease_ns: u64,
+}
+
+/// A held permit: which key and which lease bucket it was counted in. Release it exactly once
+/// (it is not `Copy`; releasing consumes it).
+#[derive(Debug, PartialEq, Eq, Hash)]
+#[must_use = "a permit must be released"]
+pub struct Permit {
+    pub(crate) key_hash: u64,
+    pub(crate) bucket: u64,
+}
+
+impl Permit {
+    /// The raw parts, for hosts that carry permits across an FFI boundary.
+    pub fn into_raw(self) -> (u64, u64) {
+        (self.key_hash, self.bucket)
+    }
+
+    /// Rebuilds a permit from [`Permit::into_raw`]'s parts. Releasing a permit twice is the
+    /// caller's bug: it may free another holder's slot early (never below zero).
+    pub fn from_raw(key_hash: u64, bucket: u64) -> Permit {
+        Permit { key_hash, bucket }
+    }
+}
+
+impl Concurrency {
+    pub fn new(max: u64, lease_ns: u64) -> Result<Concurrency, ParamError> {
+        if max == 0 || max > MAX_COUNT {
+            return Err(ParamError(format!(
+                "max in flight must be between 1 and {MAX_COUNT}, got {max}"
+            )));
+        }
+        if lease_ns < NS_PER_SEC {
+            return Err(ParamError("lease must be at least 1s".into()));
+        }
+        Ok(Concurrency { max, lease_ns })
+    }
+
+    pub fn max(&self) -> u64 {
+        self.max
+    }
+
+    pub fn lease_ns(&self) -> u64 {
+        self.lease_ns
+    }
+
+    pub fn bucket(&self, now: u64) -> u64 {
+        now / self.lease_ns
+    }
+
+    /// In flight at `now`.
+    pub fn in_flight(&self, state: u64, now: u64) -> u64 {
+        let c = packed::read(state, self.bucket(now));
+        c.prev + c.cur
+    }
+
+    /// Takes one permit if fewer than `max` are in flight; a refusal leaves the state as is.
+    pub fn acquire(&self, state: u64, now: u64) -> (u64, Verdict) {
+        let bucket = self.bucket(now);
+        let c = packed::read(state, bucket);
+        let held = c.prev + c.cur;
+        let mut verdict = Verdict {
+            decision: Decision::Pass,
+            wait_ns: 0,
+            retry_after_ns: 0,
+            limit: self.max,
+            remaining: self.max.saturating_sub(held + 1),
+            reset_ns: 0,
+        };
+        if held >= self.max {
+            verdict.decision = Decision::Reject;
+            verdict.remaining = 0;
+            return (state, verdict);
+        }
+        (
+            packed::write(
+                bucket,
+                Counts {
+                    prev: c.prev,
+                    cur: c.cur + 1,
+                },
+            ),
+            verdict,
+        )
+    }
+
+    /// Gives back a permit counted in `bucket`; a permit whose lease has run out is already
+    /// gone, and releasing it changes nothing.
+    pub fn release(&self, state: u64, now: u64, bucket: u64) -> u64 {
+        let id = self.bucket(now);
+        let mut c = packed::read(state, id);
+        match id.wrapping_sub(bucket) {
+            0 => c.cur = c.cur.saturating_sub(1),
+            1 => c.prev = c.prev.saturating_sub(1),
+            _ => return state,
+        }
+        packed::write(id, c)
+    }
+
+    /// Moves a permit counted in `bucket` into the current bucket (a fresh lease), without
+    /// checking the limit: the request already holds it. Returns the new state and bucket.
+    pub fn renew(&self, state: u64, now: u64, bucket: u64) -> (u64, u64) {
+        let id = self.bucket(now);
+        if id.wrapping_sub(bucket) > 1 {
+            // Expired: the permit is gone; re-adding it could exceed `max`.
+            return (state, bucket);
+        }
+        let released = self.release(state, now, bucket);
+        let mut c = packed::read(released, id);
+        c.cur = (c.cur + 1).min(MAX_COUNT);
+        (packed::write(id, c), id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const L: u64 = 10 * NS_PER_SEC;
+
+    #[test]
+    fn admits_up_to_max_and_releases() {
+        let c = Concurrency::new(2, L).unwrap();
+        let (s, v1) = c.acquire(0, 1);
+        let (s, v2) = c.acquire(s, 2);
+        let (s2, v3) = c.acquire(s, 3);
+        assert!(v1.admitted() && v2.admitted() && !v3.admitted());
+        assert_eq!(s2, s);
+        let s = c.release(s, 4, c.bucket(1));
+        assert_eq!(c.in_flight(s, 5), 1);
+        let s = c.release(s, 5, c.bucket(2));
+        assert_eq!(s, 0);
+        // A second release of the same permit never goes below zero.
+        assert_eq!(c.release(s, 6, c.bucket(2)), 0);
+    }
+
+    #[test]
+    fn leases_expire_after_one_to_two_lease_periods() {
+        let c = Concurrency::new(1, L).unwrap();
+        let (s, _) = c.acquire(0, L - 1);
+        assert_eq!(c.in_flight(s, 2 * L - 1), 1);
+        assert_eq!(c.in_flight(s, 2 * L), 0);
+        // A release after expiry leaves the new holder's permit alone.
+        let (s, v) = c.acquire(s, 2 * L);
+        assert!(v.admitted());
+        let s = c.release(s, 2 * L + 1, c.bucket(L - 1));
+        assert_eq!(c.in_flight(s, 2 * L + 1), 1);
+    }
+
+    #[test]
+    fn renew_moves_the_permit_forward() {
+        let c = Concurrency::new(1, L).unwrap();
+        let (s, _) = c.acquire(0, 0);
+        let (s, b) = c.renew(s, L + 1, 0);
+        assert_eq!(b, 1);
+        assert_eq!(c.in_flight(s, 2 * L + 1), 1);
+        assert_eq!(c.release(s, 2 * L + 1, b), 0);
+    }
+}

@@ -1,0 +1,85 @@
+//! The region header: identity and layout (written once at creation), then counters.
+//!
+//! Region layout, all offsets from the region start (position-independent, no pointers):
+//! `[0, 128)` identity words, `[128, 1152)` 16 counter stripes of one cache line each,
+//! `[1152, 1152 + 16·capacity)` slots.
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+
+/// "WEIRTBL" + layout version byte.
+pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"WEIRTBL\x01");
+/// Bumped whenever the meaning of any byte in the region changes.
+pub const LAYOUT_VERSION: u64 = 1;
+pub(crate) const STRIPES: usize = 16;
+
+#[repr(C, align(64))]
+pub(crate) struct Header {
+    pub magic: AtomicU64,
+    pub version: AtomicU64,
+    pub region_len: AtomicU64,
+    pub capacity: AtomicU64,
+    pub seed: [AtomicU64; 4],
+    pub clock_base: AtomicU64,
+    pub schema: AtomicU64,
+    pub longest_probe: AtomicU64,
+    /// Kept zero; reserved for later features without a layout change.
+    pub reserved: [AtomicU64; 5],
+    pub stripes: [Stripe; STRIPES],
+}
+
+/// Counters, striped so that threads on different cores rarely share a cache line.
+#[repr(C, align(64))]
+#[derive(Default)]
+pub(crate) struct Stripe {
+    pub inserts: AtomicU64,
+    pub evicted_expired: AtomicU64,
+    pub evicted_active: AtomicU64,
+    pub passed: AtomicU64,
+    pub delayed: AtomicU64,
+    pub rejected: AtomicU64,
+    pub reserved: [AtomicU64; 2],
+}
+
+pub(crate) const HEADER_BYTES: usize = std::mem::size_of::<Header>();
+const _: () = assert!(HEADER_BYTES == 1152);
+
+impl Header {
+    /// This thread's counter stripe.
+    #[inline]
+    pub fn stripe(&self) -> &Stripe {
+        &self.stripes[stripe_index()]
+    }
+
+    pub fn sum(&self, field: impl Fn(&Stripe) -> &AtomicU64) -> u64 {
+        self.stripes.iter().map(|s| field(s).load(Relaxed)).sum()
+    }
+
+    /// Raises `longest_probe` to `len` (a plain load first: the common case writes nothing).
+    #[inline]
+    pub fn note_probe(&self, len: u64) {
+        if len > self.longest_probe.load(Relaxed) {
+            self.longest_probe.fetch_max(len, Relaxed);
+        }
+    }
+}
+
+#[cfg(loom)]
+pub(crate) fn new_boxed() -> Box<Header> {
+    // SAFETY: every field is an AtomicU64 (or an array of them), for which all-zero bytes are
+    // a valid value.
+    unsafe { Box::new(std::mem::zeroed()) }
+}
+
+fn stripe_index() -> usize {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local! {
+        static INDEX: Cell<usize> = const { Cell::new(usize::MAX) };
+    }
+    INDEX.with(|i| {
+        if i.get() == usize::MAX {
+            i.set(NEXT.fetch_add(1, Relaxed) % STRIPES);
+        }
+        i.get()
+    })
+}
