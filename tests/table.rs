@@ -19,10 +19,19 @@ fn keys_are_limited_independently() {
     let (a, b) = (t.key_hash(b"10.0.0.1"), t.key_hash(b"10.0.0.2"));
     assert_ne!(a, b);
     let d = |k| t.check(&g, k, 1, 5 * S).decision;
-    assert_eq!([d(a), d(a), d(a)], [Decision::Pass, Decision::Pass, Decision::Reject]);
-    assert_eq!([d(b), d(b), d(b)], [Decision::Pass, Decision::Pass, Decision::Reject]);
+    assert_eq!(
+        [d(a), d(a), d(a)],
+        [Decision::Pass, Decision::Pass, Decision::Reject]
+    );
+    assert_eq!(
+        [d(b), d(b), d(b)],
+        [Decision::Pass, Decision::Pass, Decision::Reject]
+    );
     let st = t.stats();
-    assert_eq!((st.passed, st.rejected, st.occupancy, st.inserts), (4, 2, 2, 2));
+    assert_eq!(
+        (st.passed, st.rejected, st.occupancy, st.inserts),
+        (4, 2, 2, 2)
+    );
 }
 
 #[test]
@@ -32,7 +41,10 @@ fn capacity_follows_the_byte_budget_at_16_bytes_per_key() {
     let t = Table::new(bytes, 1, 0).unwrap();
     assert_eq!(t.capacity(), (bytes - 1152) / 16);
     assert_eq!(Table::capacity_for(100), 0);
-    assert!(matches!(Table::new(100, 1, 0), Err(TableError::TooSmall { .. })));
+    assert!(matches!(
+        Table::new(100, 1, 0),
+        Err(TableError::TooSmall { .. })
+    ));
 }
 
 #[test]
@@ -41,7 +53,9 @@ fn a_full_table_evicts_expired_states_first_and_never_fails() {
     let g = gcra(1, 0);
     // Fill well past capacity at one instant: every state is active, evictions are counted.
     for k in 0..1000u64 {
-        assert!(t.check(&g, t.key_hash(&k.to_le_bytes()), 1, 10 * S).admitted());
+        assert!(t
+            .check(&g, t.key_hash(&k.to_le_bytes()), 1, 10 * S)
+            .admitted());
     }
     let st = t.stats();
     assert_eq!(st.occupancy, 64);
@@ -60,10 +74,15 @@ fn expired_states_are_evicted_before_active_ones() {
     }
     // Two seconds later the eight states have expired: eight newcomers evict them losslessly.
     for k in 8..16u64 {
-        assert!(t.check(&g, t.key_hash(&k.to_le_bytes()), 1, 12 * S).admitted());
+        assert!(t
+            .check(&g, t.key_hash(&k.to_le_bytes()), 1, 12 * S)
+            .admitted());
     }
     let st = t.stats();
-    assert_eq!((st.evicted_expired, st.evicted_active, st.occupancy), (8, 0, 8));
+    assert_eq!(
+        (st.evicted_expired, st.evicted_active, st.occupancy),
+        (8, 0, 8)
+    );
     // A ninth newcomer must evict an active state, and says so.
     t.check(&g, t.key_hash(b"ninth"), 1, 12 * S);
     assert_eq!(t.stats().evicted_active, 1);
@@ -83,7 +102,10 @@ fn eviction_prefers_the_most_refilled_state() {
     }
     let newcomer = t.key_hash(b"new");
     t.check(&g, newcomer, 1, 10 * S);
-    assert!(t.peek(keys[0]).is_none(), "the least-charged key is the victim");
+    assert!(
+        t.peek(keys[0]).is_none(),
+        "the least-charged key is the victim"
+    );
     assert!(keys[1..].iter().all(|&k| t.peek(k).is_some()));
     assert!(t.peek(newcomer).is_some());
 }
@@ -116,18 +138,40 @@ fn reattaching_a_region_keeps_state_and_seed() {
 fn a_different_layout_is_refused_with_a_clear_error() {
     let r = SharedRegion::new(1 << 16);
     unsafe { Table::create(r.ptr, r.len, 7, 0) }.unwrap();
-    let e = unsafe { Table::attach(r.ptr, r.len - 4096, 7) }.err().unwrap();
-    assert_eq!(e, TableError::SizeChanged { created: 1 << 16, now: (1 << 16) - 4096 });
+    let e = unsafe { Table::attach(r.ptr, r.len - 4096, 7) }
+        .err()
+        .unwrap();
+    assert_eq!(
+        e,
+        TableError::SizeChanged {
+            created: 1 << 16,
+            now: (1 << 16) - 4096
+        }
+    );
     assert!(e.to_string().contains("cannot change on reload"));
     let e = unsafe { Table::attach(r.ptr, r.len, 8) }.err().unwrap();
-    assert!(matches!(e, TableError::SchemaChanged { created: 7, now: 8 }));
+    assert!(matches!(
+        e,
+        TableError::SchemaChanged { created: 7, now: 8 }
+    ));
     // Corrupt the layout version byte of the magic.
     unsafe { *r.ptr.add(7) = 99 };
     let e = unsafe { Table::attach(r.ptr, r.len, 7) }.err().unwrap();
-    assert_eq!(e, TableError::LayoutVersion { found: 99, expected: 1 });
+    assert_eq!(
+        e,
+        TableError::LayoutVersion {
+            found: 99,
+            expected: 1
+        }
+    );
     let blank = SharedRegion::new(1 << 16);
-    assert_eq!(unsafe { Table::attach(blank.ptr, blank.len, 7) }.err(), Some(TableError::NotATable));
-    let e = unsafe { Table::attach(blank.ptr.add(8), blank.len - 64, 7) }.err().unwrap();
+    assert_eq!(
+        unsafe { Table::attach(blank.ptr, blank.len, 7) }.err(),
+        Some(TableError::NotATable)
+    );
+    let e = unsafe { Table::attach(blank.ptr.add(8), blank.len - 64, 7) }
+        .err()
+        .unwrap();
     assert_eq!(e, TableError::Misaligned { align: 64 });
 }
 

@@ -43,9 +43,11 @@ impl Gcra {
             .ok_or_else(|| ParamError(format!("burst {burst} is too large for this rate")))?;
         let free_ns = match delay {
             Delay::Delay => interval_ns,
-            Delay::After(n) if n > burst => return Err(ParamError(format!(
+            Delay::After(n) if n > burst => {
+                return Err(ParamError(format!(
                 "delay={n} exceeds burst={burst}; use a delay between 0 and the burst, or nodelay"
-            ))),
+            )))
+            }
             Delay::After(n) => (n + 1) * interval_ns,
             Delay::NoDelay => u64::MAX,
         };

@@ -16,9 +16,6 @@ impl SlotWord {
     pub(crate) fn load(&self, _: core::sync::atomic::Ordering) -> u128 {
         *self.0.lock().unwrap()
     }
-    pub(crate) fn store(&self, v: u128, _: core::sync::atomic::Ordering) {
-        *self.0.lock().unwrap() = v;
-    }
     pub(crate) fn compare_exchange(
         &self,
         current: u128,

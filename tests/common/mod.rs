@@ -21,7 +21,10 @@ impl SharedRegion {
             )
         };
         assert_ne!(ptr, libc::MAP_FAILED, "mmap failed");
-        SharedRegion { ptr: ptr.cast(), len }
+        SharedRegion {
+            ptr: ptr.cast(),
+            len,
+        }
     }
 }
 
