@@ -28,6 +28,10 @@ impl SharedRegion {
     }
 }
 
+// SAFETY: the mapping is only accessed through atomics (tables, counters).
+unsafe impl Sync for SharedRegion {}
+unsafe impl Send for SharedRegion {}
+
 impl Drop for SharedRegion {
     fn drop(&mut self) {
         // SAFETY: mapped in `new` with this length.

@@ -1,0 +1,283 @@
+//! Forked processes over one MAP_SHARED table: exact admitted counts, concurrency bounds, and
+//! SIGKILLed processes that never wedge the table. A plain `main` (no test harness) so that
+//! the parent is single-threaded when it forks.
+
+mod common;
+
+use common::SharedRegion;
+use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+use weir::limiter::{Concurrency, Delay, Gcra, Rate, SlidingWindow};
+use weir::table::Table;
+
+const S: u64 = 1_000_000_000;
+const PROCS: usize = 4;
+const THREADS: usize = 2;
+
+/// Shared result counters, in their own mapping.
+struct Tally {
+    region: SharedRegion,
+}
+
+impl Tally {
+    fn new() -> Tally {
+        Tally {
+            region: SharedRegion::new(4096),
+        }
+    }
+    fn at(&self, i: usize) -> &AtomicU64 {
+        assert!(i < 512);
+        // SAFETY: the page is zeroed, aligned, and shared; AtomicU64 has u64's layout.
+        unsafe { &*(self.region.ptr as *const AtomicU64).add(i) }
+    }
+}
+
+/// Runs `work(process, thread)` in `PROCS` forked processes × `THREADS` threads; waits for all.
+fn fork_all(work: impl Fn(usize, usize) + Sync) {
+    let mut pids = vec![];
+    for p in 0..PROCS {
+        // SAFETY: the parent is single-threaded here (no harness), so the child may run Rust.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork failed");
+        if pid == 0 {
+            let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                std::thread::scope(|s| {
+                    for t in 0..THREADS {
+                        let work = &work;
+                        s.spawn(move || work(p, t));
+                    }
+                })
+            }))
+            .is_ok();
+            // SAFETY: leave the child (never return into the parent's code) without running
+            // the parent's atexit handlers.
+            unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+        }
+        pids.push(pid);
+    }
+    for pid in pids {
+        let mut status = 0;
+        // SAFETY: waiting on our own child.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "a child failed"
+        );
+    }
+}
+
+fn shared_table(bytes: usize) -> (SharedRegion, Table) {
+    let r = SharedRegion::new(bytes);
+    // SAFETY: the mapping outlives the table handle (both dropped at scenario end, table first
+    // by declaration order of the returned tuple's use).
+    let t = unsafe { Table::create(r.ptr, r.len, 1, 0) }.unwrap();
+    (r, t)
+}
+
+fn one_hot_key_gcra_admits_exactly_the_burst() {
+    let (_r, table) = shared_table(1 << 20);
+    let g = Gcra::new(Rate::per_second(10), 999, Delay::NoDelay).unwrap();
+    let tally = Tally::new();
+    let key = table.key_hash(b"hot");
+    fork_all(|_, _| {
+        for _ in 0..2000 {
+            if table.check(&g, key, 1, 100 * S).admitted() {
+                tally.at(0).fetch_add(1, SeqCst);
+            }
+        }
+    });
+    assert_eq!(tally.at(0).load(SeqCst), 1000);
+    let st = table.stats();
+    assert_eq!(st.passed, 1000);
+    assert_eq!(st.rejected, (PROCS * THREADS * 2000 - 1000) as u64);
+}
+
+fn many_keys_each_admit_exactly_their_bound() {
+    let (_r, table) = shared_table(1 << 20);
+    let g = Gcra::new(Rate::per_second(1), 4, Delay::NoDelay).unwrap();
+    let sw = SlidingWindow::new(7, 60 * S).unwrap();
+    let (gt, st) = (Tally::new(), Tally::new());
+    let (_r2, table2) = shared_table(1 << 20);
+    fork_all(|p, t| {
+        for round in 0..10 {
+            for k in 0..1000u64 {
+                // Each thread walks the keys from a different start.
+                let k = (k + (p * THREADS + t) as u64 * 131 + round) % 1000;
+                let bytes = k.to_le_bytes();
+                if table
+                    .check(&g, table.key_hash(&bytes), 1, 100 * S)
+                    .admitted()
+                {
+                    gt.at(0).fetch_add(1, SeqCst);
+                }
+                if table2
+                    .check(&sw, table2.key_hash(&bytes), 1, 100 * S)
+                    .admitted()
+                {
+                    st.at(0).fetch_add(1, SeqCst);
+                }
+            }
+        }
+    });
+    assert_eq!(gt.at(0).load(SeqCst), 1000 * 5);
+    assert_eq!(st.at(0).load(SeqCst), 1000 * 7);
+    assert_eq!(table.stats().occupancy, 1000);
+}
+
+fn concurrency_never_exceeds_max() {
+    let (_r, table) = shared_table(1 << 16);
+    let c = Concurrency::new(3, 60 * S).unwrap();
+    let tally = Tally::new(); // 0: in flight now, 1: highest seen, 2: acquisitions
+    let key = table.key_hash(b"slots");
+    fork_all(|_, _| {
+        for i in 0..20_000u64 {
+            let now = 10 * S + i;
+            if let (_, Some(permit)) = table.acquire(&c, key, now) {
+                let n = tally.at(0).fetch_add(1, SeqCst) + 1;
+                tally.at(1).fetch_max(n, SeqCst);
+                tally.at(2).fetch_add(1, SeqCst);
+                std::hint::spin_loop();
+                tally.at(0).fetch_sub(1, SeqCst);
+                table.release(&c, permit, now);
+            }
+        }
+    });
+    assert!(
+        tally.at(1).load(SeqCst) <= 3,
+        "in flight reached {}",
+        tally.at(1).load(SeqCst)
+    );
+    assert!(tally.at(2).load(SeqCst) > 0);
+    assert_eq!(c.in_flight(table.peek(key).unwrap(), 10 * S), 0);
+}
+
+/// Children update keys in a loop and are SIGKILLed at random moments, many times. The table
+/// must stay fully usable: every key still updates, nothing is stuck.
+fn sigkilled_writers_never_wedge_the_table() {
+    let (_r, table) = shared_table(Table::bytes_for(512));
+    let g = Gcra::new(Rate::per_second(1000), 5, Delay::NoDelay).unwrap();
+    let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    for round in 0..40 {
+        let mut pids = vec![];
+        for p in 0..PROCS {
+            // SAFETY: single-threaded parent.
+            let pid = unsafe { libc::fork() };
+            if pid == 0 {
+                let mut i = p as u64;
+                loop {
+                    i = i.wrapping_add(7919);
+                    let key = (i % 2000).to_le_bytes();
+                    table.check(&g, table.key_hash(&key), 1, (round * 1000 + i % 997) * S);
+                }
+            }
+            pids.push(pid);
+        }
+        std::thread::sleep(std::time::Duration::from_micros(200 + next() % 3000));
+        for pid in pids {
+            // SAFETY: our own children.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                libc::waitpid(pid, std::ptr::null_mut(), 0);
+            }
+        }
+    }
+    // Far in the future every state has expired: every key must pass and be stored again.
+    let later = 1_000_000 * S;
+    for k in 0..2000u64 {
+        let h = table.key_hash(&k.to_le_bytes());
+        assert!(table.check(&g, h, 1, later).admitted(), "key {k} stuck");
+    }
+    // And the table still limits: a hot key admits exactly 1 + burst.
+    let h = table.key_hash(b"after");
+    let admitted = (0..20)
+        .filter(|_| table.check(&g, h, 1, later).admitted())
+        .count();
+    assert_eq!(admitted, 6);
+}
+
+fn sigkilled_permit_holder_is_recovered_by_lease_expiry() {
+    let (_r, table) = shared_table(1 << 16);
+    let lease = 30 * S;
+    let c = Concurrency::new(2, lease).unwrap();
+    let key = table.key_hash(b"rails");
+    let t0 = 100 * lease + 5 * S;
+    // SAFETY: single-threaded parent.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        let _a = table.acquire(&c, key, t0).1.unwrap();
+        let _b = table.acquire(&c, key, t0).1.unwrap();
+        loop {
+            std::thread::sleep(std::time::Duration::from_secs(1));
+        }
+    }
+    // Wait until the child holds both permits, then kill it while it holds them.
+    while c.in_flight(table.peek(key).unwrap_or(0), t0) < 2 {
+        std::thread::yield_now();
+    }
+    unsafe {
+        libc::kill(pid, libc::SIGKILL);
+        libc::waitpid(pid, std::ptr::null_mut(), 0);
+    }
+    assert!(
+        table.acquire(&c, key, t0 + S).1.is_none(),
+        "dead holder's permits still count"
+    );
+    // Permits from bucket b live until bucket b + 1 ends.
+    let expiry = (t0 / lease + 2) * lease;
+    assert!(table.acquire(&c, key, expiry - 1).1.is_none());
+    let p = table
+        .acquire(&c, key, expiry)
+        .1
+        .expect("permits recovered after the lease");
+    table.release(&c, p, expiry);
+    assert_eq!(c.in_flight(table.peek(key).unwrap(), expiry), 0);
+}
+
+fn main() {
+    let scenarios: [(&str, fn()); 5] = [
+        (
+            "one_hot_key_gcra_admits_exactly_the_burst",
+            one_hot_key_gcra_admits_exactly_the_burst,
+        ),
+        (
+            "many_keys_each_admit_exactly_their_bound",
+            many_keys_each_admit_exactly_their_bound,
+        ),
+        (
+            "concurrency_never_exceeds_max",
+            concurrency_never_exceeds_max,
+        ),
+        (
+            "sigkilled_writers_never_wedge_the_table",
+            sigkilled_writers_never_wedge_the_table,
+        ),
+        (
+            "sigkilled_permit_holder_is_recovered_by_lease_expiry",
+            sigkilled_permit_holder_is_recovered_by_lease_expiry,
+        ),
+    ];
+    let filter = std::env::args().nth(1).filter(|a| !a.starts_with('-'));
+    let (mut passed, mut failed) = (0, 0);
+    for (name, f) in scenarios {
+        if filter.as_deref().is_some_and(|p| !name.contains(p)) {
+            continue;
+        }
+        match std::panic::catch_unwind(f) {
+            Ok(()) => {
+                println!("test {name} ... ok");
+                passed += 1;
+            }
+            Err(_) => {
+                println!("test {name} ... FAILED");
+                failed += 1;
+            }
+        }
+    }
+    println!("{passed} passed, {failed} failed");
+    std::process::exit(if failed == 0 { 0 } else { 1 });
+}
