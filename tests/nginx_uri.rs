@@ -451,6 +451,23 @@ const FIXED: &[&[u8]] = &[
     b"/a/.%2",
     b"/a/%2e%2",
     b"/..%2",
+    // The behaviours listed in docs/URI-NORMALIZATION.md.
+    b"x+y.z-1://h/x",
+    b"/%2F",
+    b"/a/b/..%2Fc",
+    b"/a/%2e%2E/b",
+    b"/.%25",
+    b"/%1B%20",
+    b"/?%zz",
+    b"/..?x",
+    b"/admin;x=1",
+    b"/.../..b/.b",
+    b"/a/.",
+    b"/a/b/..",
+    b"http://h?x",
+    b"http://h:/x",
+    b"http://h_/x",
+    b"http://[1..2]/",
 ];
 
 fn show(bytes: &[u8]) -> String {

@@ -16,7 +16,10 @@ fuzz_target!(|data: &[u8]| {
     let whole = normalize_target(data, &mut out);
     if let Ok(n) = whole {
         assert!(n <= data.len());
-        assert!(n >= 1 && out[0] == b'/', "normalized path must start with '/'");
+        assert!(
+            n >= 1 && out[0] == b'/',
+            "normalized path must start with '/'"
+        );
         let norm = out[..n].to_vec();
         // Normalizing is idempotent up to escapes: a normalized path without
         // '%', '?', '#' or forbidden bytes normalizes to itself.
