@@ -24,9 +24,9 @@
 //!
 //! None of the functions allocate; the caller provides the output buffer. The
 //! normalized path is never longer than the raw path it was made from, so a
-//! buffer of `raw.len()` bytes is always large enough (for [`normalize_target`]
-//! `target.len()` bytes suffice, with a minimum of 1 for the empty-path
-//! absolute form `http://host`, whose target is never shorter than 8 bytes).
+//! buffer of `raw_path.len()` bytes is always large enough, and for
+//! [`normalize_target`] one of `target.len()` bytes (an absolute-form target
+//! with an empty path, `http://h`, yields `/`, still shorter than the target).
 
 use std::fmt;
 
