@@ -1,1 +1,843 @@
-//! (to be written)
+//! Request-target splitting and nginx-compatible `$uri` normalization.
+//!
+//! The policy engine matches on the same path nginx would route on, so that a
+//! client cannot dodge a limit by spelling a path differently (`//admin`,
+//! `/x/../admin`, `/%61dmin`, `/admin%2F`). This module reproduces what nginx
+//! 1.22 (Linux build, `merge_slashes on`) stores in `$uri`, and rejects exactly
+//! the request targets nginx answers with `400 Bad Request`.
+//!
+//! Summary of the rules (see `docs/URI-NORMALIZATION.md` for the full list and
+//! the surprising corners):
+//!
+//! * Every byte of the target below 0x20, 0x7F and the space are rejected
+//!   (they cannot be part of a request-line target). Bytes 0x80..=0xFF are
+//!   passed through untouched; no UTF-8 validation happens.
+//! * The path ends at the first literal `?` (query follows) or `#` (fragment
+//!   follows; a `#` inside the query cuts the query short).
+//! * `%XX` is decoded; a `%` not followed by two hex digits, or `%00`, is an
+//!   error. A decoded byte takes part in normalization like the literal byte,
+//!   so `%2F` merges with neighbouring slashes and `%2E%2E` climbs a segment.
+//!   The exceptions are decoded `%`, `#` and `?`, which are always plain data.
+//! * Runs of `/` collapse into one; `.` segments vanish; `..` removes the
+//!   previous segment and is an error if there is none.
+//! * `;`, `\` and every other printable byte are plain data.
+//!
+//! None of the functions allocate; the caller provides the output buffer. The
+//! normalized path is never longer than the raw path it was made from, so a
+//! buffer of `raw_path.len()` bytes is always large enough, and for
+//! [`normalize_target`] one of `target.len()` bytes (an absolute-form target
+//! with an empty path, `http://h`, yields `/`, still shorter than the target).
+
+use std::fmt;
+
+/// Why a request target was refused. Offsets are byte offsets into the input
+/// the called function was given (for [`normalize_target`] and
+/// [`split_target`]: into the whole target).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum UriError {
+    /// The target is empty.
+    Empty,
+    /// The target starts with a byte that begins neither an origin-form path
+    /// (`/`) nor an absolute-form scheme (an ASCII letter).
+    BadStart { byte: u8 },
+    /// A byte that cannot appear in the scheme, or a missing `://`.
+    BadScheme { offset: usize, byte: Option<u8> },
+    /// A byte that cannot appear in the host, port or IP literal of an
+    /// absolute-form target (`byte` is `None` when the target ends inside an
+    /// unterminated `[` IP literal).
+    BadAuthority { offset: usize, byte: Option<u8> },
+    /// The host is empty, only a dot, or contains `..`.
+    InvalidHost { offset: usize },
+    /// A control byte (0x00..=0x1F), DEL (0x7F) or a space in the target.
+    ForbiddenByte { offset: usize, byte: u8 },
+    /// A `%` not followed by two hexadecimal digits (`offset` points at `%`).
+    InvalidEscape { offset: usize },
+    /// `%00` (a decoded NUL byte) in the path.
+    EncodedNul { offset: usize },
+    /// A `..` segment with no segment left to remove (`offset` points at the
+    /// byte that completed the `..` segment, or at the end of the path).
+    AboveRoot { offset: usize },
+    /// [`normalize_path`] was given a path that does not start with `/`.
+    NoLeadingSlash,
+    /// The output buffer is shorter than the normalized path. Cannot happen
+    /// when the buffer is at least as long as the input.
+    OutputTooSmall { capacity: usize },
+}
+
+impl UriError {
+    fn shifted(self, by: usize) -> UriError {
+        use UriError::*;
+        match self {
+            BadScheme { offset, byte } => BadScheme {
+                offset: offset + by,
+                byte,
+            },
+            BadAuthority { offset, byte } => BadAuthority {
+                offset: offset + by,
+                byte,
+            },
+            InvalidHost { offset } => InvalidHost {
+                offset: offset + by,
+            },
+            ForbiddenByte { offset, byte } => ForbiddenByte {
+                offset: offset + by,
+                byte,
+            },
+            InvalidEscape { offset } => InvalidEscape {
+                offset: offset + by,
+            },
+            EncodedNul { offset } => EncodedNul {
+                offset: offset + by,
+            },
+            AboveRoot { offset } => AboveRoot {
+                offset: offset + by,
+            },
+            other => other,
+        }
+    }
+}
+
+struct ByteName(Option<u8>);
+
+impl fmt::Display for ByteName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            None => f.write_str("end of input"),
+            Some(b) if b.is_ascii_graphic() => write!(f, "byte 0x{b:02X} ('{}')", b as char),
+            Some(b) => write!(f, "byte 0x{b:02X}"),
+        }
+    }
+}
+
+impl fmt::Display for UriError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use UriError::*;
+        match *self {
+            Empty => f.write_str("empty request target"),
+            BadStart { byte } => write!(
+                f,
+                "request target starts with {}, expected '/' or a URI scheme",
+                ByteName(Some(byte))
+            ),
+            BadScheme { offset, byte } => write!(
+                f,
+                "invalid absolute-form scheme at offset {offset}: unexpected {} (expected scheme \"://\")",
+                ByteName(byte)
+            ),
+            BadAuthority { offset, byte } => write!(
+                f,
+                "invalid host or port at offset {offset}: unexpected {}",
+                ByteName(byte)
+            ),
+            InvalidHost { offset } => write!(
+                f,
+                "invalid host starting at offset {offset}: empty, \".\" or containing \"..\""
+            ),
+            ForbiddenByte { offset, byte } => write!(
+                f,
+                "forbidden {} at offset {offset}: control characters, DEL and spaces cannot appear in a request target",
+                ByteName(Some(byte))
+            ),
+            InvalidEscape { offset } => write!(
+                f,
+                "invalid percent-escape at offset {offset}: '%' must be followed by two hex digits"
+            ),
+            EncodedNul { offset } => {
+                write!(f, "percent-encoded NUL (%00) at offset {offset}")
+            }
+            AboveRoot { offset } => write!(
+                f,
+                "\"..\" segment ending at offset {offset} climbs above the root"
+            ),
+            NoLeadingSlash => f.write_str("path does not start with '/'"),
+            OutputTooSmall { capacity } => write!(
+                f,
+                "output buffer of {capacity} bytes is too small for the normalized path"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for UriError {}
+
+/// The parts of a request target, borrowed from it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Target<'a> {
+    /// Scheme of an absolute-form target, as sent (`http`, `HTTPS`, ...);
+    /// `None` for origin-form. Like nginx, any syntactically valid scheme is
+    /// accepted; callers that only want `http`/`https` must check this.
+    pub scheme: Option<&'a [u8]>,
+    /// Host of an absolute-form target as sent (may be a `[...]` IP literal,
+    /// may end in a dot, is not lower-cased); `None` for origin-form.
+    pub host: Option<&'a [u8]>,
+    /// Port digits of an absolute-form target, if a `:` followed the host
+    /// (possibly empty, like nginx accepts `http://h:/`).
+    pub port: Option<&'a [u8]>,
+    /// Raw path: starts with `/`, still percent-encoded, ends before the
+    /// first `?` or `#`. For an absolute-form target without a path
+    /// (`http://h` or `http://h?q`) this is the static `"/"`.
+    pub path: &'a [u8],
+    /// Raw query without the `?`, cut at the first `#` after it. `None` when
+    /// the target has no `?` before any `#`. Not validated beyond the
+    /// request-line byte rules; decode it with [`query_args`] and
+    /// [`decode_component`].
+    pub query: Option<&'a [u8]>,
+    /// Raw fragment without the `#` (nginx ignores it), `None` if absent.
+    pub fragment: Option<&'a [u8]>,
+    path_offset: usize,
+}
+
+impl Target<'_> {
+    /// Byte offset of [`Target::path`] inside the target (0 for origin-form;
+    /// for the static `"/"` of an empty absolute-form path, the offset where
+    /// the path would start).
+    pub fn path_offset(&self) -> usize {
+        self.path_offset
+    }
+}
+
+/// True for bytes nginx refuses anywhere in the target of a request line.
+#[inline]
+fn forbidden(b: u8) -> bool {
+    b <= 0x20 || b == 0x7F
+}
+
+#[inline]
+fn hex_val(b: u8) -> Option<u8> {
+    match b {
+        b'0'..=b'9' => Some(b - b'0'),
+        b'a'..=b'f' => Some(b - b'a' + 10),
+        b'A'..=b'F' => Some(b - b'A' + 10),
+        _ => None,
+    }
+}
+
+/// Splits a request target (the second word of an HTTP request line) into
+/// its parts, validating it the way nginx's request-line parser does.
+///
+/// Accepts origin-form (`/path?query#fragment`) and absolute-form
+/// (`scheme://host[:port][/path][?query][#fragment]`, scheme
+/// case-insensitive). The path is returned raw; pass it to
+/// [`normalize_path`]. Escapes are not checked here.
+pub fn split_target(target: &[u8]) -> Result<Target<'_>, UriError> {
+    let first = *target.first().ok_or(UriError::Empty)?;
+    if first == b'/' {
+        return split_rest(target, 0, None, None, None);
+    }
+    if !first.is_ascii_alphabetic() {
+        return Err(if forbidden(first) {
+            UriError::ForbiddenByte {
+                offset: 0,
+                byte: first,
+            }
+        } else {
+            UriError::BadStart { byte: first }
+        });
+    }
+
+    // Scheme: a letter, then letters, digits, '+', '-', '.', then "://".
+    let mut i = 1;
+    while let Some(&b) = target.get(i) {
+        if b.is_ascii_alphanumeric() || matches!(b, b'+' | b'-' | b'.') {
+            i += 1;
+        } else {
+            break;
+        }
+    }
+    let scheme = &target[..i];
+    for expected in [b':', b'/', b'/'] {
+        match target.get(i) {
+            Some(&b) if b == expected => i += 1,
+            other => {
+                return Err(UriError::BadScheme {
+                    offset: i,
+                    byte: other.copied(),
+                })
+            }
+        }
+    }
+
+    // Host: either an IP literal in brackets or [A-Za-z0-9.-]*.
+    let host_start = i;
+    if target.get(i) == Some(&b'[') {
+        i += 1;
+        loop {
+            match target.get(i) {
+                Some(b']') => {
+                    i += 1;
+                    break;
+                }
+                Some(&b)
+                    if b.is_ascii_alphanumeric()
+                        || matches!(
+                            b,
+                            b':' | b'-'
+                                | b'.'
+                                | b'_'
+                                | b'~'
+                                | b'!'
+                                | b'$'
+                                | b'&'
+                                | b'\''
+                                | b'('
+                                | b')'
+                                | b'*'
+                                | b'+'
+                                | b','
+                                | b';'
+                                | b'='
+                        ) =>
+                {
+                    i += 1
+                }
+                other => {
+                    return Err(UriError::BadAuthority {
+                        offset: i,
+                        byte: other.copied(),
+                    })
+                }
+            }
+        }
+    } else {
+        while let Some(&b) = target.get(i) {
+            if b.is_ascii_alphanumeric() || b == b'.' || b == b'-' {
+                i += 1;
+            } else {
+                break;
+            }
+        }
+    }
+    let host = &target[host_start..i];
+    check_host(host).map_err(|e| e.shifted(host_start))?;
+
+    let mut port = None;
+    if target.get(i) == Some(&b':') {
+        i += 1;
+        let port_start = i;
+        while target.get(i).is_some_and(u8::is_ascii_digit) {
+            i += 1;
+        }
+        port = Some(&target[port_start..i]);
+    }
+    match target.get(i) {
+        None | Some(b'/') | Some(b'?') => {}
+        Some(&b) => {
+            return Err(if forbidden(b) {
+                UriError::ForbiddenByte { offset: i, byte: b }
+            } else {
+                UriError::BadAuthority {
+                    offset: i,
+                    byte: Some(b),
+                }
+            })
+        }
+    }
+    split_rest(target, i, Some(scheme), Some(host), port)
+}
+
+/// nginx's host sanity check: no `..`, and not empty once one trailing dot
+/// is dropped. `host` never contains the port here.
+fn check_host(host: &[u8]) -> Result<(), UriError> {
+    if host.windows(2).any(|w| w == b"..") {
+        return Err(UriError::InvalidHost { offset: 0 });
+    }
+    let trimmed = host.strip_suffix(b".").unwrap_or(host);
+    if trimmed.is_empty() {
+        return Err(UriError::InvalidHost { offset: 0 });
+    }
+    Ok(())
+}
+
+/// Splits `target[start..]` (which is empty or starts with `/` or `?`) into
+/// path, query and fragment, checking every byte against the request-line
+/// rules.
+fn split_rest<'a>(
+    target: &'a [u8],
+    start: usize,
+    scheme: Option<&'a [u8]>,
+    host: Option<&'a [u8]>,
+    port: Option<&'a [u8]>,
+) -> Result<Target<'a>, UriError> {
+    let rest = target.get(start..).unwrap_or(&[]);
+    if let Some(pos) = rest.iter().position(|&b| forbidden(b)) {
+        return Err(UriError::ForbiddenByte {
+            offset: start + pos,
+            byte: rest[pos],
+        });
+    }
+    let path_end = rest
+        .iter()
+        .position(|&b| b == b'?' || b == b'#')
+        .unwrap_or(rest.len());
+    let path: &'a [u8] = if path_end == 0 {
+        b"/"
+    } else {
+        &rest[..path_end]
+    };
+    let after = &rest[path_end..];
+    let (query, fragment) = match after.split_first() {
+        Some((b'?', q)) => match q.iter().position(|&b| b == b'#') {
+            Some(h) => (Some(&q[..h]), Some(&q[h + 1..])),
+            None => (Some(q), None),
+        },
+        Some((_, f)) => (None, Some(f)),
+        None => (None, None),
+    };
+    Ok(Target {
+        scheme,
+        host,
+        port,
+        path,
+        query,
+        fragment,
+        path_offset: start,
+    })
+}
+
+/// A path element after escape decoding.
+#[derive(Clone, Copy)]
+enum Tok {
+    Slash,
+    Dot,
+    Data(u8),
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// Inside a segment that is not `.`/`..` so far.
+    Seg,
+    /// Just wrote a `/`.
+    Slash,
+    /// The current segment is `.` so far.
+    Dot,
+    /// The current segment is `..` so far.
+    DotDot,
+}
+
+struct Writer<'o> {
+    out: &'o mut [u8],
+    len: usize,
+}
+
+impl Writer<'_> {
+    #[inline]
+    fn push(&mut self, b: u8) -> Result<(), UriError> {
+        match self.out.get_mut(self.len) {
+            Some(slot) => {
+                *slot = b;
+                self.len += 1;
+                Ok(())
+            }
+            None => Err(UriError::OutputTooSmall {
+                capacity: self.out.len(),
+            }),
+        }
+    }
+
+    /// Drops a trailing `/..` together with the segment before it, keeping
+    /// that segment's leading `/`.
+    fn climb(&mut self, offset: usize) -> Result<(), UriError> {
+        // The output ends in "/.." here; `slash` is the index of that '/'.
+        let slash = self.len.saturating_sub(3);
+        match self.out[..slash].iter().rposition(|&b| b == b'/') {
+            Some(prev) => {
+                self.len = prev + 1;
+                Ok(())
+            }
+            None => Err(UriError::AboveRoot { offset }),
+        }
+    }
+}
+
+/// Normalizes a raw request path into what nginx 1.22 exposes as `$uri`
+/// (with `merge_slashes on`), writing it to `out` and returning its length.
+///
+/// `raw_path` must start with `/`. Like nginx, a literal `?` or `#` ends the
+/// path (the rest is only checked for forbidden bytes), so passing a whole
+/// origin-form target works too. The result is never longer than
+/// `raw_path`, so `out.len() >= raw_path.len()` always suffices; a shorter
+/// buffer yields [`UriError::OutputTooSmall`] if the result does not fit.
+pub fn normalize_path(raw_path: &[u8], out: &mut [u8]) -> Result<usize, UriError> {
+    if raw_path.first() != Some(&b'/') {
+        return Err(match raw_path.first() {
+            Some(&b) if forbidden(b) => UriError::ForbiddenByte { offset: 0, byte: b },
+            _ => UriError::NoLeadingSlash,
+        });
+    }
+    let mut w = Writer { out, len: 0 };
+    let mut state = State::Seg;
+    let mut i = 0;
+    while let Some(&b) = raw_path.get(i) {
+        let at = i;
+        let tok = match b {
+            b'/' => Tok::Slash,
+            b'.' => Tok::Dot,
+            b'?' | b'#' => {
+                let rest = &raw_path[i + 1..];
+                if let Some(pos) = rest.iter().position(|&c| forbidden(c)) {
+                    return Err(UriError::ForbiddenByte {
+                        offset: i + 1 + pos,
+                        byte: rest[pos],
+                    });
+                }
+                break;
+            }
+            b'%' => {
+                let hi = raw_path.get(i + 1).copied().and_then(hex_val);
+                let lo = raw_path.get(i + 2).copied().and_then(hex_val);
+                let (Some(hi), Some(lo)) = (hi, lo) else {
+                    // Report a forbidden byte inside the escape as such.
+                    for k in 1..=2 {
+                        if let Some(&c) = raw_path.get(i + k) {
+                            if forbidden(c) && hi.is_none() == (k == 1) {
+                                return Err(UriError::ForbiddenByte {
+                                    offset: i + k,
+                                    byte: c,
+                                });
+                            }
+                        }
+                    }
+                    return Err(UriError::InvalidEscape { offset: i });
+                };
+                i += 2;
+                match (hi << 4) | lo {
+                    0 => return Err(UriError::EncodedNul { offset: at }),
+                    b'/' => Tok::Slash,
+                    b'.' => Tok::Dot,
+                    // Decoded '%', '#', '?' and everything else are plain data.
+                    d => Tok::Data(d),
+                }
+            }
+            _ if forbidden(b) => return Err(UriError::ForbiddenByte { offset: i, byte: b }),
+            _ => Tok::Data(b),
+        };
+        i += 1;
+        state = match (state, tok) {
+            (State::Slash, Tok::Slash) => State::Slash,
+            (_, Tok::Slash) => match state {
+                State::Dot => {
+                    // "/./": forget the '.'.
+                    w.len -= 1;
+                    State::Slash
+                }
+                State::DotDot => {
+                    w.climb(at)?;
+                    State::Slash
+                }
+                _ => {
+                    w.push(b'/')?;
+                    State::Slash
+                }
+            },
+            (State::Slash, Tok::Dot) => {
+                w.push(b'.')?;
+                State::Dot
+            }
+            (State::Dot, Tok::Dot) => {
+                w.push(b'.')?;
+                State::DotDot
+            }
+            (_, Tok::Dot) => {
+                w.push(b'.')?;
+                State::Seg
+            }
+            (_, Tok::Data(d)) => {
+                w.push(d)?;
+                State::Seg
+            }
+        };
+    }
+    match state {
+        State::Dot => w.len -= 1,
+        State::DotDot => w.climb(i)?,
+        State::Seg | State::Slash => {}
+    }
+    Ok(w.len)
+}
+
+/// [`split_target`] followed by [`normalize_path`] on the path: the `$uri`
+/// nginx would compute for this request target. `out.len() >= target.len()`
+/// always suffices.
+pub fn normalize_target(target: &[u8], out: &mut [u8]) -> Result<usize, UriError> {
+    let t = split_target(target)?;
+    normalize_path(t.path, out).map_err(|e| e.shifted(t.path_offset))
+}
+
+/// Iterates over the `&`-separated arguments of a raw query string, yielding
+/// `(name, value)` still percent-encoded. An argument without `=` has an
+/// empty value; empty arguments (`a&&b`) are skipped. Feed the parts to
+/// [`decode_component`] before comparing.
+pub fn query_args(query: &[u8]) -> impl Iterator<Item = (&[u8], &[u8])> {
+    query
+        .split(|&b| b == b'&')
+        .filter(|arg| !arg.is_empty())
+        .map(|arg| match arg.iter().position(|&b| b == b'=') {
+            Some(eq) => (&arg[..eq], &arg[eq + 1..]),
+            None => (arg, &arg[arg.len()..]),
+        })
+}
+
+/// Decodes a query name or value for matching: `%XX` becomes the byte, `+`
+/// becomes a space, and malformed escapes are copied literally. Writes at
+/// most `raw.len()` bytes (and never more than `out.len()`; a too short
+/// buffer truncates) and returns how many were written.
+pub fn decode_component(raw: &[u8], out: &mut [u8]) -> usize {
+    let mut n = 0;
+    let mut i = 0;
+    while let Some(&b) = raw.get(i) {
+        let (byte, used) = match b {
+            b'+' => (b' ', 1),
+            b'%' => match (
+                raw.get(i + 1).copied().and_then(hex_val),
+                raw.get(i + 2).copied().and_then(hex_val),
+            ) {
+                (Some(hi), Some(lo)) => ((hi << 4) | lo, 3),
+                _ => (b'%', 1),
+            },
+            _ => (b, 1),
+        };
+        let Some(slot) = out.get_mut(n) else { break };
+        *slot = byte;
+        n += 1;
+        i += used;
+    }
+    n
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn norm(t: &str) -> Result<String, UriError> {
+        norm_bytes(t.as_bytes()).map(|v| String::from_utf8(v).unwrap())
+    }
+
+    fn norm_bytes(t: &[u8]) -> Result<Vec<u8>, UriError> {
+        let mut out = vec![0u8; t.len()];
+        let n = normalize_target(t, &mut out)?;
+        assert!(n <= t.len());
+        out.truncate(n);
+        Ok(out)
+    }
+
+    #[test]
+    fn plain_paths_are_unchanged() {
+        for p in [
+            "/",
+            "/a",
+            "/a/b/",
+            "/a.b",
+            "/a./b",
+            "/a;b=c",
+            "/a\\b",
+            "/~x/!$&'()*+,",
+        ] {
+            assert_eq!(norm(p).unwrap(), p, "{p}");
+        }
+    }
+
+    #[test]
+    fn slashes_merge() {
+        assert_eq!(norm("//a///b//").unwrap(), "/a/b/");
+        assert_eq!(norm("/a/%2F/b").unwrap(), "/a/b");
+        assert_eq!(norm("/%2F%2f").unwrap(), "/");
+    }
+
+    #[test]
+    fn dot_segments() {
+        assert_eq!(norm("/a/./b").unwrap(), "/a/b");
+        assert_eq!(norm("/a/.").unwrap(), "/a/");
+        assert_eq!(norm("/a/..").unwrap(), "/");
+        assert_eq!(norm("/a/b/../c").unwrap(), "/a/c");
+        assert_eq!(norm("/a/.../b").unwrap(), "/a/.../b");
+        assert_eq!(norm("/a/..b/.c").unwrap(), "/a/..b/.c");
+        assert_eq!(norm("/a/b/..?x").unwrap(), "/a/");
+        assert_eq!(norm("/a/b/.#x").unwrap(), "/a/b/");
+        assert_eq!(norm("/a//..").unwrap(), "/");
+    }
+
+    #[test]
+    fn encoded_dots_and_slashes_take_part() {
+        assert_eq!(norm("/a/%2e%2E/b").unwrap(), "/b");
+        assert_eq!(norm("/a/b/..%2Fc").unwrap(), "/a/c");
+        assert_eq!(norm("/a%2Fb%2F..%2F..%2Fc").unwrap(), "/c");
+        assert_eq!(norm("/a/.%2e").unwrap(), "/");
+    }
+
+    #[test]
+    fn above_root_is_rejected() {
+        assert!(matches!(norm("/.."), Err(UriError::AboveRoot { .. })));
+        assert!(matches!(
+            norm("/../a"),
+            Err(UriError::AboveRoot { offset: 3 })
+        ));
+        assert!(matches!(
+            norm("/a/../../b"),
+            Err(UriError::AboveRoot { .. })
+        ));
+        assert!(matches!(norm("/%2e%2e"), Err(UriError::AboveRoot { .. })));
+        assert!(matches!(norm("/..?x"), Err(UriError::AboveRoot { .. })));
+    }
+
+    #[test]
+    fn escapes() {
+        assert_eq!(norm("/%61%62c").unwrap(), "/abc");
+        assert_eq!(norm("/%25%23%3F%3f").unwrap(), "/%#??");
+        assert_eq!(norm("/.%25").unwrap(), "/.%");
+        assert_eq!(norm("/..%23").unwrap(), "/..#");
+        assert_eq!(
+            norm_bytes(b"/%0a%7F%20%C3%A9").unwrap(),
+            b"/\n\x7f \xc3\xa9"
+        );
+        assert!(matches!(
+            norm("/%"),
+            Err(UriError::InvalidEscape { offset: 1 })
+        ));
+        assert!(matches!(
+            norm("/a%4"),
+            Err(UriError::InvalidEscape { offset: 2 })
+        ));
+        assert!(matches!(norm("/%g0"), Err(UriError::InvalidEscape { .. })));
+        assert!(matches!(norm("/%4?"), Err(UriError::InvalidEscape { .. })));
+        assert!(matches!(
+            norm("/%00"),
+            Err(UriError::EncodedNul { offset: 1 })
+        ));
+        // Escapes in the query are not the path's business.
+        assert_eq!(norm("/a?%zz").unwrap(), "/a");
+    }
+
+    #[test]
+    fn forbidden_bytes() {
+        for t in [
+            &b"/a\0"[..],
+            b"/a b",
+            b"/a\tb",
+            b"/\x7f",
+            b"/a?b\x01",
+            b"/a#\r",
+        ] {
+            assert!(
+                matches!(norm_bytes(t), Err(UriError::ForbiddenByte { .. })),
+                "{t:?}"
+            );
+        }
+        assert!(matches!(
+            norm_bytes(b"/%4\x01"),
+            Err(UriError::ForbiddenByte { offset: 3, .. })
+        ));
+    }
+
+    #[test]
+    fn utf8_passes_through() {
+        assert_eq!(norm("/ünï/çødé").unwrap(), "/ünï/çødé");
+        assert_eq!(norm_bytes(b"/\xff\xfe").unwrap(), b"/\xff\xfe");
+    }
+
+    #[test]
+    fn split_origin_form() {
+        let t = split_target(b"/a/b?x=1&y#frag?z").unwrap();
+        assert_eq!(t.path, b"/a/b");
+        assert_eq!(t.query, Some(&b"x=1&y"[..]));
+        assert_eq!(t.fragment, Some(&b"frag?z"[..]));
+        assert_eq!(t.scheme, None);
+        let t = split_target(b"/a#b?c").unwrap();
+        assert_eq!((t.path, t.query), (&b"/a"[..], None));
+        let t = split_target(b"/a?").unwrap();
+        assert_eq!(t.query, Some(&b""[..]));
+    }
+
+    #[test]
+    fn split_absolute_form() {
+        let t = split_target(b"HTTPS://Example.COM:8080/p?q").unwrap();
+        assert_eq!(t.scheme, Some(&b"HTTPS"[..]));
+        assert_eq!(t.host, Some(&b"Example.COM"[..]));
+        assert_eq!(t.port, Some(&b"8080"[..]));
+        assert_eq!(t.path, b"/p");
+        assert_eq!(t.path_offset(), 24);
+        assert_eq!(t.query, Some(&b"q"[..]));
+        let t = split_target(b"http://h?q").unwrap();
+        assert_eq!((t.path, t.query), (&b"/"[..], Some(&b"q"[..])));
+        assert_eq!(split_target(b"http://h").unwrap().path, b"/");
+        assert_eq!(
+            split_target(b"http://[::1]:80/x").unwrap().host,
+            Some(&b"[::1]"[..])
+        );
+        assert_eq!(norm("http://h/a/../b").unwrap(), "/b");
+        assert!(matches!(
+            norm("http://h/%zz"),
+            Err(UriError::InvalidEscape { offset: 9 })
+        ));
+    }
+
+    #[test]
+    fn split_rejects() {
+        for t in [
+            "",
+            "*",
+            "a",
+            "http:/x",
+            "http//x",
+            "http:x",
+            "http:///x",
+            "http://./",
+            "http://a..b/",
+            "http://h_/x",
+            "http://h#x",
+            "http://h:8a/",
+            "http://[::1/",
+            "http://[::1]x/",
+            "1http://h/",
+            "?x",
+            "%2F",
+        ] {
+            assert!(split_target(t.as_bytes()).is_err(), "{t:?}");
+        }
+        assert!(split_target(b"http://a./").is_ok());
+        assert!(split_target(b"foo+bar.baz-1://h:/").is_ok());
+    }
+
+    #[test]
+    fn small_buffer_is_an_error_not_a_panic() {
+        let mut out = [0u8; 2];
+        assert!(matches!(
+            normalize_target(b"/abc", &mut out),
+            Err(UriError::OutputTooSmall { capacity: 2 })
+        ));
+        assert_eq!(normalize_target(b"//a", &mut out), Ok(2));
+    }
+
+    #[test]
+    fn query_helpers() {
+        let args: Vec<_> = query_args(b"a=1&&b&c=x=y&=v").collect();
+        assert_eq!(
+            args,
+            vec![
+                (&b"a"[..], &b"1"[..]),
+                (&b"b"[..], &b""[..]),
+                (&b"c"[..], &b"x=y"[..]),
+                (&b""[..], &b"v"[..]),
+            ]
+        );
+        let mut out = [0u8; 64];
+        let raw = b"Special%3AWhatLinksHere%2FX";
+        let n = decode_component(raw, &mut out);
+        assert_eq!(&out[..n], b"Special:WhatLinksHere/X");
+        let n = decode_component(b"a+b%2%zz%", &mut out);
+        assert_eq!(&out[..n], b"a b%2%zz%");
+        let mut tiny = [0u8; 2];
+        assert_eq!(decode_component(b"abc", &mut tiny), 2);
+    }
+
+    #[test]
+    fn errors_display() {
+        let e = norm("/a/%zz").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "invalid percent-escape at offset 3: '%' must be followed by two hex digits"
+        );
+        let e = norm_bytes(b"/a\x01").unwrap_err();
+        assert!(e.to_string().contains("0x01 at offset 2"), "{e}");
+    }
+}
