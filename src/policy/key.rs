@@ -120,7 +120,7 @@ impl KeySpec {
         };
         self.encode(req, &mut w);
         let total = w.len;
-        if 1 + total <= cap {
+        if total < cap {
             return 1 + total;
         }
         // Too long: keep a prefix and append a hash of the whole encoding.
