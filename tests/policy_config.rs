@@ -876,3 +876,21 @@ fn forwarded_header_mode() {
         .header("X-Forwarded-For", "1.1.1.1");
     assert_eq!(p.client_ip(&r.view), ip("2001:db8:cafe::17"));
 }
+
+#[test]
+fn documented_example_parses() {
+    let doc = include_str!("../docs/POLICY.md");
+    let start = doc.find("## Complete example").unwrap();
+    let block = &doc[start..];
+    let block = &block[block.find("```toml\n").unwrap() + 8..];
+    let block = &block[..block.find("```").unwrap()];
+    let p = parse(block);
+    assert_eq!(p.limits.len(), 4);
+    assert_eq!(p.exemptions.len(), 4);
+    let r = Req::new(
+        "GET",
+        "/index.php?title=Special:WhatLinksHere/X",
+        "198.51.100.7",
+    );
+    assert!(r.limits(&p).contains(&"tools-per-net".to_string()));
+}
