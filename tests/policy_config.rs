@@ -156,8 +156,7 @@ impl Req {
     fn with<R>(&self, policy: &CompiledPolicy, f: impl FnOnce(&PreparedRequest<'_>) -> R) -> R {
         let target = std::str::from_utf8(self.view.target()).unwrap();
         let (path, query) = split(target);
-        let client = policy.client_ip(&self.view);
-        let p = PreparedRequest::new(&self.view, path.as_bytes(), query.as_bytes(), client);
+        let p = policy.prepare(&self.view, path.as_bytes(), query.as_bytes());
         f(&p)
     }
     fn limits(&self, policy: &CompiledPolicy) -> Vec<String> {

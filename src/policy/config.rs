@@ -593,6 +593,17 @@ impl CompiledPolicy {
         self.client_ip.resolve(view)
     }
 
+    /// Bundle a host view with its normalized path and raw query, resolving
+    /// the client address through `trusted_proxies`.
+    pub fn prepare<'a>(
+        &self,
+        view: &'a dyn RequestView,
+        path: &'a [u8],
+        query: &'a [u8],
+    ) -> PreparedRequest<'a> {
+        PreparedRequest::new(view, path, query, self.client_ip.resolve(view))
+    }
+
     /// The first exemption matching the request, if any. Exempt requests are
     /// not limited at all.
     pub fn exemption(&self, req: &PreparedRequest<'_>) -> Option<&Class> {

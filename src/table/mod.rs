@@ -1,1 +1,3 @@
-pub fn probe() -> bool { portable_atomic::AtomicU128::is_always_lock_free() }
+pub fn probe() -> bool {
+    portable_atomic::AtomicU128::is_always_lock_free()
+}
