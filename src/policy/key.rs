@@ -1,1 +1,312 @@
-//! (to be written)
+//! Limiter keys: the bytes that identify one bucket inside a zone.
+//!
+//! A [`KeySpec`] is a list of [`KeyPart`]s; [`KeySpec::build`] writes the
+//! key for a request into a caller-provided buffer (typically
+//! `[0u8; KEY_BUF_LEN]` on the stack) and never allocates.
+//!
+//! # Encoding
+//!
+//! The first byte is the format: `0x00` = plain, `0x01` = hashed (see below).
+//! Then each part, in order, as a self-delimiting record:
+//!
+//! | part | bytes |
+//! |------|-------|
+//! | `ip` | `0x01`, family (`4`/`6`), prefix length, masked address (4 or 16 bytes) |
+//! | `global` | `0x02` |
+//! | `header:NAME` | `0x03`, name length (u8), lowercase name, `0`=absent / `1`=present, value length (u32 BE), value |
+//! | `cookie:NAME` | `0x04`, same layout as a header |
+//! | `path` | `0x05`, length (u32 BE), normalized path |
+//! | `method` | `0x06`, length (u32 BE), method |
+//!
+//! Every record starts with its kind and carries its own length, so no two
+//! different part lists or values give the same bytes (`["a", "bc"]` can't
+//! collide with `["ab", "c"]`, an absent header can't collide with an empty
+//! one, `header:a` can't collide with `header:b` or `cookie:a`).
+//!
+//! # Long keys
+//!
+//! If the plain encoding does not fit in the buffer, the key becomes
+//! `0x01`, the first `len - 17` bytes of the encoding, and a 128-bit hash of
+//! the *whole* encoding, filling the buffer exactly. Keys that share a long
+//! prefix but differ later still differ (with overwhelming probability). The
+//! hash is ahash with fixed seeds: stable within one build of weir on one
+//! platform (all workers sharing a table run the same binary), not across
+//! versions, and not collision-resistant against an adversary who targets a
+//! specific long key.
+//!
+//! # Zone sharing
+//!
+//! Keys do not contain the limit's identity. Two limits that use the same
+//! zone with the same key parts share buckets, exactly like two nginx
+//! `limit_req` directives naming the same zone. Limits with different key
+//! parts can never collide in a shared zone, because the part kinds (and
+//! header/cookie names, IP prefix lengths) are part of the encoding.
+
+use std::hash::{BuildHasher, Hasher};
+use std::net::IpAddr;
+
+use super::matcher::mask_ip;
+use super::request::{cookie_values, PreparedRequest};
+
+/// Recommended key buffer size.
+pub const KEY_BUF_LEN: usize = 256;
+/// Smallest buffer [`KeySpec::build`] accepts.
+pub const MIN_KEY_BUF: usize = 32;
+
+const FORMAT_PLAIN: u8 = 0x00;
+const FORMAT_HASHED: u8 = 0x01;
+const HASH_LEN: usize = 16;
+
+/// One component of a key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum KeyPart {
+    /// Client address masked to a prefix (IPv4-mapped IPv6 counts as IPv4).
+    Ip {
+        /// IPv4 prefix length, 0..=32 (default 32).
+        v4_prefix: u8,
+        /// IPv6 prefix length, 0..=128 (default 64).
+        v6_prefix: u8,
+    },
+    /// One bucket for everybody.
+    Global,
+    /// First occurrence of a header (lowercase name), raw value.
+    Header(Box<[u8]>),
+    /// First cookie with this name, raw value.
+    Cookie(Box<[u8]>),
+    /// Normalized path.
+    Path,
+    /// Request method.
+    Method,
+}
+
+impl KeyPart {
+    /// `ip` with the default prefixes (/32, /64).
+    pub const IP: KeyPart = KeyPart::Ip {
+        v4_prefix: 32,
+        v6_prefix: 64,
+    };
+}
+
+/// An ordered list of key parts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeySpec {
+    /// The parts, in order.
+    pub parts: Box<[KeyPart]>,
+}
+
+impl KeySpec {
+    /// A key made of these parts.
+    pub fn new(parts: Vec<KeyPart>) -> Self {
+        KeySpec {
+            parts: parts.into_boxed_slice(),
+        }
+    }
+
+    /// Write the key for `req` into `buf` and return its length; the key is
+    /// `&buf[..len]`. Never allocates.
+    ///
+    /// # Panics
+    /// If `buf` is shorter than [`MIN_KEY_BUF`].
+    pub fn build(&self, req: &PreparedRequest<'_>, buf: &mut [u8]) -> usize {
+        assert!(
+            buf.len() >= MIN_KEY_BUF,
+            "key buffer shorter than MIN_KEY_BUF"
+        );
+        let cap = buf.len();
+        buf[0] = FORMAT_PLAIN;
+        let mut w = BufSink {
+            buf: &mut buf[1..],
+            len: 0,
+        };
+        self.encode(req, &mut w);
+        let total = w.len;
+        if total < cap {
+            return 1 + total;
+        }
+        // Too long: keep a prefix and append a hash of the whole encoding.
+        let mut h = HashSink {
+            a: ahash::RandomState::with_seeds(
+                0x243f_6a88_85a3_08d3,
+                0x1319_8a2e_0370_7344,
+                0xa409_3822_299f_31d0,
+                0x082e_fa98_ec4e_6c89,
+            )
+            .build_hasher(),
+            b: ahash::RandomState::with_seeds(
+                0x4528_21e6_38d0_1377,
+                0xbe54_66cf_34e9_0c6c,
+                0xc0ac_29b7_c97c_50dd,
+                0x3f84_d5b5_b547_0917,
+            )
+            .build_hasher(),
+        };
+        self.encode(req, &mut h);
+        h.a.write_usize(total);
+        h.b.write_usize(total);
+        buf[0] = FORMAT_HASHED;
+        buf[cap - HASH_LEN..cap - 8].copy_from_slice(&h.a.finish().to_le_bytes());
+        buf[cap - 8..].copy_from_slice(&h.b.finish().to_le_bytes());
+        cap
+    }
+
+    fn encode(&self, req: &PreparedRequest<'_>, w: &mut dyn Sink) {
+        for part in self.parts.iter() {
+            match part {
+                KeyPart::Ip {
+                    v4_prefix,
+                    v6_prefix,
+                } => match req.client.to_canonical() {
+                    ip @ IpAddr::V4(_) => {
+                        let IpAddr::V4(m) = mask_ip(ip, *v4_prefix) else {
+                            unreachable!()
+                        };
+                        w.put(&[0x01, 4, *v4_prefix]);
+                        w.put(&m.octets());
+                    }
+                    ip @ IpAddr::V6(_) => {
+                        let IpAddr::V6(m) = mask_ip(ip, *v6_prefix) else {
+                            unreachable!()
+                        };
+                        w.put(&[0x01, 6, *v6_prefix]);
+                        w.put(&m.octets());
+                    }
+                },
+                KeyPart::Global => w.put(&[0x02]),
+                KeyPart::Header(name) => {
+                    put_named(w, 0x03, name, req.view.header(name));
+                }
+                KeyPart::Cookie(name) => {
+                    put_named(w, 0x04, name, cookie_values(req.view, name).next());
+                }
+                KeyPart::Path => {
+                    w.put(&[0x05]);
+                    put_len_bytes(w, req.path);
+                }
+                KeyPart::Method => {
+                    w.put(&[0x06]);
+                    put_len_bytes(w, req.method);
+                }
+            }
+        }
+    }
+}
+
+fn put_named(w: &mut dyn Sink, kind: u8, name: &[u8], value: Option<&[u8]>) {
+    // Names are validated at compile time to be at most 255 bytes.
+    w.put(&[kind, name.len().min(255) as u8]);
+    w.put(&name[..name.len().min(255)]);
+    match value {
+        None => w.put(&[0]),
+        Some(v) => {
+            w.put(&[1]);
+            put_len_bytes(w, v);
+        }
+    }
+}
+
+fn put_len_bytes(w: &mut dyn Sink, v: &[u8]) {
+    let n = u32::try_from(v.len()).unwrap_or(u32::MAX);
+    w.put(&n.to_be_bytes());
+    w.put(v);
+}
+
+trait Sink {
+    fn put(&mut self, bytes: &[u8]);
+}
+
+/// Copies what fits and counts everything.
+struct BufSink<'b> {
+    buf: &'b mut [u8],
+    len: usize,
+}
+
+impl Sink for BufSink<'_> {
+    #[inline]
+    fn put(&mut self, bytes: &[u8]) {
+        let start = self.len.min(self.buf.len());
+        let room = self.buf.len() - start;
+        let n = bytes.len().min(room);
+        self.buf[start..start + n].copy_from_slice(&bytes[..n]);
+        self.len += bytes.len();
+    }
+}
+
+struct HashSink {
+    a: ahash::AHasher,
+    b: ahash::AHasher,
+}
+
+impl Sink for HashSink {
+    fn put(&mut self, bytes: &[u8]) {
+        self.a.write(bytes);
+        self.b.write(bytes);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::request::OwnedRequest;
+
+    fn key(spec: &KeySpec, req: &OwnedRequest, path: &str, client: &str) -> Vec<u8> {
+        let p = PreparedRequest::new(req, path.as_bytes(), b"", client.parse().unwrap());
+        let mut buf = [0u8; KEY_BUF_LEN];
+        let n = spec.build(&p, &mut buf);
+        buf[..n].to_vec()
+    }
+
+    #[test]
+    fn ip_encoding() {
+        let r = OwnedRequest::new("GET", "/", "192.0.2.1".parse().unwrap());
+        let spec = KeySpec::new(vec![KeyPart::Ip {
+            v4_prefix: 24,
+            v6_prefix: 64,
+        }]);
+        assert_eq!(
+            key(&spec, &r, "/", "192.0.2.77"),
+            vec![0, 1, 4, 24, 192, 0, 2, 0]
+        );
+        assert_eq!(
+            key(&spec, &r, "/", "::ffff:192.0.2.77"),
+            key(&spec, &r, "/", "192.0.2.1")
+        );
+    }
+
+    #[test]
+    fn composite_unambiguous() {
+        let r = OwnedRequest::new("GET", "/", "192.0.2.1".parse().unwrap())
+            .header("X-A", "")
+            .header("Cookie", "a=");
+        let h = KeySpec::new(vec![KeyPart::Header(b"x-a".to_vec().into())]);
+        let hb = KeySpec::new(vec![KeyPart::Header(b"x-b".to_vec().into())]);
+        let c = KeySpec::new(vec![KeyPart::Cookie(b"x-a".to_vec().into())]);
+        let k_h = key(&h, &r, "/", "192.0.2.1");
+        assert_ne!(k_h, key(&hb, &r, "/", "192.0.2.1"));
+        assert_ne!(k_h, key(&c, &r, "/", "192.0.2.1"));
+        let pm = KeySpec::new(vec![KeyPart::Path, KeyPart::Method]);
+        let r2 = OwnedRequest::new("T", "/", "192.0.2.1".parse().unwrap());
+        let r3 = OwnedRequest::new("ET", "/", "192.0.2.1".parse().unwrap());
+        assert_ne!(
+            key(&pm, &r2, "/GE", "192.0.2.1"),
+            key(&pm, &r3, "/GET", "192.0.2.1")
+        );
+    }
+
+    #[test]
+    fn long_keys_hashed() {
+        let r = OwnedRequest::new("GET", "/", "192.0.2.1".parse().unwrap());
+        let spec = KeySpec::new(vec![KeyPart::Path]);
+        let a = "/".to_string() + &"x".repeat(400) + "a";
+        let b = "/".to_string() + &"x".repeat(400) + "b";
+        let ka = key(&spec, &r, &a, "192.0.2.1");
+        let kb = key(&spec, &r, &b, "192.0.2.1");
+        assert_eq!(ka.len(), KEY_BUF_LEN);
+        assert_eq!(ka[0], FORMAT_HASHED);
+        assert_ne!(ka, kb);
+        assert_eq!(ka, key(&spec, &r, &a, "192.0.2.1"));
+        // Exactly fitting key stays plain.
+        let fit = "/".to_string() + &"y".repeat(KEY_BUF_LEN - 1 - 5 - 1);
+        let kf = key(&spec, &r, &fit, "192.0.2.1");
+        assert_eq!((kf.len(), kf[0]), (KEY_BUF_LEN, FORMAT_PLAIN));
+    }
+}

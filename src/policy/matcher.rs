@@ -1,1 +1,731 @@
-//! (to be written)
+//! Compiled request matchers: globs, value matchers, CIDR sets, URL shapes and
+//! classes.
+//!
+//! Everything here is built once from the policy file (see
+//! [`crate::policy::config`]) and evaluated per request against a
+//! [`PreparedRequest`]. Evaluation does not allocate on the common path:
+//! regexes are pre-compiled (`regex::bytes`), globs are pre-tokenized, CIDRs
+//! are integer ranges and header names are stored lowercase. The only
+//! allocation is a fallback buffer when a query argument longer than
+//! [`QUERY_STACK_BUF`] bytes has to be percent-decoded.
+//!
+//! Semantics (documented for operators in `docs/POLICY.md`):
+//! * a [`Class`] matches when **any** of its [`Shape`]s matches;
+//! * a [`Shape`] matches when **all** of its listed tests match;
+//! * a test with a list of values (e.g. `path_glob = ["*.css", "*.js"]`)
+//!   passes when **any** value matches;
+//! * header, cookie and query tests look at **every** occurrence of the name
+//!   and pass when any occurrence matches (`present = false` passes only when
+//!   there is no occurrence). Matching any occurrence prevents bypassing a class
+//!   by sending a harmless duplicate first (`?title=x&title=Special:…`, PHP
+//!   uses the last one).
+
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use regex::bytes::Regex;
+
+use super::request::PreparedRequest;
+
+/// Query arguments up to this many bytes are percent-decoded on the stack.
+pub const QUERY_STACK_BUF: usize = 512;
+
+// ---------------------------------------------------------------------------
+// Globs
+// ---------------------------------------------------------------------------
+
+/// A compiled glob pattern over bytes.
+///
+/// Syntax: `*` matches any run of bytes (including `/`), `?` matches exactly
+/// one byte, `[abc]`, `[a-z]` and `[!a-z]` match one byte from (or not from)
+/// a set of ASCII bytes, `\x` matches `x` literally. Everything else matches
+/// itself, case-sensitively.
+#[derive(Clone)]
+pub struct Glob {
+    src: String,
+    kind: GlobKind,
+}
+
+#[derive(Clone)]
+enum GlobKind {
+    Exact(Box<[u8]>),
+    Prefix(Box<[u8]>),
+    Suffix(Box<[u8]>),
+    General(Box<[Tok]>),
+}
+
+#[derive(Clone, PartialEq, Eq)]
+enum Tok {
+    Lit(u8),
+    One,
+    Star,
+    Class {
+        negated: bool,
+        ranges: Box<[(u8, u8)]>,
+    },
+}
+
+impl Tok {
+    #[inline]
+    fn matches(&self, b: u8) -> bool {
+        match self {
+            Tok::Lit(l) => *l == b,
+            Tok::One => true,
+            Tok::Star => false,
+            Tok::Class { negated, ranges } => {
+                ranges.iter().any(|&(lo, hi)| lo <= b && b <= hi) != *negated
+            }
+        }
+    }
+}
+
+impl Glob {
+    /// Compile a glob. The error string says what is wrong with the pattern.
+    pub fn new(pattern: &str) -> Result<Glob, String> {
+        let bytes = pattern.as_bytes();
+        let mut toks = Vec::new();
+        let mut i = 0;
+        while i < bytes.len() {
+            let b = bytes[i];
+            match b {
+                b'*' => {
+                    if toks.last() != Some(&Tok::Star) {
+                        toks.push(Tok::Star);
+                    }
+                    i += 1;
+                }
+                b'?' => {
+                    toks.push(Tok::One);
+                    i += 1;
+                }
+                b'\\' => {
+                    let Some(&n) = bytes.get(i + 1) else {
+                        return Err(format!(
+                            "glob {pattern:?} ends with a lone `\\`; write `\\\\` for a literal backslash"
+                        ));
+                    };
+                    toks.push(Tok::Lit(n));
+                    i += 2;
+                }
+                b'[' => {
+                    let (tok, next) = parse_class(pattern, i)?;
+                    toks.push(tok);
+                    i = next;
+                }
+                _ => {
+                    toks.push(Tok::Lit(b));
+                    i += 1;
+                }
+            }
+        }
+        let lits = |t: &[Tok]| -> Option<Box<[u8]>> {
+            t.iter()
+                .map(|t| match t {
+                    Tok::Lit(b) => Some(*b),
+                    _ => None,
+                })
+                .collect()
+        };
+        let kind = if let Some(l) = lits(&toks) {
+            GlobKind::Exact(l)
+        } else if toks.last() == Some(&Tok::Star) && lits(&toks[..toks.len() - 1]).is_some() {
+            GlobKind::Prefix(lits(&toks[..toks.len() - 1]).unwrap_or_default())
+        } else if toks.first() == Some(&Tok::Star) && lits(&toks[1..]).is_some() {
+            GlobKind::Suffix(lits(&toks[1..]).unwrap_or_default())
+        } else {
+            GlobKind::General(toks.into_boxed_slice())
+        };
+        Ok(Glob {
+            src: pattern.to_owned(),
+            kind,
+        })
+    }
+
+    /// The pattern as written.
+    pub fn as_str(&self) -> &str {
+        &self.src
+    }
+
+    /// Does the whole of `s` match?
+    pub fn is_match(&self, s: &[u8]) -> bool {
+        match &self.kind {
+            GlobKind::Exact(l) => s == &l[..],
+            GlobKind::Prefix(p) => s.starts_with(p),
+            GlobKind::Suffix(p) => s.ends_with(p),
+            GlobKind::General(t) => match_toks(t, s),
+        }
+    }
+}
+
+impl fmt::Debug for Glob {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Glob({:?})", self.src)
+    }
+}
+
+fn parse_class(pattern: &str, start: usize) -> Result<(Tok, usize), String> {
+    let bytes = pattern.as_bytes();
+    let mut i = start + 1;
+    let negated = matches!(bytes.get(i), Some(b'!') | Some(b'^'));
+    if negated {
+        i += 1;
+    }
+    let mut ranges = Vec::new();
+    loop {
+        let Some(&b) = bytes.get(i) else {
+            return Err(format!(
+                "glob {pattern:?} has an unclosed `[`; write `\\[` for a literal bracket"
+            ));
+        };
+        if b == b']' {
+            if ranges.is_empty() {
+                return Err(format!(
+                    "glob {pattern:?} has an empty character class `[]`"
+                ));
+            }
+            return Ok((
+                Tok::Class {
+                    negated,
+                    ranges: ranges.into_boxed_slice(),
+                },
+                i + 1,
+            ));
+        }
+        let lo = if b == b'\\' {
+            i += 1;
+            *bytes
+                .get(i)
+                .ok_or_else(|| format!("glob {pattern:?} has an unclosed `[`"))?
+        } else {
+            b
+        };
+        if !lo.is_ascii() {
+            return Err(format!(
+                "glob {pattern:?}: character classes may only contain ASCII; use a regex for Unicode"
+            ));
+        }
+        i += 1;
+        if bytes.get(i) == Some(&b'-') && bytes.get(i + 1).is_some_and(|&c| c != b']') {
+            let hi = bytes[i + 1];
+            if !hi.is_ascii() {
+                return Err(format!(
+                    "glob {pattern:?}: character classes may only contain ASCII; use a regex for Unicode"
+                ));
+            }
+            if hi < lo {
+                return Err(format!(
+                    "glob {pattern:?}: range `{}-{}` is reversed",
+                    lo as char, hi as char
+                ));
+            }
+            ranges.push((lo, hi));
+            i += 2;
+        } else {
+            ranges.push((lo, lo));
+        }
+    }
+}
+
+/// Wildcard matching with single-star backtracking: O(len(s) * len(toks))
+/// worst case, no allocation, no recursion.
+fn match_toks(toks: &[Tok], s: &[u8]) -> bool {
+    let (mut p, mut i) = (0usize, 0usize);
+    let mut star: Option<(usize, usize)> = None;
+    while i < s.len() {
+        if let Some(t) = toks.get(p) {
+            if *t == Tok::Star {
+                star = Some((p, i));
+                p += 1;
+                continue;
+            }
+            if t.matches(s[i]) {
+                p += 1;
+                i += 1;
+                continue;
+            }
+        }
+        match star {
+            Some((sp, si)) => {
+                p = sp + 1;
+                i = si + 1;
+                star = Some((sp, si + 1));
+            }
+            None => return false,
+        }
+    }
+    while toks.get(p) == Some(&Tok::Star) {
+        p += 1;
+    }
+    p == toks.len()
+}
+
+// ---------------------------------------------------------------------------
+// Value matchers
+// ---------------------------------------------------------------------------
+
+/// A test on the value of a header, cookie or (decoded) query argument.
+#[derive(Clone, Debug)]
+pub enum ValueMatcher {
+    /// At least one occurrence of the name, whatever its value.
+    Present,
+    /// No occurrence of the name at all.
+    Absent,
+    /// Some occurrence equals these bytes exactly.
+    Equals(Box<[u8]>),
+    /// Some occurrence matches the glob.
+    Glob(Glob),
+    /// Some occurrence matches the regex (unanchored unless the regex says so).
+    Regex(Regex),
+}
+
+impl ValueMatcher {
+    /// Test one occurrence's value (`Absent` never matches an occurrence).
+    #[inline]
+    pub fn matches_value(&self, v: &[u8]) -> bool {
+        match self {
+            ValueMatcher::Present => true,
+            ValueMatcher::Absent => false,
+            ValueMatcher::Equals(e) => v == &e[..],
+            ValueMatcher::Glob(g) => g.is_match(v),
+            ValueMatcher::Regex(r) => r.is_match(v),
+        }
+    }
+
+    /// Test a sequence of occurrences.
+    pub fn matches_all<'a>(&self, mut values: impl Iterator<Item = &'a [u8]>) -> bool {
+        match self {
+            ValueMatcher::Absent => values.next().is_none(),
+            m => values.any(|v| m.matches_value(v)),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// CIDRs
+// ---------------------------------------------------------------------------
+
+/// An IP network (address + prefix length), host bits zero.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IpNet {
+    addr: IpAddr,
+    prefix: u8,
+}
+
+impl IpNet {
+    /// Parse `10.0.0.0/8`, `2001:db8::/32` or a bare address (a /32 or /128).
+    /// Host bits must be zero (`10.0.0.1/8` is rejected, it is almost always a
+    /// typo).
+    pub fn parse(s: &str) -> Result<IpNet, String> {
+        let (a, p) = match s.split_once('/') {
+            Some((a, p)) => (a, Some(p)),
+            None => (s, None),
+        };
+        let addr: IpAddr = a.trim().parse().map_err(|_| {
+            format!("invalid CIDR {s:?}; expected an address like \"10.0.0.0/8\", \"2001:db8::/32\" or \"192.0.2.7\"")
+        })?;
+        let addr = addr.to_canonical();
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        let prefix = match p {
+            None => max,
+            Some(p) => match p.trim().parse::<u8>() {
+                Ok(n) if n <= max => n,
+                _ => {
+                    return Err(format!(
+                        "invalid prefix length in {s:?}; expected 0..={max}"
+                    ))
+                }
+            },
+        };
+        let masked = mask_ip(addr, prefix);
+        if masked != addr {
+            return Err(format!(
+                "CIDR {s:?} has host bits set; did you mean \"{masked}/{prefix}\"?"
+            ));
+        }
+        Ok(IpNet { addr, prefix })
+    }
+
+    /// Network address.
+    pub fn addr(&self) -> IpAddr {
+        self.addr
+    }
+
+    /// Prefix length.
+    pub fn prefix(&self) -> u8 {
+        self.prefix
+    }
+
+    /// Is `ip` inside this network? IPv4-mapped IPv6 addresses count as IPv4.
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        let ip = ip.to_canonical();
+        ip.is_ipv4() == self.addr.is_ipv4() && mask_ip(ip, self.prefix) == self.addr
+    }
+}
+
+impl fmt::Display for IpNet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.addr, self.prefix)
+    }
+}
+
+/// Zero all but the first `prefix` bits of `ip` (prefix clamped to the
+/// family's width).
+pub fn mask_ip(ip: IpAddr, prefix: u8) -> IpAddr {
+    match ip {
+        IpAddr::V4(v4) => {
+            let m = mask32(prefix);
+            IpAddr::V4(Ipv4Addr::from(u32::from(v4) & m))
+        }
+        IpAddr::V6(v6) => {
+            let m = mask128(prefix);
+            IpAddr::V6(Ipv6Addr::from(u128::from(v6) & m))
+        }
+    }
+}
+
+#[inline]
+fn mask32(prefix: u8) -> u32 {
+    match prefix {
+        0 => 0,
+        p if p >= 32 => u32::MAX,
+        p => u32::MAX << (32 - p),
+    }
+}
+
+#[inline]
+fn mask128(prefix: u8) -> u128 {
+    match prefix {
+        0 => 0,
+        p if p >= 128 => u128::MAX,
+        p => u128::MAX << (128 - p),
+    }
+}
+
+/// A set of networks, split by family, tested linearly (policy lists are
+/// short).
+#[derive(Clone, Debug, Default)]
+pub struct CidrSet {
+    v4: Vec<(u32, u32)>,
+    v6: Vec<(u128, u128)>,
+    nets: Vec<IpNet>,
+}
+
+impl CidrSet {
+    /// Empty set (contains nothing).
+    pub fn new() -> CidrSet {
+        CidrSet::default()
+    }
+
+    /// Add a network.
+    pub fn push(&mut self, net: IpNet) {
+        match net.addr {
+            IpAddr::V4(a) => self.v4.push((u32::from(a), mask32(net.prefix))),
+            IpAddr::V6(a) => self.v6.push((u128::from(a), mask128(net.prefix))),
+        }
+        self.nets.push(net);
+    }
+
+    /// Is the set empty?
+    pub fn is_empty(&self) -> bool {
+        self.nets.is_empty()
+    }
+
+    /// The networks, in insertion order.
+    pub fn nets(&self) -> &[IpNet] {
+        &self.nets
+    }
+
+    /// Is `ip` in any network of the set? IPv4-mapped IPv6 counts as IPv4.
+    #[inline]
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        match ip.to_canonical() {
+            IpAddr::V4(a) => {
+                let a = u32::from(a);
+                self.v4.iter().any(|&(n, m)| a & m == n)
+            }
+            IpAddr::V6(a) => {
+                let a = u128::from(a);
+                self.v6.iter().any(|&(n, m)| a & m == n)
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Shapes and classes
+// ---------------------------------------------------------------------------
+
+/// One test on the normalized path.
+#[derive(Clone, Debug)]
+pub enum PathTest {
+    /// Path equals this exactly.
+    Exact(Box<[u8]>),
+    /// Path starts with this.
+    Prefix(Box<[u8]>),
+    /// Whole path matches the glob.
+    Glob(Glob),
+    /// Regex matches (unanchored unless written with `^…$`).
+    Regex(Regex),
+}
+
+impl PathTest {
+    #[inline]
+    fn matches(&self, path: &[u8]) -> bool {
+        match self {
+            PathTest::Exact(e) => path == &e[..],
+            PathTest::Prefix(p) => path.starts_with(p),
+            PathTest::Glob(g) => g.is_match(path),
+            PathTest::Regex(r) => r.is_match(path),
+        }
+    }
+}
+
+/// One URL shape: every listed test must pass (AND). Each test that lists
+/// several alternatives passes when one of them matches (OR).
+#[derive(Clone, Debug, Default)]
+pub struct Shape {
+    /// Allowed methods (empty: any method). Case-sensitive.
+    pub methods: Vec<Box<[u8]>>,
+    /// Client address must be in this set (if any).
+    pub client: Option<CidrSet>,
+    /// Path tests: each inner list is one config field's alternatives.
+    pub path: Vec<Box<[PathTest]>>,
+    /// Header tests: (lowercase name, matcher).
+    pub headers: Vec<(Box<[u8]>, ValueMatcher)>,
+    /// Cookie tests: (name, matcher); values are raw (not decoded).
+    pub cookies: Vec<(Box<[u8]>, ValueMatcher)>,
+    /// Query tests: (name, matcher) on percent-decoded names and values.
+    pub query: Vec<(Box<[u8]>, ValueMatcher)>,
+}
+
+impl Shape {
+    /// Does the request match this shape?
+    pub fn matches(&self, req: &PreparedRequest<'_>) -> bool {
+        if !self.methods.is_empty() && !self.methods.iter().any(|m| &m[..] == req.method) {
+            return false;
+        }
+        if let Some(c) = &self.client {
+            if !c.contains(req.client) {
+                return false;
+            }
+        }
+        if !self
+            .path
+            .iter()
+            .all(|alts| alts.iter().any(|t| t.matches(req.path)))
+        {
+            return false;
+        }
+        for (name, m) in &self.headers {
+            if !m.matches_all(req.view.header_values(name)) {
+                return false;
+            }
+        }
+        for (name, m) in &self.cookies {
+            if !m.matches_all(super::request::cookie_values(req.view, name)) {
+                return false;
+            }
+        }
+        for (name, m) in &self.query {
+            if !query_matches(req.query, name, m) {
+                return false;
+            }
+        }
+        true
+    }
+}
+
+/// A named set of shapes (a traffic class or an exemption). Matches when any
+/// shape matches.
+#[derive(Clone, Debug)]
+pub struct Class {
+    /// Name from the policy file.
+    pub name: String,
+    /// Alternatives.
+    pub shapes: Vec<Shape>,
+}
+
+impl Class {
+    /// Does any shape match?
+    pub fn matches(&self, req: &PreparedRequest<'_>) -> bool {
+        self.shapes.iter().any(|s| s.matches(req))
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Query arguments
+// ---------------------------------------------------------------------------
+
+/// Iterate the raw `name=value` pairs of a query string (split on `&`; an
+/// argument without `=` has an empty value; empty arguments are skipped).
+pub fn raw_query_args(query: &[u8]) -> impl Iterator<Item = (&[u8], &[u8])> {
+    query
+        .split(|&b| b == b'&')
+        .filter(|a| !a.is_empty())
+        .map(|a| match a.iter().position(|&b| b == b'=') {
+            Some(i) => (&a[..i], &a[i + 1..]),
+            None => (a, &a[a.len()..]),
+        })
+}
+
+/// Percent-decode `raw` into `out` (which must be at least `raw.len()` long),
+/// turning `+` into a space; invalid escapes are copied literally. Returns the
+/// decoded length.
+///
+/// This mirrors `normalize::decode_component`; it lives here until that
+/// module lands so the matchers do not depend on unmerged code.
+pub fn decode_query_component(raw: &[u8], out: &mut [u8]) -> usize {
+    fn hex(b: u8) -> Option<u8> {
+        match b {
+            b'0'..=b'9' => Some(b - b'0'),
+            b'a'..=b'f' => Some(b - b'a' + 10),
+            b'A'..=b'F' => Some(b - b'A' + 10),
+            _ => None,
+        }
+    }
+    let (mut i, mut n) = (0, 0);
+    while i < raw.len() {
+        let b = raw[i];
+        let d = match b {
+            b'+' => b' ',
+            b'%' if i + 2 < raw.len() => match (hex(raw[i + 1]), hex(raw[i + 2])) {
+                (Some(h), Some(l)) => {
+                    i += 2;
+                    h << 4 | l
+                }
+                _ => b,
+            },
+            _ => b,
+        };
+        out[n] = d;
+        n += 1;
+        i += 1;
+    }
+    n
+}
+
+/// Decode `raw` (on the stack when short) and hand the result to `f`.
+#[inline]
+fn with_decoded<R>(raw: &[u8], f: impl FnOnce(&[u8]) -> R) -> R {
+    if !raw.iter().any(|&b| b == b'%' || b == b'+') {
+        return f(raw);
+    }
+    if raw.len() <= QUERY_STACK_BUF {
+        let mut buf = [0u8; QUERY_STACK_BUF];
+        let n = decode_query_component(raw, &mut buf);
+        f(&buf[..n])
+    } else {
+        let mut buf = vec![0u8; raw.len()];
+        let n = decode_query_component(raw, &mut buf);
+        f(&buf[..n])
+    }
+}
+
+fn query_matches(query: &[u8], name: &[u8], m: &ValueMatcher) -> bool {
+    let mut seen = false;
+    for (n, v) in raw_query_args(query) {
+        if !with_decoded(n, |d| d == name) {
+            continue;
+        }
+        seen = true;
+        match m {
+            ValueMatcher::Absent => return false,
+            ValueMatcher::Present => return true,
+            _ => {
+                if with_decoded(v, |d| m.matches_value(d)) {
+                    return true;
+                }
+            }
+        }
+    }
+    matches!(m, ValueMatcher::Absent) && !seen
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn glob_kinds() {
+        let g = Glob::new("*.css").unwrap();
+        assert!(matches!(g.kind, GlobKind::Suffix(_)));
+        assert!(g.is_match(b"/app.css"));
+        assert!(g.is_match(b"/a/b/c.css"));
+        assert!(!g.is_match(b"/app.css.map"));
+        let g = Glob::new("/w/Special:WhatLinksHere/*").unwrap();
+        assert!(matches!(g.kind, GlobKind::Prefix(_)));
+        assert!(g.is_match(b"/w/Special:WhatLinksHere/Foo"));
+        assert!(g.is_match(b"/w/Special:WhatLinksHere/"));
+        assert!(!g.is_match(b"/w/Special:WhatLinksHere"));
+        let g = Glob::new("/api").unwrap();
+        assert!(matches!(g.kind, GlobKind::Exact(_)));
+        assert!(g.is_match(b"/api") && !g.is_match(b"/api/"));
+    }
+
+    #[test]
+    fn glob_general() {
+        let g = Glob::new("/u/*/p?st/*.[jJ][sS]").unwrap();
+        assert!(g.is_match(b"/u/alice/post/x.js"));
+        assert!(g.is_match(b"/u/a/b/past/y.JS"));
+        assert!(!g.is_match(b"/u/alice/post/x.ts"));
+        let g = Glob::new("*a*b*c").unwrap();
+        assert!(g.is_match(b"xxaxxbxxc"));
+        assert!(g.is_match(b"abcabc"));
+        assert!(!g.is_match(b"acb"));
+        let g = Glob::new("[!0-9]*").unwrap();
+        assert!(g.is_match(b"x1") && !g.is_match(b"1x"));
+        let g = Glob::new(r"a\*b").unwrap();
+        assert!(g.is_match(b"a*b") && !g.is_match(b"axb"));
+        assert!(Glob::new("a[").is_err());
+        assert!(Glob::new("a\\").is_err());
+        assert!(Glob::new("[z-a]").is_err());
+        assert!(Glob::new("[]").is_err());
+    }
+
+    #[test]
+    fn cidr() {
+        let n = IpNet::parse("10.0.0.0/8").unwrap();
+        assert!(n.contains("10.1.2.3".parse().unwrap()));
+        assert!(n.contains("::ffff:10.1.2.3".parse().unwrap()));
+        assert!(!n.contains("11.0.0.1".parse().unwrap()));
+        assert!(!n.contains("::a00:1".parse().unwrap()));
+        let e = IpNet::parse("10.0.0.1/8").unwrap_err();
+        assert!(e.contains("\"10.0.0.0/8\""), "{e}");
+        assert!(IpNet::parse("10.0.0.0/33").is_err());
+        assert!(IpNet::parse("nope").is_err());
+        let mut s = CidrSet::new();
+        s.push(IpNet::parse("2001:db8::/32").unwrap());
+        s.push(IpNet::parse("192.0.2.7").unwrap());
+        assert!(s.contains("2001:db8:1::5".parse().unwrap()));
+        assert!(s.contains("192.0.2.7".parse().unwrap()));
+        assert!(!s.contains("192.0.2.8".parse().unwrap()));
+        assert!(IpNet::parse("0.0.0.0/0")
+            .unwrap()
+            .contains("1.2.3.4".parse().unwrap()));
+    }
+
+    #[test]
+    fn query_decoding() {
+        let mut out = [0u8; 64];
+        let n = decode_query_component(b"Special%3AWhatLinksHere%2FFoo+bar%zz%4", &mut out);
+        assert_eq!(&out[..n], b"Special:WhatLinksHere/Foo bar%zz%4");
+        let g = ValueMatcher::Glob(Glob::new("Special:WhatLinksHere/*").unwrap());
+        assert!(query_matches(
+            b"a=1&title=Special%3AWhatLinksHere%2FX",
+            b"title",
+            &g
+        ));
+        assert!(query_matches(
+            b"title=Main&ti%74le=Special:WhatLinksHere/X",
+            b"title",
+            &g
+        ));
+        assert!(!query_matches(b"title=Main", b"title", &g));
+        assert!(query_matches(b"x", b"x", &ValueMatcher::Present));
+        assert!(query_matches(b"y=1", b"x", &ValueMatcher::Absent));
+        assert!(!query_matches(b"x=", b"x", &ValueMatcher::Absent));
+        let long = format!("title={}", "a%20".repeat(400));
+        let ends = ValueMatcher::Glob(Glob::new("a a *a ").unwrap());
+        assert!(query_matches(long.as_bytes(), b"title", &ends));
+    }
+}
