@@ -108,6 +108,12 @@ impl Algorithm for Gcra {
     fn residual(&self, tat: u64, now: u64) -> u64 {
         tat.saturating_sub(now)
     }
+
+    /// Exact: the charge moved the TAT from `max(TAT, now)` by `cost·T`, and a TAT at or before
+    /// `now` means the same as `now`.
+    fn refund(&self, tat: u64, _now: u64, cost: u64) -> u64 {
+        tat.saturating_sub(cost.saturating_mul(self.interval_ns))
+    }
 }
 
 #[cfg(test)]

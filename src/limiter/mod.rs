@@ -13,6 +13,7 @@ pub mod sliding;
 
 pub use concurrency::{Concurrency, Permit};
 pub use gcra::{Delay, Gcra};
+pub use packed::MAX_COUNT;
 pub use rate::Rate;
 pub use sliding::SlidingWindow;
 
@@ -62,6 +63,8 @@ pub trait Algorithm {
     /// How much the state still matters at `now`: 0 means it equals an absent key (evicting it
     /// loses nothing); otherwise smaller means closer to forgotten.
     fn residual(&self, state: u64, now: u64) -> u64;
+    /// Takes back a charge of `cost` made at `now` (when a later limit refused the request).
+    fn refund(&self, state: u64, now: u64, cost: u64) -> u64;
 }
 
 /// Parameters rejected at construction.

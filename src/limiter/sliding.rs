@@ -104,6 +104,15 @@ impl Algorithm for SlidingWindow {
         (next, verdict)
     }
 
+    fn refund(&self, state: u64, now: u64, cost: u64) -> u64 {
+        let id = now / self.window_ns;
+        let mut c = packed::read(state, id);
+        let from_cur = cost.min(c.cur);
+        c.cur -= from_cur;
+        c.prev = c.prev.saturating_sub(cost - from_cur);
+        packed::write(id, c)
+    }
+
     /// The estimate in 1/1024 events, rounded up so that only a truly empty state ranks 0.
     fn residual(&self, state: u64, now: u64) -> u64 {
         let c = packed::read(state, now / self.window_ns);

@@ -1,6 +1,11 @@
 //! Policy engine: request view → normalized URI → matched classes → keys → limits.
 pub mod config;
+pub mod engine;
 pub mod key;
 pub mod matcher;
 pub mod normalize;
 pub mod request;
+
+pub use config::{load_policy, parse_policy, CompiledPolicy, PolicyError};
+pub use engine::{Action, Engine, EvalError, Outcome};
+pub use request::{OwnedRequest, RequestView};

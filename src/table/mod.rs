@@ -350,6 +350,25 @@ impl Table {
         verdict
     }
 
+    /// What [`Table::check`] would answer now, without charging or counting anything.
+    #[inline]
+    pub fn predict<A: Algorithm>(&self, alg: &A, key_hash: u64, cost: u64, now: u64) -> Verdict {
+        let now = now.saturating_sub(self.clock_base);
+        alg.step(self.peek(key_hash).unwrap_or(0), now, cost).1
+    }
+
+    /// Takes back a charge made by [`Table::check`] at `now` (all-or-nothing across limits).
+    #[inline]
+    pub fn refund<A: Algorithm>(&self, alg: &A, key_hash: u64, cost: u64, now: u64) {
+        let now = now.saturating_sub(self.clock_base);
+        self.modify(
+            key_hash,
+            |s| alg.residual(s, now),
+            |s| (alg.refund(s, now, cost), ()),
+            false,
+        );
+    }
+
     /// Takes a concurrency permit for `key_hash`, or refuses when `max` are in flight.
     #[inline]
     pub fn acquire(&self, c: &Concurrency, key_hash: u64, now: u64) -> (Verdict, Option<Permit>) {

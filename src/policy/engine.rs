@@ -1,0 +1,707 @@
+//! Evaluation: one request → one verdict, the same for every host.
+//!
+//! Order (nginx's rules where nginx has one):
+//! 1. The target is normalized (`$uri` semantics); a target nginx would answer 400 is an error.
+//! 2. Exemptions first: an exempt request is never limited and costs nothing.
+//! 3. Every limit whose class matches, in file order. Rate limits are first *predicted* without
+//!    writing: if an enforced one would reject, the request is rejected and nothing is charged
+//!    anywhere (so a rejected flood writes no shared memory).
+//! 4. Concurrency limits take permits; a full one answers queue (when it has a queue with room)
+//!    or reject, and gives back the permits already taken.
+//! 5. Rate limits are charged. If one now rejects (another request got there first), the ones
+//!    already charged are refunded and permits released: all-or-nothing, as nginx.
+//! 6. The longest delay wins. Dry-run limits are charged and counted like the others, but their
+//!    delays and rejections are only reported.
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use super::config::{self, CompiledPolicy, Limit};
+use super::key::KEY_BUF_LEN;
+use super::normalize::{self, UriError};
+use super::request::RequestView;
+use crate::limiter::{
+    concurrency::DEFAULT_LEASE_NS, Concurrency, Decision, Delay, Gcra, Permit, Rate, SlidingWindow,
+    Verdict, NS_PER_SEC,
+};
+use crate::table::Table;
+
+/// Concurrency limits one request can hold at once.
+pub const MAX_PERMITS: usize = 4;
+/// Targets up to this length are normalized in a stack buffer; longer ones use the heap.
+const STACK_TARGET: usize = 2048;
+/// Salt that turns a concurrency key into the key of its wait queue (same table).
+const QUEUE_SALT: u64 = 0x5157_4555_4520_5131;
+
+/// What the host should do with the request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Action {
+    /// Go ahead now.
+    Pass,
+    /// Go ahead after [`Outcome::wait_ns`].
+    Delay,
+    /// Answer [`Outcome::status`] with `Retry-After`.
+    Reject,
+    /// A concurrency limit is full but has queue room: wait (up to the limit's timeout), then
+    /// call [`Engine::evaluate_queued`] again with the ticket, or [`Engine::abandon`] it.
+    Queue,
+}
+
+/// A place in a concurrency limit's wait queue; hand it back exactly once.
+#[derive(Debug, PartialEq, Eq)]
+#[must_use = "a queue ticket must be handed back (evaluate_queued or abandon)"]
+pub struct QueueTicket {
+    limit: u16,
+    permit: Permit,
+}
+
+impl QueueTicket {
+    /// Index of the concurrency limit this ticket waits for.
+    pub fn limit(&self) -> usize {
+        self.limit as usize
+    }
+}
+
+/// Concurrency permits held by an admitted request; release them when the response is done.
+#[derive(Debug, Default)]
+#[must_use = "permits must be released with Engine::release"]
+pub struct Permits {
+    held: [Option<(u16, Permit)>; MAX_PERMITS],
+}
+
+impl Permits {
+    pub fn is_empty(&self) -> bool {
+        self.held.iter().all(Option::is_none)
+    }
+
+    fn push(&mut self, limit: usize, p: Permit) {
+        let slot = self
+            .held
+            .iter_mut()
+            .find(|s| s.is_none())
+            .expect("MAX_PERMITS exceeded");
+        *slot = Some((limit as u16, p));
+    }
+}
+
+/// Numbers for the `RateLimit` / `RateLimit-Policy` fields: the matched rate limit with the
+/// least room left.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Quota {
+    pub limit: u16,
+    /// `q`: requests per window.
+    pub quota: u64,
+    /// `w`: window in seconds.
+    pub window_s: u64,
+    /// `r`: requests left.
+    pub remaining: u64,
+    /// `t`: seconds until the quota is whole again.
+    pub reset_s: u64,
+}
+
+/// The engine's answer for one request.
+#[derive(Debug)]
+pub struct Outcome {
+    pub action: Action,
+    /// Response status for [`Action::Reject`] (and for a queue that times out).
+    pub status: u16,
+    /// For [`Action::Delay`].
+    pub wait_ns: u64,
+    /// For [`Action::Reject`]: when the request would conform.
+    pub retry_after_ns: u64,
+    /// The limit that decided a delay, rejection or queueing.
+    pub limit: Option<u16>,
+    /// The exemption that matched.
+    pub exempt: Option<u16>,
+    /// No limit matched (and no exemption).
+    pub unmatched: bool,
+    /// A dry-run limit that would have delayed or rejected, and what it would have done.
+    pub dry_run: Option<(u16, Action)>,
+    pub quota: Option<Quota>,
+    pub permits: Permits,
+    pub ticket: Option<QueueTicket>,
+}
+
+impl Outcome {
+    fn new() -> Outcome {
+        Outcome {
+            action: Action::Pass,
+            status: 200,
+            wait_ns: 0,
+            retry_after_ns: 0,
+            limit: None,
+            exempt: None,
+            unmatched: false,
+            dry_run: None,
+            quota: None,
+            permits: Permits::default(),
+            ticket: None,
+        }
+    }
+
+    /// `Retry-After` in whole seconds, rounded up (at least 1 for a rejection).
+    pub fn retry_after_s(&self) -> u64 {
+        self.retry_after_ns.div_ceil(NS_PER_SEC).max(1)
+    }
+}
+
+/// Why a request could not be evaluated.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EvalError {
+    /// A target nginx answers 400 for.
+    BadTarget(UriError),
+}
+
+impl std::fmt::Display for EvalError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            EvalError::BadTarget(e) => write!(f, "bad request target: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for EvalError {}
+
+/// The limiter of one limit, over its zone's table.
+enum Limiter {
+    Rate(RateAlg),
+    Concurrency(Concurrency),
+}
+
+enum RateAlg {
+    Gcra(Gcra),
+    Sliding(SlidingWindow),
+}
+
+impl RateAlg {
+    fn predict(&self, t: &Table, h: u64, cost: u64, now: u64) -> Verdict {
+        match self {
+            RateAlg::Gcra(a) => t.predict(a, h, cost, now),
+            RateAlg::Sliding(a) => t.predict(a, h, cost, now),
+        }
+    }
+    fn check(&self, t: &Table, h: u64, cost: u64, now: u64) -> Verdict {
+        match self {
+            RateAlg::Gcra(a) => t.check(a, h, cost, now),
+            RateAlg::Sliding(a) => t.check(a, h, cost, now),
+        }
+    }
+    fn refund(&self, t: &Table, h: u64, cost: u64, now: u64) {
+        match self {
+            RateAlg::Gcra(a) => t.refund(a, h, cost, now),
+            RateAlg::Sliding(a) => t.refund(a, h, cost, now),
+        }
+    }
+    /// `w` of `RateLimit-Policy`: the time a full quota takes to refill.
+    fn window_s(&self) -> u64 {
+        match self {
+            RateAlg::Gcra(g) => ((g.burst() + 1) * g.interval_ns()).div_ceil(NS_PER_SEC),
+            RateAlg::Sliding(s) => s.window_ns().div_ceil(NS_PER_SEC),
+        }
+    }
+}
+
+/// Per-limit counters.
+#[derive(Debug, Default)]
+pub struct LimitCounters {
+    pub passed: AtomicU64,
+    pub delayed: AtomicU64,
+    pub rejected: AtomicU64,
+    pub queued: AtomicU64,
+    pub dry_run_delayed: AtomicU64,
+    pub dry_run_rejected: AtomicU64,
+}
+
+/// Engine-wide counters.
+#[derive(Debug, Default)]
+pub struct EngineCounters {
+    pub requests: AtomicU64,
+    pub exempt: AtomicU64,
+    pub unmatched: AtomicU64,
+    pub bad_target: AtomicU64,
+}
+
+/// A compiled policy with its zones' tables: evaluates requests.
+pub struct Engine {
+    policy: CompiledPolicy,
+    tables: Vec<Table>,
+    limiters: Vec<Limiter>,
+    counters: Vec<LimitCounters>,
+    totals: EngineCounters,
+}
+
+/// What a zone's table must be created with (hosts that place tables in shared memory).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ZoneLayout {
+    pub name: String,
+    pub bytes: usize,
+    /// Identifies the meaning of the zone's states; a reload that changes it is refused.
+    pub schema: u64,
+}
+
+/// A stable fingerprint of what a zone's states mean (algorithm and the parameters that give
+/// states their meaning; a changed GCRA rate keeps its states usable, as nginx allows).
+fn zone_schema(z: &config::Zone) -> u64 {
+    let (kind, param) = match z.algorithm {
+        config::Algorithm::Gcra { .. } => (1u64, 0u64),
+        config::Algorithm::Sliding { window, .. } => (2, window.as_nanos() as u64),
+        config::Algorithm::Concurrency { .. } => (3, DEFAULT_LEASE_NS),
+    };
+    // FNV-1a over the fields: stable across builds and processes.
+    let mut h = 0xcbf2_9ce4_8422_2325u64;
+    for b in kind.to_le_bytes().into_iter().chain(param.to_le_bytes()) {
+        h = (h ^ b as u64).wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+fn limiter_for(zone: &config::Zone, limit: &Limit) -> Result<Limiter, String> {
+    let err = |e: crate::limiter::ParamError| format!("limit {}: {e}", limit.name);
+    Ok(match zone.algorithm {
+        config::Algorithm::Gcra { rate } => {
+            let rate = Rate {
+                count: rate.count,
+                period_ns: rate.per.as_nanos() as u64,
+            };
+            let delay = match limit.delay {
+                config::Delay::Never => Delay::NoDelay,
+                config::Delay::After(0) => Delay::Delay,
+                config::Delay::After(n) => Delay::After(n),
+            };
+            Limiter::Rate(RateAlg::Gcra(
+                Gcra::new(rate, limit.burst, delay).map_err(err)?,
+            ))
+        }
+        config::Algorithm::Sliding { events, window } => Limiter::Rate(RateAlg::Sliding(
+            SlidingWindow::new(events, window.as_nanos() as u64).map_err(err)?,
+        )),
+        config::Algorithm::Concurrency { max } => {
+            Limiter::Concurrency(Concurrency::new(max, DEFAULT_LEASE_NS).map_err(err)?)
+        }
+    })
+}
+
+/// One matched limit during an evaluation.
+#[derive(Clone, Copy)]
+struct Hit {
+    limit: usize,
+    key_hash: u64,
+}
+
+/// Most limits one request is checked against (more are ignored; policies are validated).
+const MAX_HITS: usize = 32;
+
+impl Engine {
+    /// Zone tables in this process's memory, on the CLOCK_MONOTONIC time base.
+    pub fn new(policy: CompiledPolicy) -> Result<Engine, String> {
+        let tables = Engine::layouts(&policy)
+            .iter()
+            .map(|z| Table::new(z.bytes, z.schema, 0).map_err(|e| format!("zone {}: {e}", z.name)))
+            .collect::<Result<Vec<_>, _>>()?;
+        Engine::with_tables(policy, tables)
+    }
+
+    /// The tables a policy needs, in zone order.
+    pub fn layouts(policy: &CompiledPolicy) -> Vec<ZoneLayout> {
+        policy
+            .zones
+            .iter()
+            .map(|z| ZoneLayout {
+                name: z.name.clone(),
+                bytes: z.size as usize,
+                schema: zone_schema(z),
+            })
+            .collect()
+    }
+
+    /// An engine over tables the host created or attached (one per zone, in zone order, as
+    /// [`Engine::layouts`] describes them).
+    pub fn with_tables(policy: CompiledPolicy, tables: Vec<Table>) -> Result<Engine, String> {
+        if tables.len() != policy.zones.len() {
+            return Err(format!(
+                "{} tables for {} zones",
+                tables.len(),
+                policy.zones.len()
+            ));
+        }
+        let limiters = policy
+            .limits
+            .iter()
+            .map(|l| limiter_for(&policy.zones[l.zone], l))
+            .collect::<Result<Vec<_>, _>>()?;
+        let counters = policy
+            .limits
+            .iter()
+            .map(|_| LimitCounters::default())
+            .collect();
+        Ok(Engine {
+            policy,
+            tables,
+            limiters,
+            counters,
+            totals: EngineCounters::default(),
+        })
+    }
+
+    pub fn policy(&self) -> &CompiledPolicy {
+        &self.policy
+    }
+
+    pub fn tables(&self) -> &[Table] {
+        &self.tables
+    }
+
+    pub fn counters(&self, limit: usize) -> &LimitCounters {
+        &self.counters[limit]
+    }
+
+    pub fn totals(&self) -> &EngineCounters {
+        &self.totals
+    }
+
+    /// Evaluates a request at `now` (CLOCK_MONOTONIC ns, or the tables' injected clock).
+    pub fn evaluate(&self, req: &dyn RequestView, now: u64) -> Result<Outcome, EvalError> {
+        self.run(req, now, None)
+    }
+
+    /// Evaluates a queued request again; on anything but [`Action::Queue`] its ticket is
+    /// handed back, otherwise it is returned in [`Outcome::ticket`].
+    pub fn evaluate_queued(
+        &self,
+        req: &dyn RequestView,
+        now: u64,
+        ticket: QueueTicket,
+    ) -> Result<Outcome, EvalError> {
+        self.run(req, now, Some(ticket))
+    }
+
+    /// Gives up a place in a queue (the host's wait timed out or the client went away).
+    pub fn abandon(&self, ticket: QueueTicket, now: u64) {
+        let l = ticket.limit as usize;
+        if let Limiter::Concurrency(c) = &self.limiters[l] {
+            self.queue_of(c).release_in(
+                &self.tables[self.policy.limits[l].zone],
+                ticket.permit,
+                now,
+            );
+        }
+    }
+
+    /// Releases an admitted request's permits (when its response is complete).
+    pub fn release(&self, permits: Permits, now: u64) {
+        for (l, p) in permits.held.into_iter().flatten() {
+            if let Limiter::Concurrency(c) = &self.limiters[l as usize] {
+                self.tables[self.policy.limits[l as usize].zone].release(c, p, now);
+            }
+        }
+    }
+
+    fn queue_of(&self, c: &Concurrency) -> QueueLimiter {
+        QueueLimiter {
+            lease_ns: c.lease_ns(),
+        }
+    }
+
+    fn run(
+        &self,
+        req: &dyn RequestView,
+        now: u64,
+        mut ticket: Option<QueueTicket>,
+    ) -> Result<Outcome, EvalError> {
+        self.totals.requests.fetch_add(1, Relaxed);
+        let target = req.target();
+        let mut stack = [0u8; STACK_TARGET];
+        let mut heap = Vec::new();
+        let buf: &mut [u8] = if target.len() <= STACK_TARGET {
+            &mut stack[..target.len()]
+        } else {
+            heap.resize(target.len(), 0);
+            &mut heap
+        };
+        let parts = normalize::split_target(target).map_err(|e| self.bad(e))?;
+        let len = normalize::normalize_path(parts.path, buf).map_err(|e| self.bad(e))?;
+        let prepared = self
+            .policy
+            .prepare(req, &buf[..len], parts.query.unwrap_or(b""));
+
+        let mut out = Outcome::new();
+        if let Some(i) = self
+            .policy
+            .exemptions
+            .iter()
+            .position(|e| e.matches(&prepared))
+        {
+            self.totals.exempt.fetch_add(1, Relaxed);
+            out.exempt = Some(i as u16);
+            if let Some(t) = ticket.take() {
+                self.abandon(t, now);
+            }
+            return Ok(out);
+        }
+
+        let mut hits = [Hit {
+            limit: 0,
+            key_hash: 0,
+        }; MAX_HITS];
+        let mut n = 0;
+        let mut key = [0u8; KEY_BUF_LEN];
+        for (i, limit) in self.policy.matching_limits(&prepared).take(MAX_HITS) {
+            let len = limit.key.build(&prepared, &mut key);
+            hits[n] = Hit {
+                limit: i,
+                key_hash: self.tables[limit.zone].key_hash(&key[..len]),
+            };
+            n += 1;
+        }
+        let hits = &hits[..n];
+        if hits.is_empty() {
+            self.totals.unmatched.fetch_add(1, Relaxed);
+            out.unmatched = true;
+            if let Some(t) = ticket.take() {
+                self.abandon(t, now);
+            }
+            return Ok(out);
+        }
+
+        // 3. Predict every rate limit; an enforced rejection ends it here with no writes.
+        for h in hits {
+            let (limit, Limiter::Rate(alg)) =
+                (&self.policy.limits[h.limit], &self.limiters[h.limit])
+            else {
+                continue;
+            };
+            let v = alg.predict(&self.tables[limit.zone], h.key_hash, limit.cost, now);
+            if v.decision == Decision::Reject && !limit.dry_run {
+                self.reject(&mut out, h.limit, v.retry_after_ns);
+                out.quota = Some(self.quota(h.limit, alg, &v));
+                if let Some(t) = ticket.take() {
+                    self.abandon(t, now);
+                }
+                return Ok(out);
+            }
+        }
+
+        // 4. Concurrency permits.
+        let mut pending = [Counted::Pass; MAX_HITS];
+        for (k, h) in hits.iter().enumerate() {
+            let (limit, Limiter::Concurrency(c)) =
+                (&self.policy.limits[h.limit], &self.limiters[h.limit])
+            else {
+                continue;
+            };
+            let table = &self.tables[limit.zone];
+            match table.acquire(c, h.key_hash, now) {
+                (_, Some(p)) => out.permits.push(h.limit, p),
+                (_, None) if limit.dry_run => {
+                    pending[k] = Counted::DryRejected;
+                    out.dry_run.get_or_insert((h.limit as u16, Action::Reject));
+                }
+                (_, None) => {
+                    self.release(std::mem::take(&mut out.permits), now);
+                    let mine = ticket.as_ref().is_some_and(|t| t.limit as usize == h.limit);
+                    if mine || (ticket.is_none() && limit.queue > 0) {
+                        let t = match ticket.take() {
+                            Some(t) => Some(t),
+                            None => self
+                                .queue_of(c)
+                                .enter(table, h.key_hash, limit.queue, now)
+                                .map(|permit| QueueTicket {
+                                    limit: h.limit as u16,
+                                    permit,
+                                }),
+                        };
+                        if let Some(t) = t {
+                            self.counters[h.limit].queued.fetch_add(1, Relaxed);
+                            out.action = Action::Queue;
+                            out.status = limit.status;
+                            out.limit = Some(h.limit as u16);
+                            out.ticket = Some(t);
+                            return Ok(out);
+                        }
+                    }
+                    self.reject(&mut out, h.limit, 0);
+                    if let Some(t) = ticket.take() {
+                        self.abandon(t, now);
+                    }
+                    return Ok(out);
+                }
+            }
+        }
+        if let Some(t) = ticket.take() {
+            self.abandon(t, now);
+        }
+
+        // 5. Charge the rate limits; a late rejection undoes everything.
+        for (k, h) in hits.iter().enumerate() {
+            let (limit, Limiter::Rate(alg)) =
+                (&self.policy.limits[h.limit], &self.limiters[h.limit])
+            else {
+                continue;
+            };
+            let table = &self.tables[limit.zone];
+            let v = alg.check(table, h.key_hash, limit.cost, now);
+            let q = self.quota(h.limit, alg, &v);
+            if out.quota.is_none_or(|best| q.remaining < best.remaining) && !limit.dry_run {
+                out.quota = Some(q);
+            }
+            match (v.decision, limit.dry_run) {
+                (Decision::Pass, _) => {}
+                (Decision::Delay, false) => {
+                    pending[k] = Counted::Delayed;
+                    if v.wait_ns > out.wait_ns {
+                        out.wait_ns = v.wait_ns;
+                        out.action = Action::Delay;
+                        out.limit = Some(h.limit as u16);
+                    }
+                }
+                (Decision::Delay, true) => {
+                    pending[k] = Counted::DryDelayed;
+                    out.dry_run.get_or_insert((h.limit as u16, Action::Delay));
+                }
+                (Decision::Reject, true) => {
+                    pending[k] = Counted::DryRejected;
+                    out.dry_run = Some((h.limit as u16, Action::Reject));
+                }
+                (Decision::Reject, false) => {
+                    for e in &hits[..k] {
+                        if let (l, Limiter::Rate(a)) =
+                            (&self.policy.limits[e.limit], &self.limiters[e.limit])
+                        {
+                            a.refund(&self.tables[l.zone], e.key_hash, l.cost, now);
+                        }
+                    }
+                    self.release(std::mem::take(&mut out.permits), now);
+                    out.action = Action::Pass;
+                    out.wait_ns = 0;
+                    self.reject(&mut out, h.limit, v.retry_after_ns);
+                    out.quota = Some(q);
+                    return Ok(out);
+                }
+            }
+        }
+        for (k, h) in hits.iter().enumerate() {
+            let c = &self.counters[h.limit];
+            match pending[k] {
+                Counted::Pass => &c.passed,
+                Counted::Delayed => &c.delayed,
+                Counted::DryDelayed => &c.dry_run_delayed,
+                Counted::DryRejected => &c.dry_run_rejected,
+            }
+            .fetch_add(1, Relaxed);
+        }
+        Ok(out)
+    }
+
+    fn bad(&self, e: UriError) -> EvalError {
+        self.totals.bad_target.fetch_add(1, Relaxed);
+        EvalError::BadTarget(e)
+    }
+
+    fn reject(&self, out: &mut Outcome, limit: usize, retry_after_ns: u64) {
+        self.counters[limit].rejected.fetch_add(1, Relaxed);
+        out.action = Action::Reject;
+        out.status = self.policy.limits[limit].status;
+        out.retry_after_ns = retry_after_ns;
+        out.limit = Some(limit as u16);
+    }
+
+    fn quota(&self, limit: usize, alg: &RateAlg, v: &Verdict) -> Quota {
+        Quota {
+            limit: limit as u16,
+            quota: v.limit,
+            window_s: alg.window_s(),
+            remaining: v.remaining,
+            reset_s: v.reset_ns.div_ceil(NS_PER_SEC),
+        }
+    }
+
+    /// Name of limit `i`.
+    pub fn limit_name(&self, i: usize) -> &str {
+        &self.policy.limits[i].name
+    }
+
+    /// The response fields for an outcome: `Retry-After` on rejection, and `RateLimit-Policy` /
+    /// `RateLimit` (draft-ietf-httpapi-ratelimit-headers) when the policy enables them.
+    /// Formats into a stack buffer; `emit` receives each (name, value).
+    pub fn headers(&self, out: &Outcome, mut emit: impl FnMut(&str, &str)) {
+        let mut buf = StackStr::new();
+        if out.action == Action::Reject {
+            let _ = write!(buf, "{}", out.retry_after_s());
+            emit("Retry-After", buf.as_str());
+        }
+        if !self.policy.emit_headers {
+            return;
+        }
+        if let Some(q) = out.quota {
+            let name = self.limit_name(q.limit as usize);
+            buf.clear();
+            let _ = write!(buf, "\"{}\";q={};w={}", name, q.quota, q.window_s);
+            emit("RateLimit-Policy", buf.as_str());
+            buf.clear();
+            let _ = write!(buf, "\"{}\";r={};t={}", name, q.remaining, q.reset_s);
+            emit("RateLimit", buf.as_str());
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Counted {
+    Pass,
+    Delayed,
+    DryDelayed,
+    DryRejected,
+}
+
+/// A concurrency limit's wait queue: a second leased counter in the same table, under the
+/// salted key, capped at the limit's `queue`.
+struct QueueLimiter {
+    lease_ns: u64,
+}
+
+impl QueueLimiter {
+    fn enter(&self, table: &Table, key_hash: u64, queue: u64, now: u64) -> Option<Permit> {
+        let c = Concurrency::new(queue.min(crate::limiter::MAX_COUNT), self.lease_ns).ok()?;
+        table.acquire(&c, key_hash ^ QUEUE_SALT, now).1
+    }
+
+    fn release_in(&self, table: &Table, permit: Permit, now: u64) {
+        // Release needs no max; any valid one does.
+        if let Ok(c) = Concurrency::new(1, self.lease_ns) {
+            table.release(&c, permit, now);
+        }
+    }
+}
+
+/// A small fixed buffer for formatting header values without allocating.
+struct StackStr {
+    buf: [u8; 256],
+    len: usize,
+}
+
+impl StackStr {
+    fn new() -> StackStr {
+        StackStr {
+            buf: [0; 256],
+            len: 0,
+        }
+    }
+    fn clear(&mut self) {
+        self.len = 0;
+    }
+    fn as_str(&self) -> &str {
+        // Only whole `&str`s are ever appended (see `write_str`).
+        std::str::from_utf8(&self.buf[..self.len]).unwrap_or("")
+    }
+}
+
+impl std::fmt::Write for StackStr {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        let end = self.len + s.len();
+        if end > self.buf.len() {
+            return Err(std::fmt::Error);
+        }
+        self.buf[self.len..end].copy_from_slice(s.as_bytes());
+        self.len = end;
+        Ok(())
+    }
+}
