@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Installs what weir's build and tests need on a fresh Debian 12 machine (idempotent).
+# Rust (stable, with rustfmt and clippy) is expected to be installed already (rustup).
+set -euo pipefail
+
+need=()
+command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || need+=(nginx)
+command -v g++ >/dev/null 2>&1 || need+=(g++)
+command -v make >/dev/null 2>&1 || need+=(make)
+if [ ${#need[@]} -gt 0 ]; then
+    echo "setup: installing ${need[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+# nginx from Debian starts a service on port 80 on install; the tests run their own.
+if command -v systemctl >/dev/null 2>&1; then
+    systemctl stop nginx >/dev/null 2>&1 || true
+fi
+rustup component add rustfmt clippy >/dev/null 2>&1 || true
+echo "setup: ok"
