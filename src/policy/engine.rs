@@ -60,6 +60,17 @@ impl QueueTicket {
     pub fn limit(&self) -> usize {
         self.limit as usize
     }
+
+    /// The raw parts (limit, key hash, bucket), for hosts that carry tickets across an FFI.
+    pub fn into_raw(self) -> (u16, u64, u64) {
+        let (key_hash, bucket) = self.permit.into_raw();
+        (self.limit, key_hash, bucket)
+    }
+
+    /// Rebuilds a ticket from [`QueueTicket::into_raw`]'s parts.
+    pub fn from_raw(limit: u16, key_hash: u64, bucket: u64) -> QueueTicket {
+        QueueTicket { limit, permit: Permit::from_raw(key_hash, bucket) }
+    }
 }
 
 /// Concurrency permits held by an admitted request; release them when the response is done.
@@ -72,6 +83,21 @@ pub struct Permits {
 impl Permits {
     pub fn is_empty(&self) -> bool {
         self.held.iter().all(Option::is_none)
+    }
+
+    /// The raw parts (limit, key hash, bucket) of each held permit, consuming them.
+    pub fn into_raw(self) -> [Option<(u16, u64, u64)>; MAX_PERMITS] {
+        self.held.map(|h| {
+            h.map(|(l, p)| {
+                let (k, b) = p.into_raw();
+                (l, k, b)
+            })
+        })
+    }
+
+    /// Rebuilds permits from [`Permits::into_raw`]'s parts.
+    pub fn from_raw(raw: [Option<(u16, u64, u64)>; MAX_PERMITS]) -> Permits {
+        Permits { held: raw.map(|r| r.map(|(l, k, b)| (l, Permit::from_raw(k, b)))) }
     }
 
     fn push(&mut self, limit: usize, p: Permit) {
