@@ -6,8 +6,13 @@
 
 CARGO ?= cargo
 FUZZ_SECONDS ?= 20
+VECTORS ?= tests/vectors
 
-.PHONY: setup demo test lint unit loom fuzz bench-build bench
+.PHONY: setup demo test lint unit loom fuzz bench-build bench header lib c-test pc
+
+CFLAGS_TEST = -std=c11 -Wall -Wextra -Werror -g -Iinclude
+NATIVE_LIBS = -lgcc_s -lutil -lrt -lpthread -lm -ldl -lc
+OUT_HEADER = $$(ls -t target/release/build/weir-ffi-*/out/weir.h | head -1)
 
 setup:
 	@bash scripts/setup.sh
@@ -15,7 +20,7 @@ setup:
 demo: setup
 	$(CARGO) run --release --example demo -- examples/wiki.toml
 
-test: setup lint unit loom fuzz bench-build
+test: setup lint unit c-test loom fuzz bench-build
 	@echo "make test: all passed"
 
 lint:
@@ -32,6 +37,39 @@ loom:
 fuzz:
 	bash fuzz/run.sh normalize $(FUZZ_SECONDS)
 	@if [ -f fuzz/fuzz_targets/policy.rs ]; then bash fuzz/run.sh policy $(FUZZ_SECONDS); fi
+
+# libweir.a and libweir.so (target/release), and the header cbindgen generates with them.
+lib:
+	$(CARGO) build --release -p weir-ffi
+
+# Regenerates the committed include/weir.h (ffi/tests/header.rs fails while it is stale).
+header: lib
+	cp $(OUT_HEADER) include/weir.h
+
+# target/release/weir.pc for pkg-config (PREFIX defaults to /usr/local).
+pc: lib
+	sed -e 's|@PREFIX@|$(or $(PREFIX),/usr/local)|' -e 's|@VERSION@|0.1.0|' \
+		-e 's|@NATIVE_LIBS@|$(NATIVE_LIBS)|' ffi/weir.pc.in > target/release/weir.pc
+
+# The C ABI from C: under ASan+UBSan (static lib) and under valgrind memcheck; the .so must
+# export weir_* symbols only, and the static lib must link with --exclude-libs,ALL.
+c-test: lib pc
+	cmp -s $(OUT_HEADER) include/weir.h || { echo "include/weir.h is stale: run make header"; exit 1; }
+	@bad=$$(nm -D --defined-only target/release/libweir.so | awk '{print $$3}' | grep -v '^weir_' || true); \
+		if [ -n "$$bad" ]; then echo "libweir.so exports non-weir symbols: $$bad"; exit 1; fi
+	mkdir -p target/c
+	gcc $(CFLAGS_TEST) -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer \
+		tests/c/test_weir.c target/release/libweir.a -lcjson $(NATIVE_LIBS) -o target/c/test_weir_asan
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 target/c/test_weir_asan $(VECTORS)
+	gcc $(CFLAGS_TEST) tests/c/test_weir.c target/release/libweir.a -lcjson $(NATIVE_LIBS) -o target/c/test_weir
+	valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite \
+		target/c/test_weir $(VECTORS)
+	gcc -shared -fPIC -o target/c/libwrap.so -Wl,--exclude-libs,ALL -Wl,--no-undefined \
+		-Iinclude tests/c/wrap.c target/release/libweir.a $(NATIVE_LIBS)
+	@bad=$$(nm -D --defined-only target/c/libwrap.so | awk '{print $$3}' | grep -v '^wrap_' || true); \
+		if [ -n "$$bad" ]; then echo "static lib leaked symbols through --exclude-libs,ALL: $$bad"; exit 1; fi
+	gcc $(CFLAGS_TEST) tests/c/test_weir.c -Ltarget/release -lweir -lcjson -Wl,-rpath,$(CURDIR)/target/release -o target/c/test_weir_so
+	target/c/test_weir_so $(VECTORS)
 
 bench-build:
 	$(CARGO) bench --no-run

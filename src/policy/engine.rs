@@ -69,7 +69,10 @@ impl QueueTicket {
 
     /// Rebuilds a ticket from [`QueueTicket::into_raw`]'s parts.
     pub fn from_raw(limit: u16, key_hash: u64, bucket: u64) -> QueueTicket {
-        QueueTicket { limit, permit: Permit::from_raw(key_hash, bucket) }
+        QueueTicket {
+            limit,
+            permit: Permit::from_raw(key_hash, bucket),
+        }
     }
 }
 
@@ -97,7 +100,9 @@ impl Permits {
 
     /// Rebuilds permits from [`Permits::into_raw`]'s parts.
     pub fn from_raw(raw: [Option<(u16, u64, u64)>; MAX_PERMITS]) -> Permits {
-        Permits { held: raw.map(|r| r.map(|(l, k, b)| (l, Permit::from_raw(k, b)))) }
+        Permits {
+            held: raw.map(|r| r.map(|(l, k, b)| (l, Permit::from_raw(k, b)))),
+        }
     }
 
     fn push(&mut self, limit: usize, p: Permit) {

@@ -3,6 +3,7 @@ pub mod config;
 pub mod engine;
 pub mod key;
 pub mod matcher;
+pub mod metrics;
 pub mod normalize;
 pub mod request;
 

@@ -1,0 +1,681 @@
+/*
+ * The C ABI from C: every shared test vector, bad inputs, and a fork-based multi-process run
+ * over one shared region. Built with -Wall -Wextra -Werror and run under ASan+UBSan and under
+ * valgrind (see the Makefile's c-test target).
+ *
+ *   test_weir VECTOR_DIR
+ */
+
+#define _GNU_SOURCE
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "weir.h"
+
+static int failures;
+static int checks;
+
+#define CHECK(cond, ...)                                                     \
+    do {                                                                     \
+        checks++;                                                            \
+        if (!(cond)) {                                                       \
+            failures++;                                                      \
+            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);             \
+            fprintf(stderr, __VA_ARGS__);                                    \
+            fputc('\n', stderr);                                             \
+        }                                                                    \
+    } while (0)
+
+#define BASE_NS 1000000000000ULL
+#define MS 1000000ULL
+
+/* ---------------------------------------------------------------------------------------- */
+/* Shared vectors */
+
+/* Header lookup over a cJSON array of [name, value] pairs. */
+static int
+json_header(void *ctx, const uint8_t *lname, size_t lname_len, size_t nth,
+    const uint8_t **value, size_t *value_len)
+{
+    const cJSON *headers = ctx, *pair;
+    size_t seen = 0;
+
+    cJSON_ArrayForEach(pair, headers) {
+        const cJSON *n = cJSON_GetArrayItem(pair, 0), *v = cJSON_GetArrayItem(pair, 1);
+        if (!cJSON_IsString(n) || !cJSON_IsString(v)) {
+            continue;
+        }
+        if (strlen(n->valuestring) == lname_len
+            && strncasecmp(n->valuestring, (const char *) lname, lname_len) == 0
+            && seen++ == nth)
+        {
+            *value = (const uint8_t *) v->valuestring;
+            *value_len = strlen(v->valuestring);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static const char *
+action_name(int rc, const weir_verdict *v)
+{
+    if (rc == WEIR_ERR_BAD_TARGET) {
+        return "bad_request";
+    }
+    if (v->exempt >= 0) {
+        return "exempt";
+    }
+    switch (v->action) {
+    case WEIR_PASS: return "pass";
+    case WEIR_DELAY: return "delay";
+    case WEIR_REJECT: return "reject";
+    case WEIR_QUEUE: return "queue";
+    }
+    return "?";
+}
+
+/* Finds "Name: value\r\n" in the header block; returns a malloc'd value or NULL. */
+static char *
+find_header(const char *block, size_t len, const char *name)
+{
+    size_t nlen = strlen(name), i = 0;
+
+    while (i < len) {
+        const char *line = block + i;
+        const char *end = memchr(line, '\r', len - i);
+        if (end == NULL) {
+            break;
+        }
+        if ((size_t) (end - line) > nlen + 1 && strncasecmp(line, name, nlen) == 0
+            && line[nlen] == ':')
+        {
+            const char *v = line + nlen + 2;
+            return strndup(v, (size_t) (end - v));
+        }
+        i = (size_t) (end - block) + 2;
+    }
+    return NULL;
+}
+
+static void
+check_expect(const char *vname, int step, const cJSON *expect, const weir_engine *e, int rc,
+    const weir_verdict *v, const char *hdrs)
+{
+    const cJSON *a = cJSON_GetObjectItem(expect, "action");
+    const cJSON *st = cJSON_GetObjectItem(expect, "status");
+    const cJSON *lim = cJSON_GetObjectItem(expect, "limit");
+    const cJSON *wait = cJSON_GetObjectItem(expect, "wait_ms");
+    const cJSON *hs = cJSON_GetObjectItem(expect, "headers");
+    const cJSON *dry = cJSON_GetObjectItem(expect, "dry_run");
+    const char *got = action_name(rc, v);
+
+    if (cJSON_IsString(a)) {
+        CHECK(strcmp(a->valuestring, got) == 0, "%s step %d: action %s, expected %s", vname,
+            step, got, a->valuestring);
+    }
+    if (rc == WEIR_ERR_BAD_TARGET) {
+        return;
+    }
+    if (cJSON_IsNumber(st)) {
+        CHECK(v->status == st->valueint, "%s step %d: status %d, expected %d", vname, step,
+            v->status, st->valueint);
+    }
+    if (lim != NULL) {
+        const uint8_t *name = NULL;
+        size_t len = 0;
+        if (v->limit >= 0) {
+            weir_engine_limit_name(e, (size_t) v->limit, &name, &len);
+        }
+        if (cJSON_IsNull(lim)) {
+            CHECK(v->limit < 0, "%s step %d: limit %.*s, expected none", vname, step, (int) len,
+                (const char *) name);
+        } else if (cJSON_IsString(lim)) {
+            CHECK(name != NULL && strlen(lim->valuestring) == len
+                  && memcmp(name, lim->valuestring, len) == 0,
+                "%s step %d: limit %.*s, expected %s", vname, step, (int) len,
+                name ? (const char *) name : "", lim->valuestring);
+        }
+    }
+    if (cJSON_IsNumber(wait)) {
+        CHECK(v->wait_ns / MS == (uint64_t) wait->valuedouble,
+            "%s step %d: wait %llu ms, expected %.0f", vname, step,
+            (unsigned long long) (v->wait_ns / MS), wait->valuedouble);
+    }
+    if (dry != NULL) {
+        const char *want = cJSON_IsString(dry) ? dry->valuestring : NULL;
+        const char *have = v->dry_run_limit < 0 ? NULL
+                           : v->dry_run_action == WEIR_REJECT ? "reject" : "delay";
+        CHECK((want == NULL && have == NULL) || (want && have && strcmp(want, have) == 0),
+            "%s step %d: dry_run %s, expected %s", vname, step, have ? have : "null",
+            want ? want : "null");
+    }
+    if (cJSON_IsObject(hs)) {
+        const cJSON *h;
+        cJSON_ArrayForEach(h, hs) {
+            char *val = find_header(hdrs, v->headers_len, h->string);
+            if (cJSON_IsNull(h)) {
+                CHECK(val == NULL, "%s step %d: header %s present (%s)", vname, step,
+                    h->string, val);
+            } else if (cJSON_IsString(h)) {
+                CHECK(val != NULL && strcmp(val, h->valuestring) == 0,
+                    "%s step %d: header %s = %s, expected %s", vname, step, h->string,
+                    val ? val : "(absent)", h->valuestring);
+            }
+            free(val);
+        }
+    }
+}
+
+static void
+fill_request(weir_request *r, const cJSON *step)
+{
+    const cJSON *m = cJSON_GetObjectItem(step, "method");
+    const cJSON *t = cJSON_GetObjectItem(step, "target");
+    const cJSON *p = cJSON_GetObjectItem(step, "peer");
+
+    memset(r, 0, sizeof(*r));
+    r->method = (const uint8_t *) (cJSON_IsString(m) ? m->valuestring : "GET");
+    r->method_len = strlen((const char *) r->method);
+    r->target = (const uint8_t *) (cJSON_IsString(t) ? t->valuestring : "/");
+    r->target_len = strlen((const char *) r->target);
+    r->peer = (const uint8_t *) (cJSON_IsString(p) ? p->valuestring : "127.0.0.1");
+    r->peer_len = strlen((const char *) r->peer);
+    r->header = json_header;
+    r->header_ctx = cJSON_GetObjectItem(step, "headers");
+}
+
+static int
+run_vector(const cJSON *vec)
+{
+    const char *name = cJSON_GetObjectItem(vec, "name")->valuestring;
+    const cJSON *pol = cJSON_GetObjectItem(vec, "policy");
+    const cJSON *steps = cJSON_GetObjectItem(vec, "steps"), *step;
+    int n = cJSON_GetArraySize(steps), i = 0, before = failures;
+    weir_policy *policy = NULL;
+    weir_engine *engine = NULL;
+    weir_error *err = NULL;
+    weir_verdict *verdicts = calloc((size_t) n, sizeof(weir_verdict));
+    const cJSON **reqs = calloc((size_t) n, sizeof(cJSON *));
+    char hdrs[2048];
+
+    if (weir_policy_parse((const uint8_t *) pol->valuestring, strlen(pol->valuestring), name,
+            &policy, &err) != WEIR_OK
+        || weir_engine_new(policy, &engine, &err) != WEIR_OK)
+    {
+        CHECK(0, "%s: %s", name, weir_error_message(err));
+        goto done;
+    }
+    cJSON_ArrayForEach(step, steps) {
+        const cJSON *t = cJSON_GetObjectItem(step, "t_ms");
+        const cJSON *rel = cJSON_GetObjectItem(step, "release");
+        const cJSON *retry = cJSON_GetObjectItem(step, "retry");
+        const cJSON *abandon = cJSON_GetObjectItem(step, "abandon");
+        const cJSON *expect = cJSON_GetObjectItem(step, "expect");
+        uint64_t now = BASE_NS + (uint64_t) (cJSON_IsNumber(t) ? t->valuedouble : 0) * MS;
+        weir_request r;
+        int rc;
+
+        if (cJSON_IsNumber(rel)) {
+            weir_engine_release(engine, &verdicts[rel->valueint], now);
+        } else if (cJSON_IsNumber(abandon)) {
+            weir_engine_abandon(engine, &verdicts[abandon->valueint], now);
+        } else if (cJSON_IsNumber(retry)) {
+            int k = retry->valueint;
+            fill_request(&r, reqs[k]);
+            rc = weir_engine_evaluate_queued(engine, &r, now, &verdicts[k], (uint8_t *) hdrs,
+                sizeof(hdrs));
+            verdicts[i] = verdicts[k];
+            memset(&verdicts[k], 0, sizeof(weir_verdict));
+            verdicts[k].ticket.limit = -1;
+            for (int j = 0; j < WEIR_MAX_PERMITS; j++) {
+                verdicts[k].permits[j].limit = -1;
+            }
+            reqs[i] = reqs[k];
+            if (expect) {
+                check_expect(name, i, expect, engine, rc, &verdicts[i], hdrs);
+            }
+        } else {
+            fill_request(&r, step);
+            reqs[i] = step;
+            rc = weir_engine_evaluate(engine, &r, now, &verdicts[i], (uint8_t *) hdrs,
+                sizeof(hdrs));
+            if (expect) {
+                check_expect(name, i, expect, engine, rc, &verdicts[i], hdrs);
+            }
+        }
+        i++;
+    }
+done:
+    free(verdicts);
+    free(reqs);
+    weir_error_free(err);
+    weir_engine_free(engine);
+    weir_policy_free(policy);
+    return failures == before;
+}
+
+static char *
+read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    char *buf;
+    long n;
+
+    if (f == NULL) {
+        return NULL;
+    }
+    fseek(f, 0, SEEK_END);
+    n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    buf = malloc((size_t) n + 1);
+    if (fread(buf, 1, (size_t) n, f) != (size_t) n) {
+        n = 0;
+    }
+    buf[n] = '\0';
+    fclose(f);
+    *len = (size_t) n;
+    return buf;
+}
+
+static void
+test_vectors(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    int files = 0, vectors = 0, passed = 0;
+
+    CHECK(d != NULL, "cannot open %s", dir);
+    if (d == NULL) {
+        return;
+    }
+    while ((de = readdir(d)) != NULL) {
+        size_t len, nl = strlen(de->d_name);
+        char path[4096];
+        char *text;
+        cJSON *doc, *list, *v;
+
+        if (nl < 5 || strcmp(de->d_name + nl - 5, ".json") != 0) {
+            continue;
+        }
+        snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
+        text = read_file(path, &len);
+        doc = text ? cJSON_ParseWithLength(text, len) : NULL;
+        CHECK(doc != NULL, "%s: cannot parse", path);
+        files++;
+        list = doc ? cJSON_GetObjectItem(doc, "vectors") : NULL;
+        if (doc && list == NULL) {
+            vectors++;
+            passed += run_vector(doc);
+        } else if (list) {
+            cJSON_ArrayForEach(v, list) {
+                vectors++;
+                passed += run_vector(v);
+            }
+        }
+        cJSON_Delete(doc);
+        free(text);
+    }
+    closedir(d);
+    printf("vectors: %d of %d passed (%d files)\n", passed, vectors, files);
+    CHECK(vectors >= 60, "only %d vectors found in %s", vectors, dir);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Bad inputs: every one gives an error code, never a crash. */
+
+static const char GOOD_POLICY[] =
+    "[zones.ip]\nsize = \"64k\"\nalgorithm = \"gcra\"\nrate = \"1r/s\"\n"
+    "[[limit]]\nclass = \"*\"\nzone = \"ip\"\nburst = 1\nnodelay = true\n";
+
+static void
+test_bad_inputs(void)
+{
+    weir_policy *p = NULL;
+    weir_engine *e = NULL;
+    weir_error *err = NULL;
+    weir_verdict v;
+    weir_request r;
+    weir_zone *z = NULL;
+    weir_limiter *l = NULL;
+    weir_check c;
+    size_t written = 0;
+    char buf[256];
+
+    CHECK(strlen(weir_version()) > 0, "version");
+    CHECK(weir_now_ns() > 0, "clock");
+
+    /* NULL everywhere. */
+    CHECK(weir_policy_parse(NULL, 10, NULL, &p, &err) == WEIR_ERR_NULL, "NULL text");
+    weir_error_free(err);
+    err = NULL;
+    CHECK(weir_policy_parse((const uint8_t *) "x", 1, NULL, NULL, NULL) == WEIR_ERR_NULL,
+        "NULL out");
+    CHECK(weir_policy_load(NULL, &p, NULL) == WEIR_ERR_NULL, "NULL path");
+    CHECK(weir_engine_new(NULL, &e, NULL) == WEIR_ERR_NULL, "NULL policy");
+    CHECK(weir_engine_evaluate(NULL, NULL, 0, NULL, NULL, 0) == WEIR_ERR_NULL, "NULL engine");
+    CHECK(weir_engine_release(NULL, NULL, 0) == WEIR_ERR_NULL, "NULL release");
+    CHECK(weir_engine_prometheus(NULL, NULL, 0, NULL) == WEIR_ERR_NULL, "NULL prometheus");
+    CHECK(weir_zone_check(NULL, NULL, NULL, 0, 1, 0, NULL) == WEIR_ERR_NULL, "NULL zone");
+    CHECK(weir_zone_attach(NULL, 4096, 1, 0, NULL, &z, NULL) == WEIR_ERR_NULL, "NULL region");
+    CHECK(weir_policy_zone_count(NULL) == 0, "NULL zone count");
+    CHECK(weir_engine_limit_count(NULL) == 0, "NULL limit count");
+    CHECK(strcmp(weir_error_message(NULL), "") == 0, "NULL error message");
+    weir_policy_free(NULL);
+    weir_engine_free(NULL);
+    weir_zone_free(NULL);
+    weir_limiter_free(NULL);
+    weir_error_free(NULL);
+
+    /* Huge lengths are refused before any read. */
+    CHECK(weir_policy_parse((const uint8_t *) "x", (size_t) 1 << 40, NULL, &p, &err)
+          == WEIR_ERR_NULL || err != NULL, "huge length");
+    weir_error_free(err);
+    err = NULL;
+
+    /* Broken policies: truncated, garbage, invalid UTF-8, empty. */
+    {
+        const char *bad[] = { "[zones.ip]\nsize = \"64k\"\nalgorithm = \"gcra\"\nrate = \"1r/",
+                              "\x01\x02garbage\xff\xfe", "[[limit]]\nclass = 1\n",
+                              "[zones.a]\nsize=\"1k\"\nalgorithm=\"gcra\"\nrate=\"5r/w\"\n" };
+        for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+            CHECK(weir_policy_parse((const uint8_t *) bad[i], strlen(bad[i]), "bad.toml", &p,
+                      &err) == WEIR_ERR_POLICY && p == NULL && err != NULL,
+                "bad policy %zu accepted", i);
+            if (i == 3) {
+                CHECK(strstr(weir_error_message(err), "bad.toml:4:") != NULL,
+                    "error without file:line: %s", weir_error_message(err));
+            }
+            weir_error_free(err);
+            err = NULL;
+        }
+        /* Every prefix of a good policy: either parses or fails cleanly. */
+        for (size_t n = 0; n <= sizeof(GOOD_POLICY) - 1; n++) {
+            int rc = weir_policy_parse((const uint8_t *) GOOD_POLICY, n, NULL, &p, &err);
+            CHECK(rc == WEIR_OK || rc == WEIR_ERR_POLICY, "prefix %zu gave %d", n, rc);
+            weir_policy_free(p);
+            weir_error_free(err);
+            p = NULL;
+            err = NULL;
+        }
+    }
+    CHECK(weir_policy_load("/nonexistent/weir.toml", &p, &err) == WEIR_ERR_IO, "missing file");
+    weir_error_free(err);
+    err = NULL;
+
+    /* A working engine, then bad requests against it. */
+    CHECK(weir_policy_parse((const uint8_t *) GOOD_POLICY, strlen(GOOD_POLICY), "good", &p,
+              &err) == WEIR_OK, "good policy: %s", weir_error_message(err));
+    CHECK(weir_engine_new(p, &e, &err) == WEIR_OK, "engine");
+    memset(&r, 0, sizeof(r));
+    r.method = (const uint8_t *) "GET";
+    r.method_len = 3;
+    r.target = (const uint8_t *) "/";
+    r.target_len = 1;
+    r.peer = (const uint8_t *) "192.0.2.1";
+    r.peer_len = 9;
+    CHECK(weir_engine_evaluate(e, &r, weir_now_ns(), &v, NULL, 0) == WEIR_OK, "plain request");
+    CHECK(weir_engine_evaluate(e, NULL, 0, &v, NULL, 0) == WEIR_ERR_NULL, "NULL request");
+    CHECK(weir_engine_evaluate(e, &r, 0, NULL, NULL, 0) == WEIR_ERR_NULL, "NULL verdict");
+    CHECK(weir_engine_evaluate(e, &r, 0, &v, NULL, 10) == WEIR_ERR_NULL, "NULL header buffer");
+    r.target = NULL;
+    CHECK(weir_engine_evaluate(e, &r, 0, &v, NULL, 0) == WEIR_ERR_NULL, "NULL target");
+    r.target = (const uint8_t *) "/";
+    r.target_len = 0;
+    CHECK(weir_engine_evaluate(e, &r, 0, &v, NULL, 0) == WEIR_ERR_BAD_TARGET, "empty target");
+    r.target_len = (size_t) 1 << 40;
+    CHECK(weir_engine_evaluate(e, &r, 0, &v, NULL, 0) == WEIR_ERR_INVALID, "huge target");
+    r.target_len = 1;
+    r.peer = (const uint8_t *) "not-an-ip";
+    r.peer_len = 9;
+    CHECK(weir_engine_evaluate(e, &r, 0, &v, NULL, 0) == WEIR_ERR_INVALID, "bad peer");
+    r.peer = (const uint8_t *) "\xff\xfe";
+    r.peer_len = 2;
+    CHECK(weir_engine_evaluate(e, &r, 0, &v, NULL, 0) == WEIR_ERR_INVALID, "non-UTF-8 peer");
+    r.peer = (const uint8_t *) "2001:db8::1";
+    r.peer_len = 11;
+    {
+        /* A 64 KiB target, and invalid UTF-8 / bad escapes in targets. */
+        size_t big = 65536;
+        char *t = malloc(big);
+        memset(t, 'a', big);
+        t[0] = '/';
+        r.target = (const uint8_t *) t;
+        r.target_len = big;
+        CHECK(weir_engine_evaluate(e, &r, weir_now_ns(), &v, NULL, 0) == WEIR_OK, "64 KiB");
+        free(t);
+        r.target = (const uint8_t *) "/\xc3\x28\xff";
+        r.target_len = 4;
+        CHECK(weir_engine_evaluate(e, &r, weir_now_ns(), &v, NULL, 0) == WEIR_OK,
+            "invalid UTF-8 in target passes through as nginx does");
+        r.target = (const uint8_t *) "/%zz";
+        r.target_len = 4;
+        CHECK(weir_engine_evaluate(e, &r, weir_now_ns(), &v, NULL, 0) == WEIR_ERR_BAD_TARGET
+              && v.status == 400, "bad escape");
+        r.target = (const uint8_t *) "/../x";
+        r.target_len = 5;
+        CHECK(weir_engine_evaluate(e, &r, weir_now_ns(), &v, NULL, 0) == WEIR_ERR_BAD_TARGET,
+            "above root");
+    }
+    /* A header buffer too small: verdict still valid, truncation flagged. */
+    r.target = (const uint8_t *) "/x";
+    r.target_len = 2;
+    r.peer = (const uint8_t *) "198.51.100.1";
+    r.peer_len = 12;
+    for (int i = 0; i < 3; i++) {
+        CHECK(weir_engine_evaluate(e, &r, BASE_NS, &v, (uint8_t *) buf, 4) == WEIR_OK, "small");
+    }
+    CHECK(v.action == WEIR_REJECT && v.headers_truncated == 1 && v.headers_len == 0,
+        "truncated headers: action %d truncated %d", v.action, v.headers_truncated);
+    CHECK(weir_engine_prometheus(e, (uint8_t *) buf, 8, &written) == WEIR_ERR_BUFFER_TOO_SMALL
+          && written > 8, "prometheus too small");
+    {
+        char *text = malloc(written + 1);
+        CHECK(weir_engine_prometheus(e, (uint8_t *) text, written, &written) == WEIR_OK,
+            "prometheus");
+        text[written] = '\0';
+        CHECK(strstr(text, "weir_limit_requests_total{limit=") != NULL, "metrics text");
+        free(text);
+    }
+    CHECK(weir_engine_limit_name(e, 99, NULL, NULL) == WEIR_ERR_NULL, "limit name NULL");
+    {
+        const uint8_t *nm;
+        size_t nl;
+        CHECK(weir_engine_limit_name(e, 99, &nm, &nl) == WEIR_ERR_INVALID, "limit 99");
+    }
+    weir_engine_free(e);
+    weir_policy_free(p);
+
+    /* Low-level zone misuse. */
+    CHECK(weir_zone_new(10, 1, &z, &err) == WEIR_ERR_ZONE && z == NULL, "tiny zone");
+    weir_error_free(err);
+    err = NULL;
+    CHECK(weir_limiter_gcra(0, 1000000000, 0, 0, &l, &err) == WEIR_ERR_INVALID, "zero rate");
+    weir_error_free(err);
+    err = NULL;
+    CHECK(weir_limiter_sliding(5, 10, &l, &err) == WEIR_ERR_INVALID, "tiny window");
+    weir_error_free(err);
+    err = NULL;
+    CHECK(weir_zone_new(1 << 16, 1, &z, NULL) == WEIR_OK, "zone");
+    CHECK(weir_limiter_concurrency(1, 0, &l, NULL) == WEIR_OK, "concurrency limiter");
+    CHECK(weir_zone_check(z, l, (const uint8_t *) "k", 1, 1, 0, &c) == WEIR_ERR_INVALID,
+        "check with a concurrency limiter");
+    {
+        weir_permit pm;
+        uint64_t now = BASE_NS;
+        CHECK(weir_zone_acquire(z, l, (const uint8_t *) "k", 1, now, &c, &pm) == WEIR_OK
+              && c.action == WEIR_PASS, "acquire");
+        CHECK(weir_zone_in_flight(z, l, (const uint8_t *) "k", 1, now) == 1, "in flight 1");
+        CHECK(weir_zone_release(z, l, &pm, now) == WEIR_OK, "release");
+        CHECK(weir_zone_release(z, l, &pm, now) == WEIR_OK, "second release is a no-op");
+        CHECK(weir_zone_in_flight(z, l, (const uint8_t *) "k", 1, now) == 0, "in flight 0");
+    }
+    {
+        /* A misaligned region is refused. */
+        void *region = aligned_alloc(64, 1 << 16);
+        weir_zone *z2 = NULL;
+        CHECK(weir_zone_attach((char *) region + 8, (1 << 16) - 64, 1, 0, NULL, &z2, &err)
+              == WEIR_ERR_ZONE && z2 == NULL, "misaligned region");
+        weir_error_free(err);
+        err = NULL;
+        free(region);
+    }
+    weir_zone_free(z);
+    weir_limiter_free(l);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Several processes over one MAP_SHARED region: the admitted count is exact. */
+
+#define PROCS 4
+#define PER_PROC 5000
+#define BURST 999
+
+static void
+test_fork_shared_region(void)
+{
+    size_t bytes = 1 << 20;
+    void *region = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    _Atomic uint64_t *admitted = mmap(NULL, 4096, PROT_READ | PROT_WRITE,
+        MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    weir_zone *z = NULL;
+    weir_limiter *l = NULL;
+    weir_zone_stats stats;
+    int existed = -1;
+    pid_t pids[PROCS];
+
+    CHECK(region != MAP_FAILED && admitted != MAP_FAILED, "mmap");
+    CHECK(weir_zone_attach(region, bytes, 42, 0, &existed, &z, NULL) == WEIR_OK
+          && existed == 0, "create zone");
+    CHECK(weir_limiter_gcra(10, 1000000000, BURST, -1, &l, NULL) == WEIR_OK, "limiter");
+
+    for (int p = 0; p < PROCS; p++) {
+        pids[p] = fork();
+        if (pids[p] == 0) {
+            weir_zone *mine = NULL;
+            weir_check c;
+            int ex = -1;
+            if (weir_zone_attach(region, bytes, 42, 0, &ex, &mine, NULL) != WEIR_OK || ex != 1) {
+                _exit(2);
+            }
+            for (int i = 0; i < PER_PROC; i++) {
+                if (weir_zone_check(mine, l, (const uint8_t *) "hot", 3, 1, BASE_NS, &c)
+                        == WEIR_OK && c.action == WEIR_PASS)
+                {
+                    atomic_fetch_add(admitted, 1);
+                }
+            }
+            weir_zone_free(mine);
+            _exit(0);
+        }
+    }
+    for (int p = 0; p < PROCS; p++) {
+        int status = 0;
+        waitpid(pids[p], &status, 0);
+        CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child %d failed", p);
+    }
+    CHECK(atomic_load(admitted) == BURST + 1, "admitted %llu, expected %d",
+        (unsigned long long) atomic_load(admitted), BURST + 1);
+    CHECK(weir_zone_get_stats(z, &stats) == WEIR_OK && stats.passed == BURST + 1
+          && stats.rejected == (uint64_t) PROCS * PER_PROC - (BURST + 1), "stats");
+    /* A reattach with another schema or size is refused. */
+    {
+        weir_zone *other = NULL;
+        weir_error *err = NULL;
+        CHECK(weir_zone_attach(region, bytes, 43, 0, NULL, &other, &err) == WEIR_ERR_ZONE
+              && strstr(weir_error_message(err), "schema") != NULL, "schema change");
+        weir_error_free(err);
+        err = NULL;
+        CHECK(weir_zone_attach(region, bytes / 2, 42, 0, NULL, &other, &err) == WEIR_ERR_ZONE,
+            "size change");
+        weir_error_free(err);
+    }
+    weir_zone_free(z);
+    weir_limiter_free(l);
+    munmap(region, bytes);
+    munmap((void *) admitted, 4096);
+}
+
+/* The same through engines attached to regions (how the nginx module shares policy zones). */
+static void
+test_fork_engine_regions(void)
+{
+    static const char pol[] =
+        "[zones.g]\nsize = \"256k\"\nalgorithm = \"gcra\"\nrate = \"1r/s\"\n"
+        "[[limit]]\nname = \"site\"\nclass = \"*\"\nzone = \"g\"\nkey = \"global\"\n"
+        "burst = 49\nnodelay = true\n";
+    weir_policy *p = NULL;
+    weir_zone_info info;
+    weir_region reg;
+    _Atomic uint64_t *admitted = mmap(NULL, 4096, PROT_READ | PROT_WRITE,
+        MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    pid_t pids[PROCS];
+
+    CHECK(weir_policy_parse((const uint8_t *) pol, strlen(pol), "fork", &p, NULL) == WEIR_OK,
+        "policy");
+    CHECK(weir_policy_zone_count(p) == 1 && weir_policy_zone(p, 0, &info) == WEIR_OK, "zone");
+    reg.len = info.bytes;
+    reg.ptr = mmap(NULL, reg.len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    {
+        weir_engine *e = NULL;
+        CHECK(weir_engine_attach(p, &reg, 1, 0, &e, NULL) == WEIR_OK, "create in region");
+        weir_engine_free(e);
+    }
+    for (int k = 0; k < PROCS; k++) {
+        pids[k] = fork();
+        if (pids[k] == 0) {
+            weir_engine *e = NULL;
+            weir_request r;
+            weir_verdict v;
+            if (weir_engine_attach(p, &reg, 1, 0, &e, NULL) != WEIR_OK) {
+                _exit(2);
+            }
+            memset(&r, 0, sizeof(r));
+            r.method = (const uint8_t *) "GET";
+            r.method_len = 3;
+            r.target = (const uint8_t *) "/page";
+            r.target_len = 5;
+            r.peer = (const uint8_t *) "192.0.2.9";
+            r.peer_len = 9;
+            for (int i = 0; i < 1000; i++) {
+                if (weir_engine_evaluate(e, &r, BASE_NS, &v, NULL, 0) == WEIR_OK
+                    && v.action == WEIR_PASS)
+                {
+                    atomic_fetch_add(admitted, 1);
+                }
+            }
+            weir_engine_free(e);
+            _exit(0);
+        }
+    }
+    for (int k = 0; k < PROCS; k++) {
+        int status = 0;
+        waitpid(pids[k], &status, 0);
+        CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "engine child %d failed", k);
+    }
+    CHECK(atomic_load(admitted) == 50, "engine admitted %llu, expected 50",
+        (unsigned long long) atomic_load(admitted));
+    weir_policy_free(p);
+    munmap(reg.ptr, reg.len);
+    munmap((void *) admitted, 4096);
+}
+
+int
+main(int argc, char **argv)
+{
+    test_bad_inputs();
+    test_fork_shared_region();
+    test_fork_engine_regions();
+    test_vectors(argc > 1 ? argv[1] : "tests/vectors");
+    printf("%d passed, %d failed\n", checks - failures, failures);
+    return failures == 0 ? 0 : 1;
+}
