@@ -70,6 +70,10 @@ c-test: lib pc
 		if [ -n "$$bad" ]; then echo "static lib leaked symbols through --exclude-libs,ALL: $$bad"; exit 1; fi
 	gcc $(CFLAGS_TEST) tests/c/test_weir.c -Ltarget/release -lweir -lcjson -Wl,-rpath,$(CURDIR)/target/release -o target/c/test_weir_so
 	target/c/test_weir_so $(VECTORS)
+	gcc $(CFLAGS_TEST) -fsanitize=address,undefined examples/c/limit_requests.c target/release/libweir.a \
+		$$(PKG_CONFIG_PATH=target/release pkg-config --libs-only-l --static weir | sed 's/-lweir//') \
+		-o target/c/limit_requests
+	target/c/limit_requests examples/api.toml
 
 bench-build:
 	$(CARGO) bench --no-run

@@ -7,6 +7,7 @@ need=()
 command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || need+=(nginx)
 command -v g++ >/dev/null 2>&1 || need+=(g++)
 command -v make >/dev/null 2>&1 || need+=(make)
+command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
 command -v valgrind >/dev/null 2>&1 || need+=(valgrind)
 [ -f /usr/include/cjson/cJSON.h ] || need+=(libcjson-dev)
 if [ ${#need[@]} -gt 0 ]; then
