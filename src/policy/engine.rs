@@ -563,10 +563,13 @@ impl Engine {
                     out.dry_run = Some((h.limit as u16, Action::Reject));
                 }
                 (Decision::Reject, false) => {
-                    for e in &hits[..k] {
-                        if let (l, Limiter::Rate(a)) =
-                            (&self.policy.limits[e.limit], &self.limiters[e.limit])
-                        {
+                    // Refund only what was charged: a dry-run rejection charged nothing.
+                    for (e, counted) in hits[..k].iter().zip(&pending[..k]) {
+                        if let (l, Limiter::Rate(a), false) = (
+                            &self.policy.limits[e.limit],
+                            &self.limiters[e.limit],
+                            matches!(counted, Counted::DryRejected),
+                        ) {
                             a.refund(&self.tables[l.zone], e.key_hash, l.cost, now);
                         }
                     }
