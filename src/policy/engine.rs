@@ -391,7 +391,8 @@ impl Engine {
     pub fn release(&self, permits: Permits, now: u64) {
         for (l, p) in permits.held.into_iter().flatten() {
             if let Limiter::Concurrency(c) = &self.limiters[l as usize] {
-                self.tables[self.policy.limits[l as usize].zone].release(c, p, now);
+                let limit = &self.policy.limits[l as usize];
+                self.tables[limit.zone].release_units(c, p, limit.cost, now);
             }
         }
     }
@@ -490,7 +491,7 @@ impl Engine {
                 continue;
             };
             let table = &self.tables[limit.zone];
-            match table.acquire(c, h.key_hash, now) {
+            match table.acquire_units(c, h.key_hash, limit.cost, now) {
                 (_, Some(p)) => out.permits.push(h.limit, p),
                 (_, None) if limit.dry_run => {
                     pending[k] = Counted::DryRejected;
