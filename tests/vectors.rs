@@ -161,7 +161,11 @@ fn compare(got: &Got, expect: &Value, ctx: &str, errs: &mut Vec<String>) {
                 .find(|(n, _)| n.eq_ignore_ascii_case(name))
                 .map(|(_, v)| v.clone());
             if opt_str(want) != have {
-                bad(&format!("headers.{name}"), want.to_string(), format!("{have:?}"));
+                bad(
+                    &format!("headers.{name}"),
+                    want.to_string(),
+                    format!("{have:?}"),
+                );
             }
         }
     }
