@@ -78,6 +78,13 @@ impl Concurrency {
 
     /// Takes one permit if fewer than `max` are in flight; a refusal leaves the state as is.
     pub fn acquire(&self, state: u64, now: u64) -> (u64, Verdict) {
+        self.acquire_units(state, now, 1)
+    }
+
+    /// Takes a permit worth `units` slots (a limit's `cost`) if they all fit under `max`; a
+    /// refusal leaves the state as is.
+    pub fn acquire_units(&self, state: u64, now: u64, units: u64) -> (u64, Verdict) {
+        let units = units.max(1);
         let bucket = self.bucket(now);
         let c = packed::read(state, bucket);
         let held = c.prev + c.cur;
@@ -86,10 +93,10 @@ impl Concurrency {
             wait_ns: 0,
             retry_after_ns: 0,
             limit: self.max,
-            remaining: self.max.saturating_sub(held + 1),
+            remaining: self.max.saturating_sub(held + units),
             reset_ns: 0,
         };
-        if held >= self.max {
+        if held + units > self.max {
             verdict.decision = Decision::Reject;
             verdict.remaining = 0;
             return (state, verdict);
@@ -99,7 +106,7 @@ impl Concurrency {
                 bucket,
                 Counts {
                     prev: c.prev,
-                    cur: c.cur + 1,
+                    cur: c.cur + units,
                 },
             ),
             verdict,
@@ -109,11 +116,17 @@ impl Concurrency {
     /// Gives back a permit counted in `bucket`; a permit whose lease has run out is already
     /// gone, and releasing it changes nothing.
     pub fn release(&self, state: u64, now: u64, bucket: u64) -> u64 {
+        self.release_units(state, now, bucket, 1)
+    }
+
+    /// Gives back a permit taken with [`Concurrency::acquire_units`] (the same `units`).
+    pub fn release_units(&self, state: u64, now: u64, bucket: u64, units: u64) -> u64 {
+        let units = units.max(1);
         let id = self.bucket(now);
         let mut c = packed::read(state, id);
         match id.wrapping_sub(bucket) {
-            0 => c.cur = c.cur.saturating_sub(1),
-            1 => c.prev = c.prev.saturating_sub(1),
+            0 => c.cur = c.cur.saturating_sub(units),
+            1 => c.prev = c.prev.saturating_sub(units),
             _ => return state,
         }
         packed::write(id, c)
@@ -154,6 +167,20 @@ mod tests {
         assert_eq!(s, 0);
         // A second release of the same permit never goes below zero.
         assert_eq!(c.release(s, 6, c.bucket(2)), 0);
+    }
+
+    #[test]
+    fn units_take_several_slots() {
+        let c = Concurrency::new(4, L).unwrap();
+        let (s, v) = c.acquire_units(0, 1, 2);
+        assert_eq!((v.admitted(), v.remaining), (true, 2));
+        let (s, v) = c.acquire_units(s, 2, 3);
+        assert!(!v.admitted());
+        let (s, v) = c.acquire_units(s, 3, 2);
+        assert!(v.admitted());
+        assert_eq!(c.in_flight(s, 4), 4);
+        let s = c.release_units(s, 5, c.bucket(1), 2);
+        assert_eq!(c.in_flight(s, 6), 2);
     }
 
     #[test]

@@ -422,7 +422,8 @@ impl Engine {
     pub fn release(&self, permits: Permits, now: u64) {
         for (l, p) in permits.held.into_iter().flatten() {
             if let Limiter::Concurrency(c) = &self.limiters[l as usize] {
-                self.tables[self.policy.limits[l as usize].zone].release(c, p, now);
+                let limit = &self.policy.limits[l as usize];
+                self.tables[limit.zone].release_units(c, p, limit.cost, now);
             }
         }
     }
@@ -521,7 +522,7 @@ impl Engine {
                 continue;
             };
             let table = &self.tables[limit.zone];
-            match table.acquire(c, h.key_hash, now) {
+            match table.acquire_units(c, h.key_hash, limit.cost, now) {
                 (_, Some(p)) => out.permits.push(h.limit, p),
                 (_, None) if limit.dry_run => {
                     pending[k] = Counted::DryRejected;
@@ -594,10 +595,13 @@ impl Engine {
                     out.dry_run = Some((h.limit as u16, Action::Reject));
                 }
                 (Decision::Reject, false) => {
-                    for e in &hits[..k] {
-                        if let (l, Limiter::Rate(a)) =
-                            (&self.policy.limits[e.limit], &self.limiters[e.limit])
-                        {
+                    // Refund only what was charged: a dry-run rejection charged nothing.
+                    for (e, counted) in hits[..k].iter().zip(&pending[..k]) {
+                        if let (l, Limiter::Rate(a), false) = (
+                            &self.policy.limits[e.limit],
+                            &self.limiters[e.limit],
+                            matches!(counted, Counted::DryRejected),
+                        ) {
                             a.refund(&self.tables[l.zone], e.key_hash, l.cost, now);
                         }
                     }

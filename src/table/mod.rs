@@ -372,11 +372,24 @@ impl Table {
     /// Takes a concurrency permit for `key_hash`, or refuses when `max` are in flight.
     #[inline]
     pub fn acquire(&self, c: &Concurrency, key_hash: u64, now: u64) -> (Verdict, Option<Permit>) {
+        self.acquire_units(c, key_hash, 1, now)
+    }
+
+    /// Takes a permit worth `units` slots (a limit's `cost`); release it with
+    /// [`Table::release_units`] and the same `units`.
+    #[inline]
+    pub fn acquire_units(
+        &self,
+        c: &Concurrency,
+        key_hash: u64,
+        units: u64,
+        now: u64,
+    ) -> (Verdict, Option<Permit>) {
         let now = now.saturating_sub(self.clock_base);
         let verdict = self.modify(
             key_hash,
             |s| c.in_flight(s, now),
-            |s| c.acquire(s, now),
+            |s| c.acquire_units(s, now, units),
             true,
         );
         self.count(verdict.decision);
@@ -391,11 +404,17 @@ impl Table {
     /// whose lease expired changes nothing.
     #[inline]
     pub fn release(&self, c: &Concurrency, permit: Permit, now: u64) {
+        self.release_units(c, permit, 1, now)
+    }
+
+    /// Gives back a permit taken with [`Table::acquire_units`] (the same `units`).
+    #[inline]
+    pub fn release_units(&self, c: &Concurrency, permit: Permit, units: u64, now: u64) {
         let now = now.saturating_sub(self.clock_base);
         self.modify(
             permit.key_hash,
             |s| c.in_flight(s, now),
-            |s| (c.release(s, now, permit.bucket), ()),
+            |s| (c.release_units(s, now, permit.bucket, units), ()),
             false,
         );
     }
