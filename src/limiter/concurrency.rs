@@ -66,23 +66,27 @@ impl Concurrency {
         self.lease_ns
     }
 
+    #[inline]
     pub fn bucket(&self, now: u64) -> u64 {
         now / self.lease_ns
     }
 
     /// In flight at `now`.
+    #[inline]
     pub fn in_flight(&self, state: u64, now: u64) -> u64 {
         let c = packed::read(state, self.bucket(now));
         c.prev + c.cur
     }
 
     /// Takes one permit if fewer than `max` are in flight; a refusal leaves the state as is.
+    #[inline]
     pub fn acquire(&self, state: u64, now: u64) -> (u64, Verdict) {
         self.acquire_units(state, now, 1)
     }
 
     /// Takes a permit worth `units` slots (a limit's `cost`) if they all fit under `max`; a
     /// refusal leaves the state as is.
+    #[inline]
     pub fn acquire_units(&self, state: u64, now: u64, units: u64) -> (u64, Verdict) {
         let units = units.max(1);
         let bucket = self.bucket(now);
@@ -115,11 +119,13 @@ impl Concurrency {
 
     /// Gives back a permit counted in `bucket`; a permit whose lease has run out is already
     /// gone, and releasing it changes nothing.
+    #[inline]
     pub fn release(&self, state: u64, now: u64, bucket: u64) -> u64 {
         self.release_units(state, now, bucket, 1)
     }
 
     /// Gives back a permit taken with [`Concurrency::acquire_units`] (the same `units`).
+    #[inline]
     pub fn release_units(&self, state: u64, now: u64, bucket: u64, units: u64) -> u64 {
         let units = units.max(1);
         let id = self.bucket(now);

@@ -67,12 +67,14 @@ impl Gcra {
         self.burst
     }
 
+    #[inline]
     fn remaining(&self, ahead_ns: u64) -> u64 {
         self.tolerance_ns.saturating_sub(ahead_ns) / self.interval_ns
     }
 }
 
 impl Algorithm for Gcra {
+    #[inline]
     fn step(&self, tat: u64, now: u64, cost: u64) -> (u64, Verdict) {
         let base = tat.max(now);
         let new_tat = base.saturating_add(cost.saturating_mul(self.interval_ns));
@@ -105,12 +107,14 @@ impl Algorithm for Gcra {
         (new_tat, verdict)
     }
 
+    #[inline]
     fn residual(&self, tat: u64, now: u64) -> u64 {
         tat.saturating_sub(now)
     }
 
     /// Exact: the charge moved the TAT from `max(TAT, now)` by `cost·T`, and a TAT at or before
     /// `now` means the same as `now`.
+    #[inline]
     fn refund(&self, tat: u64, _now: u64, cost: u64) -> u64 {
         tat.saturating_sub(cost.saturating_mul(self.interval_ns))
     }

@@ -67,6 +67,16 @@ pub trait Algorithm {
     fn refund(&self, state: u64, now: u64, cost: u64) -> u64;
 }
 
+/// `floor(num / d)` with a 64-bit division whenever `num` fits in 64 bits (the common case;
+/// a 128-bit division is a slow library call).
+#[inline]
+pub(crate) fn div_u128(num: u128, d: u64) -> u128 {
+    match u64::try_from(num) {
+        Ok(n) => (n / d) as u128,
+        Err(_) => num / d as u128,
+    }
+}
+
 /// Parameters rejected at construction.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ParamError(pub String);

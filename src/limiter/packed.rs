@@ -18,6 +18,7 @@ pub struct Counts {
 
 /// Reads `state` as seen from window `id` (already rolled forward: a state from the previous
 /// window has its current count moved to `prev`; older states read as empty).
+#[inline]
 pub fn read(state: u64, id: u64) -> Counts {
     if state == 0 {
         return Counts { prev: 0, cur: 0 };
@@ -33,6 +34,7 @@ pub fn read(state: u64, id: u64) -> Counts {
 
 /// Packs counts for window `id`; both counts must be ≤ [`MAX_COUNT`]. All-zero counts pack
 /// to 0, the absent state.
+#[inline]
 pub fn write(id: u64, c: Counts) -> u64 {
     debug_assert!(c.prev <= MAX_COUNT && c.cur <= MAX_COUNT);
     if c.prev == 0 && c.cur == 0 {

@@ -6,7 +6,7 @@
 //! traffic is steady. State: [`super::packed`] with window ids `now / window`.
 
 use super::packed::{self, Counts, MAX_COUNT};
-use super::{Algorithm, Decision, ParamError, Verdict};
+use super::{div_u128, Algorithm, Decision, ParamError, Verdict};
 
 /// A sliding-window limiter's parameters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -40,6 +40,7 @@ impl SlidingWindow {
     }
 
     /// `estimate · window` for counts `c` at `elapsed` ns into the current window.
+    #[inline]
     fn scaled_estimate(&self, c: Counts, elapsed: u64) -> u128 {
         c.prev as u128 * (self.window_ns - elapsed) as u128 + c.cur as u128 * self.window_ns as u128
     }
@@ -56,17 +57,18 @@ impl SlidingWindow {
             // Fits in this window once enough of `prev` has slid out:
             // prev·(w − e − x) ≤ (events − cur − cost)·w.
             let room = (self.events - c.cur - cost) as u128 * w;
-            let keep = room / c.prev as u128; // ns of prev weight we may keep
+            let keep = div_u128(room, c.prev); // ns of prev weight we may keep
             return (to_next as u128).saturating_sub(keep) as u64;
         }
         // Next window, where `cur` becomes `prev`: cur·(w − e') ≤ (events − cost)·w.
         let room = (self.events - cost) as u128 * w;
-        let keep = (room / c.cur as u128).min(w);
+        let keep = div_u128(room, c.cur).min(w);
         to_next + (w - keep) as u64
     }
 }
 
 impl Algorithm for SlidingWindow {
+    #[inline]
     fn step(&self, state: u64, now: u64, cost: u64) -> (u64, Verdict) {
         let id = now / self.window_ns;
         let elapsed = now % self.window_ns;
@@ -81,7 +83,7 @@ impl Algorithm for SlidingWindow {
                 wait_ns: 0,
                 retry_after_ns: self.retry_after(c, elapsed, cost),
                 limit: self.events,
-                remaining: ((limit_scaled.saturating_sub(before)) / self.window_ns as u128) as u64,
+                remaining: div_u128(limit_scaled.saturating_sub(before), self.window_ns) as u64,
                 reset_ns,
             };
             return (state, verdict);
@@ -98,12 +100,13 @@ impl Algorithm for SlidingWindow {
             wait_ns: 0,
             retry_after_ns: 0,
             limit: self.events,
-            remaining: ((limit_scaled - after) / self.window_ns as u128) as u64,
+            remaining: div_u128(limit_scaled - after, self.window_ns) as u64,
             reset_ns,
         };
         (next, verdict)
     }
 
+    #[inline]
     fn refund(&self, state: u64, now: u64, cost: u64) -> u64 {
         let id = now / self.window_ns;
         let mut c = packed::read(state, id);
@@ -114,12 +117,13 @@ impl Algorithm for SlidingWindow {
     }
 
     /// The estimate in 1/1024 events, rounded up so that only a truly empty state ranks 0.
+    #[inline]
     fn residual(&self, state: u64, now: u64) -> u64 {
         let c = packed::read(state, now / self.window_ns);
+        // Ranking needs no precision beyond 1/1024 event: ceil(estimate·1024 / window).
         let scaled = self.scaled_estimate(c, now % self.window_ns) * 1024;
-        scaled
-            .div_ceil(self.window_ns as u128)
-            .min(u64::MAX as u128) as u64
+        let w = self.window_ns as u128;
+        div_u128(scaled + w - 1, self.window_ns).min(u64::MAX as u128) as u64
     }
 }
 

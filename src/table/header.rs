@@ -71,13 +71,19 @@ pub(crate) fn new_boxed() -> Box<Header> {
     unsafe { Box::new(std::mem::zeroed()) }
 }
 
+/// This thread's stripe. Threads take stripes round-robin from a per-process start that depends
+/// on the process id, so single-threaded worker processes sharing a region (nginx) spread over
+/// the stripes instead of all writing stripe 0.
+#[inline]
 fn stripe_index() -> usize {
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    static NEXT: AtomicUsize = AtomicUsize::new(usize::MAX);
     thread_local! {
         static INDEX: Cell<usize> = const { Cell::new(usize::MAX) };
     }
     INDEX.with(|i| {
         if i.get() == usize::MAX {
+            let _ =
+                NEXT.compare_exchange(usize::MAX, std::process::id() as usize, Relaxed, Relaxed);
             i.set(NEXT.fetch_add(1, Relaxed) % STRIPES);
         }
         i.get()

@@ -20,9 +20,9 @@ use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
 /// Bytes per slot (one key).
 pub const SLOT_BYTES: usize = 16;
 /// Slots examined for one key: its home slot and the next ones, wrapping.
-pub const PROBE_WINDOW: usize = 8;
+pub const PROBE_WINDOW: usize = 16;
 /// Fewest slots a table may have.
-pub const MIN_CAPACITY: usize = PROBE_WINDOW;
+pub const MIN_CAPACITY: usize = 8;
 /// Alignment a caller-given region must have.
 pub const REGION_ALIGN: usize = 64;
 
