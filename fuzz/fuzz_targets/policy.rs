@@ -33,7 +33,12 @@ fuzz_target!(|data: &[u8]| {
             width + 1,
             e.line
         );
-        assert!(!e.message.is_empty(), "empty message at {}:{}", e.line, e.column);
+        assert!(
+            !e.message.is_empty(),
+            "empty message at {}:{}",
+            e.line,
+            e.column
+        );
         let _ = e.to_string();
     }
 });
