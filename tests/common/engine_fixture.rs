@@ -1,0 +1,204 @@
+//! A realistic policy and request mix, shared by `benches/policy.rs` and
+//! `tests/engine_no_alloc.rs`.
+#![allow(dead_code)]
+
+use std::net::IpAddr;
+
+use weir::policy::OwnedRequest;
+
+/// 10 classes (path prefix / glob / regex, query-arg glob, header regex,
+/// cookie, CIDR), 3 exemptions, 4 limits: per-IP gcra, global class gcra,
+/// per-API-key sliding window, one concurrency limit. Behind trusted proxies.
+pub const REALISTIC_POLICY: &str = r#"
+failure_mode = "open"
+headers = true
+trusted_proxies = ["172.16.0.0/12", "2001:db8:ffff::/48"]
+client_ip_header = "x-forwarded-for"
+
+[zones.per_ip]
+size = "1m"
+algorithm = "gcra"
+rate = "10r/s"
+
+[zones.tools_global]
+size = "64k"
+algorithm = "gcra"
+rate = "200r/s"
+
+[zones.api_keys]
+size = "1m"
+algorithm = "sliding"
+events = 6000
+window = "1m"
+
+[zones.expensive]
+size = "256k"
+algorithm = "concurrency"
+max = 4
+
+[classes.wiki-tools]
+match = [
+  { path_glob = "/w/Special:WhatLinksHere/*" },
+  { path = "/w/index.php", query.title = { glob = "Special:WhatLinksHere/*" } },
+  { path = "/w/index.php", query.title = { glob = "Special:RecentChangesLinked/*" } },
+]
+
+[classes.search]
+match = [{ method = ["GET", "HEAD"], path_prefix = "/search" }]
+
+[classes.bots]
+match = [{ header.user-agent = { regex = "(?i)bot|crawler|spider|scrapy" } }]
+
+[classes.history]
+match = [{ path = "/w/index.php", query.action = { equals = "history" } }]
+
+[classes.diff]
+match = [{ path = "/w/index.php", query.diff = { present = true } }]
+
+[classes.upload]
+match = [{ method = "POST", path_regex = "^/upload/[0-9]+$" }]
+
+[classes.api]
+match = [{ path_prefix = ["/api/", "/w/api.php"] }]
+
+[classes.api-write]
+match = [{ method = ["POST", "PUT", "DELETE"], path_prefix = "/api/" }]
+
+[classes.anon-feeds]
+match = [{ path_glob = ["/feed/*", "*.rss", "*.atom"], cookie.session = { present = false } }]
+
+[classes.partners]
+match = [{ client = ["203.0.113.0/24", "2001:db8:42::/48"] }]
+
+[exempt.health]
+match = [{ path = ["/healthz", "/readyz"] }]
+
+[exempt.static]
+match = [{ path_glob = ["*.css", "*.js", "*.png", "*.svg", "*.woff2"] }]
+
+[exempt.office]
+match = [{ client = ["192.0.2.0/24", "2001:db8:1::/48"] }]
+
+[[limit]]
+name = "per-ip"
+class = "*"
+zone = "per_ip"
+burst = 50
+nodelay = true
+
+[[limit]]
+name = "tools-global"
+class = ["wiki-tools", "search", "bots", "history", "diff"]
+zone = "tools_global"
+key = "global"
+burst = 400
+nodelay = true
+
+[[limit]]
+name = "api-per-key"
+class = ["api", "api-write"]
+zone = "api_keys"
+key = ["header:x-api-key", "method"]
+
+[[limit]]
+name = "expensive-inflight"
+class = ["wiki-tools", "upload"]
+zone = "expensive"
+key = ["ip", "cookie:session", "path"]
+"#;
+
+/// One zone, one limit on every request.
+pub const MINIMAL_POLICY: &str = r#"
+[zones.per_ip]
+size = "1m"
+algorithm = "gcra"
+rate = "10r/s"
+
+[[limit]]
+class = "*"
+zone = "per_ip"
+burst = 20
+nodelay = true
+"#;
+
+const UA_FIREFOX: &str = "Mozilla/5.0 (X11; Linux x86_64; rv:133.0) Gecko/20100101 Firefox/133.0";
+
+fn peer() -> IpAddr {
+    "172.16.0.5".parse().unwrap()
+}
+
+/// A wiki tool page through the `index.php?title=` shape: 6 headers incl.
+/// cookie, user-agent and the proxy's X-Forwarded-For.
+pub fn wiki_tool(client: u8) -> OwnedRequest {
+    OwnedRequest::new(
+        "GET",
+        "/w/index.php?title=Special:WhatLinksHere/Main_Page&limit=500&hidelinks=1",
+        peer(),
+    )
+    .header("host", "en.example.org")
+    .header("user-agent", UA_FIREFOX)
+    .header(
+        "accept",
+        "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8",
+    )
+    .header("accept-language", "en-US,en;q=0.5")
+    .header(
+        "cookie",
+        "GeoIP=US:CA:San_Francisco; session=8f3a2c1de4b5; enwikiUserName=Alice",
+    )
+    .header(
+        "x-forwarded-for",
+        &format!("198.51.100.{client}, 172.16.0.9"),
+    )
+}
+
+/// A static asset: exempt.
+pub fn static_asset(client: u8) -> OwnedRequest {
+    OwnedRequest::new("GET", "/static/images/project-logos/enwiki.png?v=2", peer())
+        .header("host", "en.example.org")
+        .header("user-agent", UA_FIREFOX)
+        .header("accept", "image/avif,image/webp,*/*")
+        .header("referer", "https://en.example.org/wiki/Main_Page")
+        .header("x-forwarded-for", &format!("198.51.100.{client}"))
+}
+
+/// A REST API call with an API key.
+pub fn api_call(client: u8) -> OwnedRequest {
+    OwnedRequest::new(
+        "GET",
+        "/api/rest_v1/page/summary/Albert_Einstein?redirect=true",
+        peer(),
+    )
+    .header("host", "en.example.org")
+    .header(
+        "user-agent",
+        "MyTool/1.2 (https://example.net/mytool; ops@example.net)",
+    )
+    .header("accept", "application/json")
+    .header("x-api-key", &format!("k-{client:03}-7d1e0c9a"))
+    .header("x-forwarded-for", &format!("2001:db8:77::{client:x}"))
+}
+
+/// A search by a crawler (user-agent regex, global key).
+pub fn bot_search(client: u8) -> OwnedRequest {
+    OwnedRequest::new("GET", "/search?q=rate+limit&fulltext=1", peer())
+        .header("host", "en.example.org")
+        .header(
+            "user-agent",
+            "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)",
+        )
+        .header("accept", "*/*")
+        .header("x-forwarded-for", &format!("66.249.66.{client}"))
+}
+
+/// A long (≈1.5 KiB) but valid diff URL with percent-encoded parts.
+pub fn long_diff(client: u8) -> OwnedRequest {
+    let title = "Very_%22long%22_page_title_".repeat(40);
+    let target = format!("/w/index.php?title={title}&diff=1234567&oldid=1234500");
+    assert!(target.len() < 2048, "{}", target.len());
+    OwnedRequest::new("GET", &target, peer())
+        .header("host", "en.example.org")
+        .header("user-agent", UA_FIREFOX)
+        .header("cookie", "session=ab12cd34")
+        .header("x-forwarded-for", &format!("198.51.100.{client}"))
+}
