@@ -6,8 +6,8 @@
 //! [`PreparedRequest`]. Evaluation does not allocate on the common path:
 //! regexes are pre-compiled (`regex::bytes`), globs are pre-tokenized, CIDRs
 //! are integer ranges and header names are stored lowercase. The only
-//! allocation is a fallback buffer when a query argument longer than
-//! [`QUERY_STACK_BUF`] bytes has to be percent-decoded.
+//! allocation is a fallback buffer when a query argument longer than 2 KiB
+//! has to be percent-decoded.
 //!
 //! Semantics (documented for operators in `docs/POLICY.md`):
 //! * a [`Class`] matches when **any** of its [`Shape`]s matches;
@@ -556,53 +556,7 @@ impl Class {
 // Query arguments
 // ---------------------------------------------------------------------------
 
-/// Iterate the raw `name=value` pairs of a query string (split on `&`; an
-/// argument without `=` has an empty value; empty arguments are skipped).
-pub fn raw_query_args(query: &[u8]) -> impl Iterator<Item = (&[u8], &[u8])> {
-    query
-        .split(|&b| b == b'&')
-        .filter(|a| !a.is_empty())
-        .map(|a| match a.iter().position(|&b| b == b'=') {
-            Some(i) => (&a[..i], &a[i + 1..]),
-            None => (a, &a[a.len()..]),
-        })
-}
-
-/// Percent-decode `raw` into `out` (which must be at least `raw.len()` long),
-/// turning `+` into a space; invalid escapes are copied literally. Returns the
-/// decoded length.
-///
-/// This mirrors `normalize::decode_component`; it lives here until that
-/// module lands so the matchers do not depend on unmerged code.
-pub fn decode_query_component(raw: &[u8], out: &mut [u8]) -> usize {
-    fn hex(b: u8) -> Option<u8> {
-        match b {
-            b'0'..=b'9' => Some(b - b'0'),
-            b'a'..=b'f' => Some(b - b'a' + 10),
-            b'A'..=b'F' => Some(b - b'A' + 10),
-            _ => None,
-        }
-    }
-    let (mut i, mut n) = (0, 0);
-    while i < raw.len() {
-        let b = raw[i];
-        let d = match b {
-            b'+' => b' ',
-            b'%' if i + 2 < raw.len() => match (hex(raw[i + 1]), hex(raw[i + 2])) {
-                (Some(h), Some(l)) => {
-                    i += 2;
-                    h << 4 | l
-                }
-                _ => b,
-            },
-            _ => b,
-        };
-        out[n] = d;
-        n += 1;
-        i += 1;
-    }
-    n
-}
+use super::normalize::{decode_component, query_args};
 
 /// Decode `raw` (on the stack when short) and hand the result to `f`.
 #[inline]
@@ -612,18 +566,32 @@ fn with_decoded<R>(raw: &[u8], f: impl FnOnce(&[u8]) -> R) -> R {
     }
     if raw.len() <= QUERY_STACK_BUF {
         let mut buf = [0u8; QUERY_STACK_BUF];
-        let n = decode_query_component(raw, &mut buf);
+        let n = decode_component(raw, &mut buf);
         f(&buf[..n])
+    } else if raw.len() <= QUERY_LONG_STACK_BUF {
+        with_decoded_long(raw, f)
     } else {
+        // Over 2 KiB: rare enough to take the heap.
         let mut buf = vec![0u8; raw.len()];
-        let n = decode_query_component(raw, &mut buf);
+        let n = decode_component(raw, &mut buf);
         f(&buf[..n])
     }
 }
 
+/// Values between 512 B and 2 KiB decode in a larger stack buffer, kept out of line so the
+/// common path does not reserve it.
+const QUERY_LONG_STACK_BUF: usize = 2048;
+
+#[inline(never)]
+fn with_decoded_long<R>(raw: &[u8], f: impl FnOnce(&[u8]) -> R) -> R {
+    let mut buf = [0u8; QUERY_LONG_STACK_BUF];
+    let n = decode_component(raw, &mut buf);
+    f(&buf[..n])
+}
+
 fn query_matches(query: &[u8], name: &[u8], m: &ValueMatcher) -> bool {
     let mut seen = false;
-    for (n, v) in raw_query_args(query) {
+    for (n, v) in query_args(query) {
         if !with_decoded(n, |d| d == name) {
             continue;
         }
@@ -707,7 +675,7 @@ mod tests {
     #[test]
     fn query_decoding() {
         let mut out = [0u8; 64];
-        let n = decode_query_component(b"Special%3AWhatLinksHere%2FFoo+bar%zz%4", &mut out);
+        let n = decode_component(b"Special%3AWhatLinksHere%2FFoo+bar%zz%4", &mut out);
         assert_eq!(&out[..n], b"Special:WhatLinksHere/Foo bar%zz%4");
         let g = ValueMatcher::Glob(Glob::new("Special:WhatLinksHere/*").unwrap());
         assert!(query_matches(
