@@ -262,7 +262,7 @@ fn lint(src: &str, policy: &CompiledPolicy) -> Vec<(usize, String)> {
         }
 
         // 3. Global key that health checks fall into.
-        if limit.key.parts.iter().any(|p| *p == KeyPart::Global) && !limit.dry_run {
+        if limit.key.parts.contains(&KeyPart::Global) && !limit.dry_run {
             let unexempt: Vec<&str> = HEALTH_PATHS
                 .iter()
                 .copied()

@@ -58,7 +58,7 @@ const BASE_NS: u64 = 1_000_000_000_000;
 /// Items tracked per limit by the heavy-hitter summaries.
 const TOP_CAPACITY: usize = 1024;
 /// Distinct counts are exact up to this many clients.
-const DISTINCT_EXACT: usize = 200_000;
+const DISTINCT_EXACT: usize = 65_536;
 
 /// Concurrency permits held until the logged request duration has passed.
 struct Held {
@@ -467,7 +467,7 @@ pub fn run(opts: &Options) -> Result<(Report, Timeline), String> {
             .map(|_| LimitStats {
                 top_keys: SpaceSaving::new(TOP_CAPACITY),
                 top_clients: SpaceSaving::new(TOP_CAPACITY),
-                clients: Distinct::new(DISTINCT_EXACT / 4),
+                clients: Distinct::new(DISTINCT_EXACT / 8),
             })
             .collect(),
         exempt_by: vec![0; nexempt],
@@ -616,15 +616,20 @@ fn build_report(sim: &Sim, top: usize) -> (Report, Timeline) {
                     .top_keys
                     .top(top)
                     .into_iter()
-                    .map(|(key, n)| KeyCount { key, rejected: n })
+                    .map(|(key, n, error)| KeyCount {
+                        key,
+                        rejected: n,
+                        error,
+                    })
                     .collect(),
                 top_clients: st
                     .top_clients
                     .top(top)
                     .into_iter()
-                    .map(|(ip, n)| KeyCount {
+                    .map(|(ip, n, error)| KeyCount {
                         key: ip.to_string(),
                         rejected: n,
+                        error,
                     })
                     .collect(),
             }

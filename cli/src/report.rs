@@ -60,6 +60,8 @@ pub struct LimitReport {
 pub struct KeyCount {
     pub key: String,
     pub rejected: u64,
+    /// Space-Saving bound: the true count is in `rejected - error ..= rejected` (0 = exact).
+    pub error: u64,
 }
 
 fn n(v: u64) -> String {
@@ -152,12 +154,19 @@ pub fn text(r: &Report) -> String {
             }
         );
         let _ = writeln!(o, "  {:<60} {:>10}", "top keys", what);
+        let cnt = |k: &KeyCount| {
+            if k.error == 0 {
+                n(k.rejected)
+            } else {
+                format!("{}..{}", n(k.rejected - k.error), n(k.rejected))
+            }
+        };
         for k in &l.top_keys {
-            let _ = writeln!(o, "  {:<60} {:>10}", k.key, n(k.rejected));
+            let _ = writeln!(o, "  {:<60} {:>10}", k.key, cnt(k));
         }
         let _ = writeln!(o, "  {:<60} {:>10}", "top clients", what);
         for k in &l.top_clients {
-            let _ = writeln!(o, "  {:<60} {:>10}", k.key, n(k.rejected));
+            let _ = writeln!(o, "  {:<60} {:>10}", k.key, cnt(k));
         }
     }
     o

@@ -1,7 +1,7 @@
 //! Bounded-memory counting: heavy hitters (Space-Saving) and distinct counts (exact up to a cap,
 //! then HyperLogLog). Memory depends on the configured capacities, never on the log size.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::hash::{BuildHasher, Hash};
 
 /// Space-Saving (Metwally et al.): tracks at most `cap` items; any item whose true count exceeds
@@ -11,6 +11,8 @@ pub struct SpaceSaving<K> {
     cap: usize,
     index: HashMap<K, usize>,
     items: Vec<(K, u64, u64)>,
+    /// (count, index) of every item: the minimum in O(log cap).
+    order: BTreeSet<(u64, usize)>,
     evicted: bool,
 }
 
@@ -20,31 +22,32 @@ impl<K: Hash + Eq + Clone + Ord> SpaceSaving<K> {
             cap: cap.max(1),
             index: HashMap::new(),
             items: Vec::new(),
+            order: BTreeSet::new(),
             evicted: false,
         }
     }
 
     pub fn add_with(&mut self, key: &K) {
         if let Some(&i) = self.index.get(key) {
-            self.items[i].1 += 1;
+            let c = self.items[i].1;
+            self.order.remove(&(c, i));
+            self.order.insert((c + 1, i));
+            self.items[i].1 = c + 1;
             return;
         }
         if self.items.len() < self.cap {
-            self.index.insert(key.clone(), self.items.len());
+            let i = self.items.len();
+            self.index.insert(key.clone(), i);
             self.items.push((key.clone(), 1, 0));
+            self.order.insert((1, i));
             return;
         }
         self.evicted = true;
-        let (i, min) = self
-            .items
-            .iter()
-            .enumerate()
-            .min_by_key(|(_, it)| it.1)
-            .map(|(i, it)| (i, it.1))
-            .expect("cap >= 1");
+        let (min, i) = self.order.pop_first().expect("cap >= 1");
         self.index.remove(&self.items[i].0);
         self.index.insert(key.clone(), i);
         self.items[i] = (key.clone(), min + 1, min);
+        self.order.insert((min + 1, i));
     }
 
     /// True when every count reported is exact.
@@ -52,9 +55,9 @@ impl<K: Hash + Eq + Clone + Ord> SpaceSaving<K> {
         !self.evicted
     }
 
-    /// The `n` largest, by count (descending) then key.
-    pub fn top(&self, n: usize) -> Vec<(K, u64)> {
-        let mut v: Vec<_> = self.items.iter().map(|(k, c, _)| (k.clone(), *c)).collect();
+    /// The `n` largest as (key, count, over-count bound), by count (descending) then key.
+    pub fn top(&self, n: usize) -> Vec<(K, u64, u64)> {
+        let mut v: Vec<_> = self.items.to_vec();
         v.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
         v.truncate(n);
         v
@@ -134,7 +137,7 @@ mod tests {
         for k in ["a", "b", "a"] {
             e.add_with(&k);
         }
-        assert_eq!(e.top(5), vec![("a", 2), ("b", 1)]);
+        assert_eq!(e.top(5), vec![("a", 2, 0), ("b", 1, 0)]);
         assert!(e.exact());
     }
 
