@@ -25,10 +25,11 @@ test: setup lint unit c-test loom fuzz bench-build
 
 lint:
 	$(CARGO) fmt --all -- --check
-	$(CARGO) clippy --all-targets -- -D warnings
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
 unit:
 	$(CARGO) test --release
+	$(CARGO) test --release -p weir-cli
 
 loom:
 	RUSTFLAGS="--cfg loom -C target-feature=+cmpxchg16b" CARGO_TARGET_DIR=target/loom \

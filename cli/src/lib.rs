@@ -1,0 +1,9 @@
+//! The `weir` command line: check policies, replay access logs against a policy.
+pub mod check;
+pub mod incident;
+pub mod input;
+pub mod logfmt;
+pub mod replay;
+pub mod report;
+pub mod timefmt;
+pub mod topn;

@@ -1,0 +1,595 @@
+//! Access-log parsers: any nginx `log_format` string (nginx "combined" is one) and Caddy's JSON
+//! access log. A parsed line becomes an [`Entry`], which is also the engine's `RequestView`:
+//! method, target and headers are ranges into one byte buffer that is reused from line to line.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use memchr::memmem;
+use weir::policy::RequestView;
+
+use crate::timefmt::{self, NS};
+
+/// The nginx "combined" format.
+pub const COMBINED: &str = "$remote_addr - $remote_user [$time_local] \"$request\" $status \
+                            $body_bytes_sent \"$http_referer\" \"$http_user_agent\"";
+
+/// One request from a log, ready to be evaluated. Reused: [`Entry::reset`] keeps the buffers.
+#[derive(Debug, Clone)]
+pub struct Entry {
+    /// Log time, Unix ns.
+    pub ts_ns: i64,
+    /// The timestamp had whole-second resolution (`$time_local`, `$time_iso8601`).
+    pub whole_second: bool,
+    /// Index of the input file.
+    pub file: u32,
+    /// 1-based line number in that file.
+    pub line: u64,
+    /// Arrival order over all inputs (ties in time keep log order).
+    pub seq: u64,
+    pub peer: IpAddr,
+    /// `$request_time` / Caddy `duration`, when logged: concurrency permits are held this long.
+    pub duration_ns: Option<u64>,
+    pub buf: Vec<u8>,
+    method: (u32, u32),
+    target: (u32, u32),
+    /// (name start, name end, value start, value end); names lowercase.
+    headers: Vec<(u32, u32, u32, u32)>,
+}
+
+impl Default for Entry {
+    fn default() -> Self {
+        Entry {
+            ts_ns: 0,
+            whole_second: false,
+            file: 0,
+            line: 0,
+            seq: 0,
+            peer: IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
+            duration_ns: None,
+            buf: Vec::with_capacity(512),
+            method: (0, 0),
+            target: (0, 0),
+            headers: Vec::with_capacity(8),
+        }
+    }
+}
+
+impl Entry {
+    fn reset(&mut self) {
+        self.buf.clear();
+        self.headers.clear();
+        self.duration_ns = None;
+        self.whole_second = false;
+        self.method = (0, 0);
+        self.target = (0, 0);
+    }
+
+    fn push(&mut self, bytes: &[u8]) -> (u32, u32) {
+        let s = self.buf.len() as u32;
+        self.buf.extend_from_slice(bytes);
+        (s, self.buf.len() as u32)
+    }
+
+    fn push_lower(&mut self, bytes: &[u8]) -> (u32, u32) {
+        let s = self.buf.len() as u32;
+        self.buf.extend(bytes.iter().map(u8::to_ascii_lowercase));
+        (s, self.buf.len() as u32)
+    }
+
+    fn add_header(&mut self, name: (u32, u32), value: (u32, u32)) {
+        self.headers.push((name.0, name.1, value.0, value.1));
+    }
+
+    fn slice(&self, r: (u32, u32)) -> &[u8] {
+        &self.buf[r.0 as usize..r.1 as usize]
+    }
+
+    pub fn method_str(&self) -> &[u8] {
+        self.slice(self.method)
+    }
+
+    pub fn target_str(&self) -> &[u8] {
+        self.slice(self.target)
+    }
+}
+
+impl RequestView for Entry {
+    fn method(&self) -> &[u8] {
+        self.slice(self.method)
+    }
+    fn target(&self) -> &[u8] {
+        self.slice(self.target)
+    }
+    fn peer(&self) -> IpAddr {
+        self.peer
+    }
+    fn header_nth(&self, lowercase_name: &[u8], nth: usize) -> Option<&[u8]> {
+        self.headers
+            .iter()
+            .filter(|h| self.slice((h.0, h.1)) == lowercase_name)
+            .nth(nth)
+            .map(|h| self.slice((h.2, h.3)))
+    }
+}
+
+/// Why a line was not a request.
+pub type Malformed = &'static str;
+
+/// A log format.
+pub enum LogFormat {
+    Nginx(NginxFormat),
+    Caddy(CaddyFormat),
+}
+
+impl LogFormat {
+    /// `combined`, `caddy-json` (or `caddy`/`json`), or an nginx `log_format` string.
+    pub fn from_spec(spec: &str) -> Result<LogFormat, String> {
+        match spec {
+            "combined" => Ok(LogFormat::Nginx(NginxFormat::compile(COMBINED)?)),
+            "caddy-json" | "caddy" | "json" => Ok(LogFormat::Caddy(CaddyFormat::default())),
+            s if s.contains('$') => Ok(LogFormat::Nginx(NginxFormat::compile(s)?)),
+            s => Err(format!(
+                "unknown format {s:?}: use combined, caddy-json or an nginx log_format string \
+                 (with $variables)"
+            )),
+        }
+    }
+
+    /// Parses `line` into `e` (whose buffers are reused).
+    pub fn parse(&self, line: &[u8], e: &mut Entry) -> Result<(), Malformed> {
+        e.reset();
+        match self {
+            LogFormat::Nginx(f) => f.parse(line, e),
+            LogFormat::Caddy(f) => f.parse(line, e),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Var {
+    RemoteAddr,
+    TimeLocal,
+    TimeIso8601,
+    Msec,
+    Request,
+    RequestMethod,
+    RequestUri,
+    Uri,
+    Args,
+    RequestTime,
+    /// `$http_NAME`: header name, lowercase, `_` → `-`.
+    Http(Box<[u8]>),
+    /// `$cookie_NAME`: cookie name as written.
+    Cookie(Box<[u8]>),
+    /// Anything else ($status, $body_bytes_sent, $remote_user, $upstream_*, …): skipped.
+    Other,
+}
+
+/// A compiled nginx `log_format`: literals between variables.
+pub struct NginxFormat {
+    /// `literals[0]` precedes the first variable; `literals[i + 1]` follows variable `i`.
+    literals: Vec<Vec<u8>>,
+    finders: Vec<memmem::Finder<'static>>,
+    vars: Vec<Var>,
+}
+
+impl NginxFormat {
+    pub fn compile(fmt: &str) -> Result<NginxFormat, String> {
+        let b = fmt.as_bytes();
+        let mut literals = vec![Vec::new()];
+        let mut vars = Vec::new();
+        let mut i = 0;
+        while i < b.len() {
+            if b[i] != b'$' {
+                literals.last_mut().unwrap().push(b[i]);
+                i += 1;
+                continue;
+            }
+            let (name, next) = if b.get(i + 1) == Some(&b'{') {
+                let end = b[i + 2..]
+                    .iter()
+                    .position(|&c| c == b'}')
+                    .ok_or("unterminated ${ in log format")?;
+                (&fmt[i + 2..i + 2 + end], i + 3 + end)
+            } else {
+                let n = b[i + 1..]
+                    .iter()
+                    .take_while(|c| c.is_ascii_alphanumeric() || **c == b'_')
+                    .count();
+                (&fmt[i + 1..i + 1 + n], i + 1 + n)
+            };
+            if name.is_empty() {
+                return Err(format!("`$` without a variable name at byte {i}"));
+            }
+            if !vars.is_empty() && literals.last().unwrap().is_empty() {
+                return Err(format!(
+                    "variables must be separated by some text; ${name} directly follows another"
+                ));
+            }
+            vars.push(Var::from_name(name));
+            literals.push(Vec::new());
+            i = next;
+        }
+        if vars.is_empty() {
+            return Err("log format has no $variables".into());
+        }
+        let has = |v: &Var| vars.contains(v);
+        if !(has(&Var::TimeLocal) || has(&Var::TimeIso8601) || has(&Var::Msec)) {
+            return Err("log format needs a time: $time_local, $time_iso8601 or $msec".into());
+        }
+        if !has(&Var::RemoteAddr) {
+            return Err("log format needs $remote_addr".into());
+        }
+        if !(has(&Var::Request) || has(&Var::RequestUri) || has(&Var::Uri)) {
+            return Err("log format needs the target: $request, $request_uri or $uri".into());
+        }
+        let finders = literals
+            .iter()
+            .map(|l| memmem::Finder::new(l).into_owned())
+            .collect();
+        Ok(NginxFormat {
+            literals,
+            finders,
+            vars,
+        })
+    }
+
+    fn parse(&self, line: &[u8], e: &mut Entry) -> Result<(), Malformed> {
+        if !line.starts_with(&self.literals[0]) {
+            return Err("does not start like the log format");
+        }
+        e.buf.extend_from_slice(line);
+        let mut pos = self.literals[0].len();
+        let mut request = None;
+        let mut method = None;
+        let mut uri = None;
+        let mut request_uri = None;
+        let mut args = None;
+        let mut time: Option<(i64, bool)> = None;
+        // $cookie_NAME values: (variable index, value range), joined into one Cookie header.
+        let mut cookies = [(0usize, 0u32, 0u32); 16];
+        let mut ncookies = 0;
+        let mut peer = None;
+        let last = self.vars.len() - 1;
+        for (i, var) in self.vars.iter().enumerate() {
+            let lit = &self.literals[i + 1];
+            let end = if lit.is_empty() {
+                // Only the last variable can be followed by nothing: the rest of the line.
+                line.len()
+            } else {
+                match self.finders[i + 1].find(&line[pos..]) {
+                    Some(k) => pos + k,
+                    None if i == last && lit == b"\"" => return Err("unterminated quoted field"),
+                    None => return Err("line does not match the log format"),
+                }
+            };
+            let v = &line[pos..end];
+            let r = (pos as u32, end as u32);
+            pos = end + lit.len();
+            match var {
+                Var::RemoteAddr => peer = Some(parse_ip(v).ok_or("bad $remote_addr")?),
+                Var::TimeLocal => {
+                    if time.is_none() {
+                        time = Some((timefmt::parse_time_local(v).ok_or("bad $time_local")?, true));
+                    }
+                }
+                Var::TimeIso8601 => {
+                    if time.is_none() {
+                        time = Some(timefmt::parse_iso8601(v).ok_or("bad $time_iso8601")?);
+                    }
+                }
+                Var::Msec => {
+                    time = Some((timefmt::parse_decimal_seconds(v).ok_or("bad $msec")?, false))
+                }
+                Var::Request => request = Some(r),
+                Var::RequestMethod => method = Some(r),
+                Var::RequestUri => request_uri = Some(r),
+                Var::Uri => uri = Some(r),
+                Var::Args => args = Some(r),
+                Var::RequestTime => {
+                    e.duration_ns = timefmt::parse_decimal_seconds(v).map(|n| n as u64)
+                }
+                Var::Http(name) => {
+                    if v != b"-" {
+                        let n = e.push(name);
+                        e.add_header(n, r);
+                    }
+                }
+                Var::Cookie(_) => {
+                    if v != b"-" && ncookies < cookies.len() {
+                        cookies[ncookies] = (i, r.0, r.1);
+                        ncookies += 1;
+                    }
+                }
+                Var::Other => {}
+            }
+        }
+        if ncookies > 0 {
+            // One synthesized `Cookie: a=1; b=2` header.
+            let start = e.buf.len();
+            for (k, &(vi, s, t)) in cookies[..ncookies].iter().enumerate() {
+                if k > 0 {
+                    e.buf.extend_from_slice(b"; ");
+                }
+                if let Var::Cookie(name) = &self.vars[vi] {
+                    e.buf.extend_from_slice(name);
+                }
+                e.buf.push(b'=');
+                e.buf.extend_from_within(s as usize..t as usize);
+            }
+            let end = e.buf.len();
+            let n = e.push(b"cookie");
+            e.add_header(n, (start as u32, end as u32));
+        }
+        let (ts, whole) = time.ok_or("no time")?;
+        e.ts_ns = ts;
+        e.whole_second = whole;
+        e.peer = peer.ok_or("no $remote_addr")?;
+        if let Some(r) = request {
+            let v = &line[r.0 as usize..r.1 as usize];
+            if v == b"-" || v.is_empty() {
+                return Err("no request line (\"-\")");
+            }
+            let sp = memchr::memchr(b' ', v).ok_or("request line without a target")?;
+            let rest = &v[sp + 1..];
+            let tlen = memchr::memrchr(b' ', rest).unwrap_or(rest.len());
+            if tlen == 0 {
+                return Err("request line without a target");
+            }
+            e.method = (r.0, r.0 + sp as u32);
+            let ts = r.0 + sp as u32 + 1;
+            e.target = (ts, ts + tlen as u32);
+        }
+        if let Some(m) = method {
+            e.method = m;
+        }
+        if e.method.0 == e.method.1 {
+            // No method in the format: assume GET.
+            e.method = e.push(b"GET");
+        }
+        if let Some(t) = request_uri {
+            e.target = t;
+        } else if e.target.0 == e.target.1 {
+            let u = uri.ok_or("no request target")?;
+            // $uri (already decoded by nginx) + ?$args: re-assembled in the buffer.
+            let start = e.buf.len() as u32;
+            e.buf.extend_from_within(u.0 as usize..u.1 as usize);
+            if let Some(a) = args {
+                if a.1 > a.0 && &line[a.0 as usize..a.1 as usize] != b"-" {
+                    e.buf.push(b'?');
+                    e.buf.extend_from_within(a.0 as usize..a.1 as usize);
+                }
+            }
+            e.target = (start, e.buf.len() as u32);
+        }
+        let t = e.target_str();
+        if t.is_empty() || t == b"-" {
+            return Err("no request target");
+        }
+        Ok(())
+    }
+}
+
+impl Var {
+    fn from_name(name: &str) -> Var {
+        match name {
+            "remote_addr" => Var::RemoteAddr,
+            "time_local" => Var::TimeLocal,
+            "time_iso8601" => Var::TimeIso8601,
+            "msec" => Var::Msec,
+            "request" => Var::Request,
+            "request_method" => Var::RequestMethod,
+            "request_uri" => Var::RequestUri,
+            "uri" | "document_uri" => Var::Uri,
+            "args" | "query_string" => Var::Args,
+            "request_time" => Var::RequestTime,
+            _ => {
+                if let Some(h) = name.strip_prefix("http_") {
+                    Var::Http(
+                        h.bytes()
+                            .map(|c| match c {
+                                b'_' => b'-',
+                                c => c.to_ascii_lowercase(),
+                            })
+                            .collect(),
+                    )
+                } else if let Some(c) = name.strip_prefix("cookie_") {
+                    Var::Cookie(c.as_bytes().into())
+                } else {
+                    Var::Other
+                }
+            }
+        }
+    }
+}
+
+/// Parses an address; tolerates `[v6]`, and `v4:port`.
+pub fn parse_ip(v: &[u8]) -> Option<IpAddr> {
+    let s = std::str::from_utf8(v).ok()?;
+    if let Ok(ip) = s.parse() {
+        return Some(ip);
+    }
+    if let Some(rest) = s.strip_prefix('[') {
+        return rest[..rest.find(']')?].parse().ok();
+    }
+    let (h, _) = s.rsplit_once(':')?;
+    h.parse::<std::net::Ipv4Addr>().ok().map(IpAddr::V4)
+}
+
+/// Caddy's JSON access log (`http.log.access` logger): one JSON object per line.
+#[derive(Default)]
+pub struct CaddyFormat {
+    /// Use `request.client_ip` (already resolved by Caddy's trusted_proxies) as the peer instead
+    /// of `request.remote_ip`.
+    pub use_client_ip: bool,
+}
+
+#[derive(serde::Deserialize)]
+struct CaddyLine<'a> {
+    #[serde(borrow)]
+    ts: Option<CaddyTs<'a>>,
+    #[serde(borrow)]
+    request: Option<CaddyRequest<'a>>,
+    duration: Option<f64>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(untagged)]
+enum CaddyTs<'a> {
+    Num(f64),
+    Text(#[serde(borrow)] Cow<'a, str>),
+}
+
+#[derive(serde::Deserialize)]
+struct CaddyRequest<'a> {
+    #[serde(borrow)]
+    remote_ip: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    client_ip: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    remote_addr: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    method: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    uri: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    headers: BTreeMap<Cow<'a, str>, Vec<Cow<'a, str>>>,
+}
+
+impl CaddyFormat {
+    fn parse(&self, line: &[u8], e: &mut Entry) -> Result<(), Malformed> {
+        let l: CaddyLine = serde_json::from_slice(line).map_err(|_| "not a JSON object")?;
+        let r = l
+            .request
+            .ok_or("no \"request\" (not an access log entry)")?;
+        let ts = match l.ts.ok_or("no \"ts\"")? {
+            CaddyTs::Num(f) if f.is_finite() && f > 0.0 => {
+                let secs = f.trunc();
+                (secs as i64) * NS + ((f - secs) * 1e9).round() as i64
+            }
+            CaddyTs::Num(_) => return Err("bad \"ts\""),
+            CaddyTs::Text(t) => timefmt::parse_iso8601(t.as_bytes())
+                .map(|x| x.0)
+                .or_else(|| timefmt::parse_decimal_seconds(t.as_bytes()))
+                .ok_or("bad \"ts\"")?,
+        };
+        e.ts_ns = ts;
+        let ip = if self.use_client_ip {
+            r.client_ip.as_deref().or(r.remote_ip.as_deref())
+        } else {
+            r.remote_ip.as_deref().or(r.client_ip.as_deref())
+        };
+        e.peer = match ip {
+            Some(ip) => parse_ip(ip.as_bytes()),
+            None => r
+                .remote_addr
+                .as_deref()
+                .and_then(|a| parse_ip(a.as_bytes())),
+        }
+        .ok_or("no usable request.remote_ip / client_ip")?;
+        e.method = e.push(r.method.as_deref().unwrap_or("GET").as_bytes());
+        e.target = e.push(r.uri.as_deref().ok_or("no request.uri")?.as_bytes());
+        for (name, values) in &r.headers {
+            for v in values {
+                let n = e.push_lower(name.as_bytes());
+                let v = e.push(v.as_bytes());
+                e.add_header(n, v);
+            }
+        }
+        e.duration_ns = l
+            .duration
+            .filter(|d| d.is_finite() && *d >= 0.0)
+            .map(|d| (d * 1e9) as u64);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(fmt: &str, line: &str) -> Result<Entry, Malformed> {
+        let f = LogFormat::from_spec(fmt).unwrap();
+        let mut e = Entry::default();
+        f.parse(line.as_bytes(), &mut e).map(|_| e)
+    }
+
+    #[test]
+    fn combined() {
+        let e = parse(
+            "combined",
+            r#"192.0.2.7 - - [02/Dec/2026:12:36:45 +0000] "GET /index.php?title=X HTTP/1.1" 200 512 "-" "Mozilla/5.0 (X11) Chrome/120""#,
+        )
+        .unwrap();
+        assert_eq!(e.method(), b"GET");
+        assert_eq!(e.target(), b"/index.php?title=X");
+        assert_eq!(e.peer, "192.0.2.7".parse::<IpAddr>().unwrap());
+        assert_eq!(
+            e.header(b"user-agent"),
+            Some(&b"Mozilla/5.0 (X11) Chrome/120"[..])
+        );
+        assert_eq!(e.header(b"referer"), None);
+        assert!(e.whole_second);
+        assert_eq!(e.ts_ns, 1_796_215_005 * NS);
+    }
+
+    #[test]
+    fn custom_format_with_cookies_and_uri_args() {
+        let fmt = r#"$remote_addr [$time_iso8601] $request_method $uri "$args" $status $request_time "$cookie_wiki_session" "$cookie_lang" "$http_x_forwarded_for""#;
+        let e = parse(
+            fmt,
+            r#"2001:db8::5 [2026-12-02T12:36:45+00:00] POST /w/api.php "action=edit&x=1" 200 0.250 "abc" "en" "198.51.100.1, 10.0.0.1""#,
+        )
+        .unwrap();
+        assert_eq!(e.method(), b"POST");
+        assert_eq!(e.target(), b"/w/api.php?action=edit&x=1");
+        assert_eq!(e.cookie(b"wiki_session"), Some(&b"abc"[..]));
+        assert_eq!(e.cookie(b"lang"), Some(&b"en"[..]));
+        assert_eq!(
+            e.header(b"x-forwarded-for"),
+            Some(&b"198.51.100.1, 10.0.0.1"[..])
+        );
+        assert_eq!(e.duration_ns, Some(250_000_000));
+        let e = parse(
+            fmt,
+            r#"2001:db8::5 [2026-12-02T12:36:45+00:00] GET /x "-" 200 - "-" "-" "-""#,
+        )
+        .unwrap();
+        assert_eq!(e.target(), b"/x");
+        assert_eq!(e.header(b"cookie"), None);
+    }
+
+    #[test]
+    fn malformed_lines() {
+        assert!(parse("combined", "garbage").is_err());
+        assert!(parse(
+            "combined",
+            r#"192.0.2.7 - - [02/Dec/2026:12:36:45 +0000] "-" 400 0 "-" "-""#
+        )
+        .is_err());
+        assert!(parse(
+            "combined",
+            r#"192.0.2.7 - - [02/Dec/2026:12:36 +0000] "GET / HTTP/1.1" 200 1 "-" "-""#
+        )
+        .is_err());
+        assert!(LogFormat::from_spec("$remote_addr$time_local").is_err());
+        assert!(LogFormat::from_spec("$remote_addr $status").is_err());
+    }
+
+    #[test]
+    fn caddy_json() {
+        let e = parse(
+            "caddy-json",
+            r#"{"level":"info","ts":1796215005.25,"logger":"http.log.access","msg":"handled request","request":{"remote_ip":"192.0.2.9","remote_port":"5000","client_ip":"192.0.2.9","proto":"HTTP/2.0","method":"GET","host":"wiki","uri":"/app.css?v=3","headers":{"User-Agent":["curl/8"],"Cookie":["wiki_session=x"]}},"duration":0.001,"status":200}"#,
+        )
+        .unwrap();
+        assert_eq!(e.ts_ns, 1_796_215_005 * NS + NS / 4);
+        assert_eq!(e.target(), b"/app.css?v=3");
+        assert_eq!(e.cookie(b"wiki_session"), Some(&b"x"[..]));
+        assert_eq!(e.header(b"user-agent"), Some(&b"curl/8"[..]));
+        assert!(!e.whole_second);
+        assert!(parse("caddy-json", r#"{"ts":1,"msg":"x"}"#).is_err());
+    }
+}

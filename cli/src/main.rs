@@ -1,0 +1,164 @@
+//! `weir`: check policies, replay access logs against a policy. See docs/CLI.md.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use weir_cli::{check, replay, report};
+
+#[derive(Parser)]
+#[command(
+    name = "weir",
+    version,
+    about = "weir rate-limit policies: check them, replay access logs against them"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Compile policies: errors (exit 1) and warnings about known pitfalls, as file:line:col.
+    Check {
+        /// Exit 1 on warnings too.
+        #[arg(short = 'D', long)]
+        deny_warnings: bool,
+        #[arg(required = true)]
+        policies: Vec<PathBuf>,
+    },
+    /// Replay access logs through the engine in log-time order and report what each limit did.
+    Replay {
+        /// Policy file (TOML, docs/POLICY.md).
+        #[arg(short, long)]
+        policy: PathBuf,
+        /// `combined`, `caddy-json`, or an nginx log_format string such as
+        /// '$remote_addr [$time_iso8601] "$request" $status "$cookie_session"'.
+        #[arg(short, long, default_value = "combined")]
+        format: String,
+        /// Print the report as JSON (schema in docs/CLI.md) instead of tables.
+        #[arg(long)]
+        json: bool,
+        /// Write one JSON line per request (file, line, time, client, verdict, deciding limit).
+        #[arg(long, value_name = "FILE.jsonl")]
+        verdicts: Option<PathBuf>,
+        /// Write a self-contained HTML chart of passed vs limited per limit per minute.
+        #[arg(long, value_name = "FILE.html")]
+        timeline: Option<PathBuf>,
+        /// Seconds of log time lines may be out of order and still replay in order.
+        #[arg(long, default_value_t = 10, value_name = "SECONDS")]
+        reorder_window: u64,
+        /// Lines held for reordering at most (memory bound); past it the oldest replay early.
+        #[arg(long, default_value_t = 1_000_000, value_name = "LINES")]
+        max_buffered: usize,
+        /// Replay whole-second timestamps as given instead of spreading each second's requests
+        /// evenly over that second.
+        #[arg(long)]
+        no_spread: bool,
+        /// Caddy: use request.client_ip (already resolved by Caddy) as the peer address instead
+        /// of request.remote_ip.
+        #[arg(long)]
+        caddy_client_ip: bool,
+        /// How many top keys and clients to show per limit.
+        #[arg(long, default_value_t = 10)]
+        top: usize,
+        /// Malformed lines to show on stderr.
+        #[arg(long, default_value_t = 5, value_name = "N")]
+        show_malformed: usize,
+        /// No progress bar (it is only drawn when stderr is a terminal anyway).
+        #[arg(long)]
+        no_progress: bool,
+        /// Log files in time order (oldest first); gzip is detected; `-` is stdin.
+        #[arg(required = true, value_name = "LOG")]
+        logs: Vec<String>,
+    },
+}
+
+fn main() -> ExitCode {
+    match Cli::parse().cmd {
+        Cmd::Check {
+            deny_warnings,
+            policies,
+        } => {
+            let (mut errors, mut warnings) = (0, 0);
+            for p in &policies {
+                let name = p.display().to_string();
+                let src = match std::fs::read_to_string(p) {
+                    Ok(s) => s,
+                    Err(e) => {
+                        eprintln!("{name}: error: cannot read: {e}");
+                        errors += 1;
+                        continue;
+                    }
+                };
+                let diags = check::check_source(&src, &name);
+                for d in &diags {
+                    eprintln!("{}", d.render(&name));
+                }
+                let (w, e): (Vec<_>, Vec<_>) = diags.iter().partition(|d| d.warning);
+                errors += e.len();
+                warnings += w.len();
+                if e.is_empty() {
+                    println!("{name}: ok ({} warnings)", w.len());
+                }
+            }
+            if errors > 0 || (deny_warnings && warnings > 0) {
+                ExitCode::from(1)
+            } else {
+                ExitCode::SUCCESS
+            }
+        }
+        Cmd::Replay {
+            policy,
+            format,
+            json,
+            verdicts,
+            timeline,
+            reorder_window,
+            max_buffered,
+            no_spread,
+            caddy_client_ip,
+            top,
+            show_malformed,
+            no_progress,
+            logs,
+        } => {
+            let opts = replay::Options {
+                policy: policy.clone(),
+                format,
+                caddy_client_ip,
+                inputs: logs,
+                window_s: reorder_window,
+                spread: !no_spread,
+                max_buffered,
+                verdicts,
+                top,
+                progress: !no_progress,
+                show_malformed,
+            };
+            let (r, tl) = match replay::run(&opts) {
+                Ok(x) => x,
+                Err(e) => {
+                    eprintln!("weir replay: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            if let Some(path) = timeline {
+                let title = policy.display().to_string();
+                if let Err(e) = std::fs::write(&path, tl.html(&r, &title)) {
+                    eprintln!("weir replay: {}: {e}", path.display());
+                    return ExitCode::from(2);
+                }
+            }
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&r).expect("report serializes")
+                );
+            } else {
+                print!("{}", report::text(&r));
+            }
+            ExitCode::SUCCESS
+        }
+    }
+}

@@ -1,0 +1,370 @@
+//! Replay results: the `--json` schema (documented in docs/CLI.md), the text tables and the
+//! `--timeline` HTML page.
+
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use crate::timefmt::{self, NS};
+
+/// `weir replay --json`. Field order and names are stable; new fields are only ever added.
+#[derive(Serialize, Debug, Clone)]
+pub struct Report {
+    pub schema: u32,
+    pub lines: u64,
+    pub requests: u64,
+    pub malformed: u64,
+    pub bad_target: u64,
+    pub reordered: u64,
+    pub late: u64,
+    pub passed: u64,
+    pub delayed: u64,
+    pub rejected: u64,
+    pub queued: u64,
+    pub exempt: u64,
+    pub unmatched: u64,
+    pub dry_run_limited: u64,
+    pub distinct_clients: u64,
+    pub distinct_clients_exact: bool,
+    pub first_time: Option<String>,
+    pub last_time: Option<String>,
+    pub exemptions: Vec<ExemptionReport>,
+    pub limits: Vec<LimitReport>,
+}
+
+#[derive(Serialize, Debug, Clone)]
+pub struct ExemptionReport {
+    pub name: String,
+    pub requests: u64,
+}
+
+#[derive(Serialize, Debug, Clone)]
+pub struct LimitReport {
+    pub name: String,
+    pub zone: String,
+    pub key: String,
+    pub dry_run: bool,
+    pub passed: u64,
+    pub delayed: u64,
+    pub rejected: u64,
+    pub queued: u64,
+    pub dry_run_delayed: u64,
+    pub dry_run_rejected: u64,
+    pub distinct_rejected_clients: u64,
+    pub top_exact: bool,
+    pub top_keys: Vec<KeyCount>,
+    pub top_clients: Vec<KeyCount>,
+}
+
+#[derive(Serialize, Debug, Clone)]
+pub struct KeyCount {
+    pub key: String,
+    pub rejected: u64,
+    /// Space-Saving bound: the true count is in `rejected - error ..= rejected` (0 = exact).
+    pub error: u64,
+}
+
+fn n(v: u64) -> String {
+    let s = v.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// The human-readable summary.
+pub fn text(r: &Report) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "{} requests ({} lines, {} malformed, {} bad targets) from {} to {}",
+        n(r.requests),
+        n(r.lines),
+        n(r.malformed),
+        n(r.bad_target),
+        r.first_time.as_deref().unwrap_or("-"),
+        r.last_time.as_deref().unwrap_or("-")
+    );
+    let _ = writeln!(
+        o,
+        "passed {}, delayed {}, rejected {}, queued {}, exempt {}, unmatched {}; distinct clients {}{}",
+        n(r.passed),
+        n(r.delayed),
+        n(r.rejected),
+        n(r.queued),
+        n(r.exempt),
+        n(r.unmatched),
+        if r.distinct_clients_exact { "" } else { "≈" },
+        n(r.distinct_clients)
+    );
+    if r.reordered + r.late > 0 {
+        let _ = writeln!(
+            o,
+            "out of order: {} reordered, {} late (replayed at the last replayed time)",
+            n(r.reordered),
+            n(r.late)
+        );
+    }
+    if !r.exemptions.is_empty() {
+        let _ = writeln!(o, "\n{:<32} {:>12}", "exemption", "requests");
+        for e in &r.exemptions {
+            let _ = writeln!(o, "{:<32} {:>12}", e.name, n(e.requests));
+        }
+    }
+    let _ = writeln!(
+        o,
+        "\n{:<32} {:>11} {:>9} {:>11} {:>8} {:>11}",
+        "limit", "passed", "delayed", "rejected", "queued", "dry-run rej"
+    );
+    for l in &r.limits {
+        let _ = writeln!(
+            o,
+            "{:<32} {:>11} {:>9} {:>11} {:>8} {:>11}",
+            l.name,
+            n(l.passed),
+            n(l.delayed),
+            n(l.rejected),
+            n(l.queued),
+            n(l.dry_run_rejected)
+        );
+    }
+    for l in &r.limits {
+        if l.top_keys.is_empty() {
+            continue;
+        }
+        let what = if l.dry_run {
+            "would reject (dry run)"
+        } else {
+            "rejected"
+        };
+        let _ = writeln!(
+            o,
+            "\n{} (key {}): {} distinct clients {what}{}",
+            l.name,
+            l.key,
+            n(l.distinct_rejected_clients),
+            if l.top_exact {
+                ""
+            } else {
+                "; top counts approximate"
+            }
+        );
+        let _ = writeln!(o, "  {:<60} {:>10}", "top keys", what);
+        let cnt = |k: &KeyCount| {
+            if k.error == 0 {
+                n(k.rejected)
+            } else {
+                format!("{}..{}", n(k.rejected - k.error), n(k.rejected))
+            }
+        };
+        for k in &l.top_keys {
+            let _ = writeln!(o, "  {:<60} {:>10}", k.key, cnt(k));
+        }
+        let _ = writeln!(o, "  {:<60} {:>10}", "top clients", what);
+        for k in &l.top_clients {
+            let _ = writeln!(o, "  {:<60} {:>10}", k.key, cnt(k));
+        }
+    }
+    o
+}
+
+/// Passed vs limited per limit per time bucket (one minute, widened by doubling when the log
+/// spans more than [`Timeline::MAX_BUCKETS`] minutes, so memory stays bounded).
+#[derive(Clone, Debug)]
+pub struct Timeline {
+    pub start: Option<i64>,
+    pub width_ns: i64,
+    /// Per limit, per bucket: [passed (incl. delayed), rejected or queued, dry-run rejected].
+    pub buckets: Vec<Vec<[u64; 3]>>,
+}
+
+impl Timeline {
+    pub const MAX_BUCKETS: usize = 2048;
+
+    pub fn new(limits: usize) -> Self {
+        Timeline {
+            start: None,
+            width_ns: 60 * NS,
+            buckets: vec![Vec::new(); limits],
+        }
+    }
+
+    pub fn add(&mut self, limit: usize, t: i64, ok: u64, limited: u64, dry: u64) {
+        let start = *self.start.get_or_insert(t.div_euclid(60 * NS) * 60 * NS);
+        let mut i = ((t - start).max(0) / self.width_ns) as usize;
+        while i >= Self::MAX_BUCKETS {
+            self.width_ns *= 2;
+            for b in &mut self.buckets {
+                let merged: Vec<[u64; 3]> = b
+                    .chunks(2)
+                    .map(|c| {
+                        let mut m = c[0];
+                        if let Some(x) = c.get(1) {
+                            for k in 0..3 {
+                                m[k] += x[k];
+                            }
+                        }
+                        m
+                    })
+                    .collect();
+                *b = merged;
+            }
+            i = ((t - start).max(0) / self.width_ns) as usize;
+        }
+        let b = &mut self.buckets[limit];
+        if b.len() <= i {
+            b.resize(i + 1, [0; 3]);
+        }
+        b[i][0] += ok;
+        b[i][1] += limited;
+        b[i][2] += dry;
+    }
+
+    /// A self-contained HTML page (inline SVG and CSS, no scripts).
+    pub fn html(&self, r: &Report, title: &str) -> String {
+        let mut o = String::new();
+        let esc = |s: &str| {
+            s.replace('&', "&amp;")
+                .replace('<', "&lt;")
+                .replace('>', "&gt;")
+                .replace('"', "&quot;")
+        };
+        let _ = write!(
+            o,
+            "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+             <title>weir replay: {}</title>\n<style>\
+             body{{font:14px/1.4 system-ui,sans-serif;margin:2em;color:#222}}\
+             h2{{font-size:16px;margin:1.6em 0 .3em}} .k{{color:#666}}\
+             table{{border-collapse:collapse}} td,th{{padding:2px 10px;text-align:right}}\
+             th:first-child,td:first-child{{text-align:left}}\
+             .ok{{fill:#3a7}} .lim{{fill:#d33}} .dry{{fill:none;stroke:#e90;stroke-width:1.5}}\
+             .ax{{stroke:#999;stroke-width:1}} text{{font-size:11px;fill:#555}}\
+             .lg span{{display:inline-block;width:10px;height:10px;margin:0 4px 0 12px}}\
+             </style></head><body>\n<h1>weir replay: {}</h1>\n",
+            esc(title),
+            esc(title)
+        );
+        let _ = writeln!(
+            o,
+            "<p>{} requests from {} to {} (UTC). Bucket: {} s. \
+             <span class=\"lg\"><span style=\"background:#3a7\"></span>passed or delayed\
+             <span style=\"background:#d33\"></span>rejected or queued\
+             <span style=\"background:#e90\"></span>dry-run rejected</span></p>",
+            r.requests,
+            esc(r.first_time.as_deref().unwrap_or("-")),
+            esc(r.last_time.as_deref().unwrap_or("-")),
+            self.width_ns / NS
+        );
+        o.push_str(
+            "<table><tr><th>limit</th><th>passed</th><th>delayed</th><th>rejected</th>\
+             <th>queued</th><th>dry-run rejected</th></tr>\n",
+        );
+        for l in &r.limits {
+            let _ = writeln!(
+                o,
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                esc(&l.name),
+                l.passed,
+                l.delayed,
+                l.rejected,
+                l.queued,
+                l.dry_run_rejected
+            );
+        }
+        o.push_str("</table>\n");
+        let nb = self.buckets.iter().map(Vec::len).max().unwrap_or(0).max(1);
+        let (w, h, left, bottom) = (960.0f64, 180.0f64, 50.0f64, 20.0f64);
+        for (li, l) in r.limits.iter().enumerate() {
+            let b = &self.buckets[li];
+            let max = b
+                .iter()
+                .map(|x| (x[0] + x[1]).max(x[2]))
+                .max()
+                .unwrap_or(0)
+                .max(1);
+            let _ = writeln!(
+                o,
+                "<h2>{} <span class=\"k\">zone {}, key {}{}</span></h2>",
+                esc(&l.name),
+                esc(&l.zone),
+                esc(&l.key),
+                if l.dry_run { ", dry run" } else { "" }
+            );
+            let _ = writeln!(
+                o,
+                "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" \
+                 role=\"img\" aria-label=\"{} per bucket\">",
+                w + left + 10.0,
+                h + bottom + 10.0,
+                esc(&l.name)
+            );
+            let bw = w / nb as f64;
+            let y = |v: u64| 5.0 + h - h * v as f64 / max as f64;
+            for (i, x) in b.iter().enumerate() {
+                let x0 = left + i as f64 * bw;
+                let (ok, lim) = (x[0], x[1]);
+                if ok > 0 {
+                    let _ = write!(
+                        o,
+                        "<rect class=\"ok\" x=\"{x0:.1}\" y=\"{:.1}\" width=\"{:.2}\" height=\"{:.1}\"/>",
+                        y(ok),
+                        bw.max(0.5),
+                        5.0 + h - y(ok)
+                    );
+                }
+                if lim > 0 {
+                    let _ = write!(
+                        o,
+                        "<rect class=\"lim\" x=\"{x0:.1}\" y=\"{:.1}\" width=\"{:.2}\" height=\"{:.1}\"/>",
+                        y(ok + lim),
+                        bw.max(0.5),
+                        y(ok) - y(ok + lim)
+                    );
+                }
+            }
+            if b.iter().any(|x| x[2] > 0) {
+                o.push_str("<polyline class=\"dry\" points=\"");
+                for (i, x) in b.iter().enumerate() {
+                    let _ = write!(o, "{:.1},{:.1} ", left + (i as f64 + 0.5) * bw, y(x[2]));
+                }
+                o.push_str("\"/>");
+            }
+            let _ = write!(
+                o,
+                "\n<line class=\"ax\" x1=\"{left}\" y1=\"{0}\" x2=\"{1}\" y2=\"{0}\"/>\
+                 <line class=\"ax\" x1=\"{left}\" y1=\"5\" x2=\"{left}\" y2=\"{0}\"/>\
+                 <text x=\"{2}\" y=\"14\" text-anchor=\"end\">{max}</text>\
+                 <text x=\"{2}\" y=\"{0}\" text-anchor=\"end\">0</text>",
+                5.0 + h,
+                left + w,
+                left - 4.0
+            );
+            if let Some(start) = self.start {
+                for k in 0..=4 {
+                    let i = nb * k / 4;
+                    let t = start + i as i64 * self.width_ns;
+                    let label = timefmt::rfc3339(t);
+                    let _ = write!(
+                        o,
+                        "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"{}\">{}</text>",
+                        left + i as f64 * bw,
+                        h + bottom + 5.0,
+                        match k {
+                            0 => "start",
+                            4 => "end",
+                            _ => "middle",
+                        },
+                        &label[..16].replace('T', " ")
+                    );
+                }
+            }
+            o.push_str("</svg>\n");
+        }
+        o.push_str("</body></html>\n");
+        o
+    }
+}
