@@ -1,5 +1,6 @@
 # weir — every command CI runs is reachable from here.
 #   make demo    the main job: the crawler-incident demo on examples/wiki.toml
+#   make lib     libweir.a / libweir.so (C ABI); make header regenerates include/weir.h
 #   make test    everything CI runs (formatting, lints, unit/integration/multi-process tests,
 #                the nginx differential test, loom models, bounded fuzzing, benchmark builds)
 #   make bench   criterion benchmarks (figures go to docs/PERFORMANCE.md)
@@ -28,8 +29,7 @@ lint:
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
 unit:
-	$(CARGO) test --release
-	$(CARGO) test --release -p weir-cli
+	$(CARGO) test --release --workspace
 
 loom:
 	RUSTFLAGS="--cfg loom -C target-feature=+cmpxchg16b" CARGO_TARGET_DIR=target/loom \
