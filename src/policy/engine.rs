@@ -438,23 +438,50 @@ impl Engine {
         &self,
         req: &dyn RequestView,
         now: u64,
-        mut ticket: Option<QueueTicket>,
+        ticket: Option<QueueTicket>,
     ) -> Result<Outcome, EvalError> {
         self.totals.requests.fetch_add(1, Relaxed);
-        let target = req.target();
+        let parts = normalize::split_target(req.target()).map_err(|e| self.bad(e))?;
+        let query = parts.query.unwrap_or(b"");
+        if normalize::is_normal(parts.path) {
+            // Nearly every real path: already what nginx's $uri would be; no copy.
+            return Ok(self.decide(req, parts.path, query, now, ticket));
+        }
+        self.run_normalized(req, parts.path, query, now, ticket)
+    }
+
+    /// The slow path: decode and resolve the path into a buffer first.
+    #[inline(never)]
+    fn run_normalized(
+        &self,
+        req: &dyn RequestView,
+        raw_path: &[u8],
+        query: &[u8],
+        now: u64,
+        ticket: Option<QueueTicket>,
+    ) -> Result<Outcome, EvalError> {
         let mut stack = [0u8; STACK_TARGET];
         let mut heap = Vec::new();
-        let buf: &mut [u8] = if target.len() <= STACK_TARGET {
-            &mut stack[..target.len()]
+        let buf: &mut [u8] = if raw_path.len() <= STACK_TARGET {
+            &mut stack[..raw_path.len()]
         } else {
-            heap.resize(target.len(), 0);
+            heap.resize(raw_path.len(), 0);
             &mut heap
         };
-        let parts = normalize::split_target(target).map_err(|e| self.bad(e))?;
-        let len = normalize::normalize_path(parts.path, buf).map_err(|e| self.bad(e))?;
-        let prepared = self
-            .policy
-            .prepare(req, &buf[..len], parts.query.unwrap_or(b""));
+        let len = normalize::normalize_path(raw_path, buf).map_err(|e| self.bad(e))?;
+        Ok(self.decide(req, &buf[..len], query, now, ticket))
+    }
+
+    /// Everything after normalization: exemptions, limits, charging.
+    fn decide(
+        &self,
+        req: &dyn RequestView,
+        path: &[u8],
+        query: &[u8],
+        now: u64,
+        mut ticket: Option<QueueTicket>,
+    ) -> Outcome {
+        let prepared = self.policy.prepare(req, path, query);
 
         let mut out = Outcome::new();
         if let Some(i) = self
@@ -468,7 +495,7 @@ impl Engine {
             if let Some(t) = ticket.take() {
                 self.abandon(t, now);
             }
-            return Ok(out);
+            return out;
         }
 
         let mut hits = [Hit {
@@ -492,7 +519,7 @@ impl Engine {
             if let Some(t) = ticket.take() {
                 self.abandon(t, now);
             }
-            return Ok(out);
+            return out;
         }
 
         // 3. Predict every rate limit; an enforced rejection ends it here with no writes.
@@ -509,7 +536,7 @@ impl Engine {
                 if let Some(t) = ticket.take() {
                     self.abandon(t, now);
                 }
-                return Ok(out);
+                return out;
             }
         }
 
@@ -548,14 +575,14 @@ impl Engine {
                             out.status = limit.status;
                             out.limit = Some(h.limit as u16);
                             out.ticket = Some(t);
-                            return Ok(out);
+                            return out;
                         }
                     }
                     self.reject(&mut out, h.limit, 0);
                     if let Some(t) = ticket.take() {
                         self.abandon(t, now);
                     }
-                    return Ok(out);
+                    return out;
                 }
             }
         }
@@ -610,7 +637,7 @@ impl Engine {
                     out.wait_ns = 0;
                     self.reject(&mut out, h.limit, v.retry_after_ns);
                     out.quota = Some(q);
-                    return Ok(out);
+                    return out;
                 }
             }
         }
@@ -624,7 +651,7 @@ impl Engine {
             }
             .fetch_add(1, Relaxed);
         }
-        Ok(out)
+        out
     }
 
     fn bad(&self, e: UriError) -> EvalError {
