@@ -225,7 +225,7 @@ unsafe fn set_error(err: *mut *mut weir_error, msg: impl std::fmt::Display) {
     }
     let text = msg.to_string().replace('\0', "\\0");
     let message = CString::new(text).unwrap_or_default();
-    *err = Box::into_raw(Box::new(weir_error { message }));
+    give(err, weir_error { message });
 }
 
 /// A byte view from (ptr, len): NULL is allowed only for len 0.
@@ -240,6 +240,19 @@ unsafe fn bytes<'a>(p: *const u8, len: usize) -> Result<&'a [u8], c_int> {
         return Err(WEIR_ERR_INVALID);
     }
     Ok(std::slice::from_raw_parts(p, len))
+}
+
+/// Hands a new object to the caller through `out` (checked non-NULL by the caller).
+unsafe fn give<T>(out: *mut *mut T, value: T) -> c_int {
+    *out = Box::into_raw(Box::new(value));
+    WEIR_OK
+}
+
+/// Frees an object made by [`give`]; NULL is ignored and a panic in a destructor is contained.
+unsafe fn take_back<T>(p: *mut T) {
+    if !p.is_null() {
+        let _ = catch_unwind(AssertUnwindSafe(|| drop(Box::from_raw(p))));
+    }
 }
 
 fn fail(err: *mut *mut weir_error, code: c_int, msg: impl std::fmt::Display) -> c_int {
@@ -275,9 +288,7 @@ pub unsafe extern "C" fn weir_error_message(err: *const weir_error) -> *const c_
 /// Frees an error (NULL is ignored).
 #[no_mangle]
 pub unsafe extern "C" fn weir_error_free(err: *mut weir_error) {
-    if !err.is_null() {
-        drop(Box::from_raw(err));
-    }
+    take_back(err)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -312,10 +323,7 @@ pub unsafe extern "C" fn weir_policy_parse(
             CStr::from_ptr(name).to_str().ok()
         };
         match CompiledPolicy::parse(src, name) {
-            Ok(policy) => {
-                *out = Box::into_raw(Box::new(weir_policy { policy }));
-                WEIR_OK
-            }
+            Ok(policy) => give(out, weir_policy { policy }),
             Err(e) => fail(err, WEIR_ERR_POLICY, e),
         }
     })
@@ -347,9 +355,7 @@ pub unsafe extern "C" fn weir_policy_load(
 /// Frees a policy (NULL is ignored). Engines made from it stay valid.
 #[no_mangle]
 pub unsafe extern "C" fn weir_policy_free(p: *mut weir_policy) {
-    if !p.is_null() {
-        let _ = catch_unwind(AssertUnwindSafe(|| drop(Box::from_raw(p))));
-    }
+    take_back(p)
 }
 
 /// Number of zones the policy declares (0 for NULL).
@@ -403,10 +409,7 @@ pub unsafe extern "C" fn weir_engine_new(
         }
         *out = ptr::null_mut();
         match Engine::new((*p).policy.clone()) {
-            Ok(engine) => {
-                *out = Box::into_raw(Box::new(weir_engine { engine }));
-                WEIR_OK
-            }
+            Ok(engine) => give(out, weir_engine { engine }),
             Err(e) => fail(err, WEIR_ERR_ZONE, e),
         }
     })
@@ -470,10 +473,7 @@ pub unsafe extern "C" fn weir_engine_attach(
             }
         }
         match Engine::with_tables(policy.clone(), tables) {
-            Ok(engine) => {
-                *out = Box::into_raw(Box::new(weir_engine { engine }));
-                WEIR_OK
-            }
+            Ok(engine) => give(out, weir_engine { engine }),
             Err(e) => fail(err, WEIR_ERR_ZONE, e),
         }
     })
@@ -482,9 +482,7 @@ pub unsafe extern "C" fn weir_engine_attach(
 /// Frees an engine (NULL is ignored). Caller regions are left as they are.
 #[no_mangle]
 pub unsafe extern "C" fn weir_engine_free(e: *mut weir_engine) {
-    if !e.is_null() {
-        let _ = catch_unwind(AssertUnwindSafe(|| drop(Box::from_raw(e))));
-    }
+    take_back(e)
 }
 
 /// A `weir_request` seen as the engine's request view.
@@ -863,10 +861,7 @@ pub unsafe extern "C" fn weir_zone_new(
         }
         *out = ptr::null_mut();
         match Table::new(bytes, schema, 0) {
-            Ok(table) => {
-                *out = Box::into_raw(Box::new(weir_zone { table }));
-                WEIR_OK
-            }
+            Ok(table) => give(out, weir_zone { table }),
             Err(e) => fail(err, WEIR_ERR_ZONE, e),
         }
     })
@@ -895,8 +890,7 @@ pub unsafe extern "C" fn weir_zone_attach(
                 if !existed.is_null() {
                     *existed = kept as c_int;
                 }
-                *out = Box::into_raw(Box::new(weir_zone { table }));
-                WEIR_OK
+                give(out, weir_zone { table })
             }
             Err(e) => fail(err, WEIR_ERR_ZONE, e),
         }
@@ -906,9 +900,7 @@ pub unsafe extern "C" fn weir_zone_attach(
 /// Frees a zone handle (NULL is ignored); a caller's region is left as it is.
 #[no_mangle]
 pub unsafe extern "C" fn weir_zone_free(z: *mut weir_zone) {
-    if !z.is_null() {
-        let _ = catch_unwind(AssertUnwindSafe(|| drop(Box::from_raw(z))));
-    }
+    take_back(z)
 }
 
 /// A zone's counters.
@@ -947,10 +939,7 @@ unsafe fn new_limiter(
     }
     *out = ptr::null_mut();
     match made {
-        Ok(kind) => {
-            *out = Box::into_raw(Box::new(weir_limiter { kind }));
-            WEIR_OK
-        }
+        Ok(kind) => give(out, weir_limiter { kind }),
         Err(e) => fail(err, WEIR_ERR_INVALID, e),
     }
 }
@@ -1020,9 +1009,7 @@ pub unsafe extern "C" fn weir_limiter_concurrency(
 /// Frees a limiter (NULL is ignored).
 #[no_mangle]
 pub unsafe extern "C" fn weir_limiter_free(l: *mut weir_limiter) {
-    if !l.is_null() {
-        let _ = catch_unwind(AssertUnwindSafe(|| drop(Box::from_raw(l))));
-    }
+    take_back(l)
 }
 
 fn check_out(d: Decision, v: &weir::limiter::Verdict) -> weir_check {
