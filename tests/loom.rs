@@ -18,23 +18,28 @@ fn small_table() -> Arc<Table> {
     Arc::new(Table::new(Table::bytes_for(8), 1, 0).unwrap())
 }
 
+/// Runs `threads` concurrent checks of key `k`; returns how many were admitted.
+fn admitted_by_threads(t: &Arc<Table>, g: Gcra, k: u64, threads: usize) -> usize {
+    let handles: Vec<_> = (0..threads)
+        .map(|_| {
+            let t = t.clone();
+            thread::spawn(move || t.check(&g, k, 1, 5 * S).admitted())
+        })
+        .collect();
+    handles
+        .into_iter()
+        .map(|h| h.join().unwrap())
+        .filter(|&a| a)
+        .count()
+}
+
 #[test]
 fn two_inserts_of_one_key_race_for_one_empty_slot() {
     loom::model(|| {
         let t = small_table();
         let g = gcra(0);
         let k = t.key_hash(b"k");
-        let handles: Vec<_> = (0..2)
-            .map(|_| {
-                let t = t.clone();
-                thread::spawn(move || t.check(&g, k, 1, 5 * S).admitted())
-            })
-            .collect();
-        let admitted = handles
-            .into_iter()
-            .map(|h| h.join().unwrap())
-            .filter(|&a| a)
-            .count();
+        let admitted = admitted_by_threads(&t, g, k, 2);
         assert_eq!(admitted, 1, "burst 0 admits exactly one request");
         assert_eq!(t.stats().occupancy, 1, "the key is stored once");
     });
@@ -108,17 +113,7 @@ fn concurrent_updates_of_one_key_admit_exactly_the_burst() {
         let t = small_table();
         let g = gcra(1);
         let k = t.key_hash(b"hot");
-        let handles: Vec<_> = (0..3)
-            .map(|_| {
-                let t = t.clone();
-                thread::spawn(move || t.check(&g, k, 1, 5 * S).admitted())
-            })
-            .collect();
-        let admitted = handles
-            .into_iter()
-            .map(|h| h.join().unwrap())
-            .filter(|&a| a)
-            .count();
+        let admitted = admitted_by_threads(&t, g, k, 3);
         assert_eq!(admitted, 2);
     });
 }
