@@ -401,6 +401,12 @@ int weir_engine_abandon(const struct weir_engine *e, struct weir_verdict *v, uin
 int weir_engine_release(const struct weir_engine *e, struct weir_verdict *v, uint64_t now);
 
 /*
+ 1 when the policy says `failure_mode = "closed"` (reject when weir cannot decide, e.g. on
+ WEIR_ERR_PANIC), 0 for "open" (the default) or NULL.
+ */
+int weir_engine_fails_closed(const struct weir_engine *e);
+
+/*
  Number of limits in the engine's policy (0 for NULL).
  */
 size_t weir_engine_limit_count(const struct weir_engine *e);

@@ -742,6 +742,16 @@ pub unsafe extern "C" fn weir_engine_release(
     })
 }
 
+/// 1 when the policy says `failure_mode = "closed"` (reject when weir cannot decide, e.g. on
+/// WEIR_ERR_PANIC), 0 for "open" (the default) or NULL.
+#[no_mangle]
+pub unsafe extern "C" fn weir_engine_fails_closed(e: *const weir_engine) -> c_int {
+    if e.is_null() {
+        return 0;
+    }
+    ((*e).engine.policy().failure_mode == weir::policy::config::FailureMode::Closed) as c_int
+}
+
 /// Number of limits in the engine's policy (0 for NULL).
 #[no_mangle]
 pub unsafe extern "C" fn weir_engine_limit_count(e: *const weir_engine) -> usize {

@@ -369,6 +369,7 @@ test_bad_inputs(void)
     CHECK(weir_zone_attach(NULL, 4096, 1, 0, NULL, &z, NULL) == WEIR_ERR_NULL, "NULL region");
     CHECK(weir_policy_zone_count(NULL) == 0, "NULL zone count");
     CHECK(weir_engine_limit_count(NULL) == 0, "NULL limit count");
+    CHECK(weir_engine_fails_closed(NULL) == 0, "NULL fails closed");
     CHECK(strcmp(weir_error_message(NULL), "") == 0, "NULL error message");
     weir_policy_free(NULL);
     weir_engine_free(NULL);
@@ -416,6 +417,7 @@ test_bad_inputs(void)
     CHECK(weir_policy_parse((const uint8_t *) GOOD_POLICY, strlen(GOOD_POLICY), "good", &p,
               &err) == WEIR_OK, "good policy: %s", weir_error_message(err));
     CHECK(weir_engine_new(p, &e, &err) == WEIR_OK, "engine");
+    CHECK(weir_engine_fails_closed(e) == 0, "failure_mode defaults to open");
     memset(&r, 0, sizeof(r));
     r.method = (const uint8_t *) "GET";
     r.method_len = 3;
