@@ -30,7 +30,7 @@
 //! use weir_tower::WeirLayer;
 //!
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-//! let policy = load_policy("policy.toml")?;
+//! let policy = load_policy("policy.toml".as_ref())?;
 //! let engine = Arc::new(Engine::new(policy)?);
 //! let app = Router::new()
 //!     .route("/", get(|| async { "hello" }))
