@@ -104,7 +104,9 @@ fn bench(c: &mut Criterion) {
     }
     let mut g = c.benchmark_group("tower_layer");
     g.bench_function("inner only", |b| b.iter(|| run(&inner)));
-    g.bench_function("tower_governor (per-IP GCRA)", |b| b.iter(|| run(&governor)));
+    g.bench_function("tower_governor (per-IP GCRA)", |b| {
+        b.iter(|| run(&governor))
+    });
     g.bench_function("weir (per-IP GCRA)", |b| b.iter(|| run(&weir)));
     g.bench_function("weir (per-IP GCRA + concurrency)", |b| {
         b.iter(|| run(&weir_conc))

@@ -24,9 +24,9 @@ use weir_tower::{Verdict, WeirLayer};
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
-    let policy_path = args
-        .next()
-        .unwrap_or_else(|| concat!(env!("CARGO_MANIFEST_DIR"), "/examples/axum_service.toml").into());
+    let policy_path = args.next().unwrap_or_else(|| {
+        concat!(env!("CARGO_MANIFEST_DIR"), "/examples/axum_service.toml").into()
+    });
     let addr = args.next().unwrap_or_else(|| "127.0.0.1:3000".into());
 
     let engine = Arc::new(Engine::new(load_policy(policy_path.as_ref())?)?);
@@ -62,7 +62,10 @@ async fn download() -> Body {
             return None;
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
-        Some((Ok::<_, std::io::Error>(Bytes::from(format!("chunk {i}\n"))), i + 1))
+        Some((
+            Ok::<_, std::io::Error>(Bytes::from(format!("chunk {i}\n"))),
+            i + 1,
+        ))
     });
     Body::from_stream(chunks)
 }

@@ -437,7 +437,9 @@ where
     fn size_hint(&self) -> SizeHint {
         match &self.kind {
             Kind::Inner { body, .. } => body.size_hint(),
-            Kind::Full { data } => SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64)),
+            Kind::Full { data } => {
+                SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
+            }
         }
     }
 }
@@ -464,7 +466,9 @@ fn wants_fields(engine: &Engine, out: &Outcome) -> bool {
 
 fn reject_response<B>(cfg: &Config, out: &Outcome, verdict: Verdict) -> Response<WeirBody<B>> {
     let status = StatusCode::from_u16(out.status).unwrap_or(StatusCode::TOO_MANY_REQUESTS);
-    let mut resp = Response::new(WeirBody::full(status.canonical_reason().unwrap_or("Limited")));
+    let mut resp = Response::new(WeirBody::full(
+        status.canonical_reason().unwrap_or("Limited"),
+    ));
     *resp.status_mut() = status;
     let h = resp.headers_mut();
     h.insert(
@@ -557,9 +561,9 @@ where
                 let resp = ready!(fut.poll(cx))?;
                 Poll::Ready(Ok(finish(resp, guard.take(), fields.take(), *verdict)))
             }
-            StateProj::Ready { resp } => {
-                Poll::Ready(Ok(resp.take().expect("ResponseFuture polled after completion")))
-            }
+            StateProj::Ready { resp } => Poll::Ready(Ok(resp
+                .take()
+                .expect("ResponseFuture polled after completion"))),
             StateProj::Slow { fut } => fut.as_mut().poll(cx),
         }
     }
@@ -638,10 +642,7 @@ where
         queued = true;
         let limit = out.limit.map_or(0, usize::from);
         let timeout = engine.policy().limits[limit].timeout;
-        let deadline = cfg
-            .clock
-            .now_ns()
-            .saturating_add(timeout.as_nanos() as u64);
+        let deadline = cfg.clock.now_ns().saturating_add(timeout.as_nanos() as u64);
         let mut place = TicketGuard {
             cfg: cfg.clone(),
             ticket: out.ticket.take(),

@@ -97,7 +97,10 @@ async fn body_error_releases_the_permit() {
     let mut a = get_held(addr, 1).await;
     assert_eq!(status(&mut a, SECOND).await, Some(200));
     held.end(1, End::Fail);
-    assert!(a.body(SECOND).await.is_none(), "a failed body aborts the response");
+    assert!(
+        a.body(SECOND).await.is_none(),
+        "a failed body aborts the response"
+    );
     let mut b = get_held(addr, 2).await;
     assert_eq!(status(&mut b, SECOND).await, Some(200));
 }
@@ -106,7 +109,9 @@ async fn body_error_releases_the_permit() {
 async fn inner_service_error_releases_the_permit() {
     // No network: the inner service fails instead of answering.
     let svc = WeirLayer::new(engine(ONE_AT_A_TIME)).layer(tower::service_fn(
-        |_req: http::Request<()>| async { Err::<http::Response<Full<bytes::Bytes>>, _>("inner failed") },
+        |_req: http::Request<()>| async {
+            Err::<http::Response<Full<bytes::Bytes>>, _>("inner failed")
+        },
     ));
     let req = || http::Request::get("/").body(()).unwrap();
     assert_eq!(svc.clone().oneshot(req()).await.err(), Some("inner failed"));
@@ -122,7 +127,11 @@ async fn disconnect_mid_body(tick: Option<Duration>) {
     let mut a = get_held(addr, 1).await;
     assert_eq!(status(&mut a, SECOND).await, Some(200));
     let mut b = get_held(addr, 2).await;
-    assert_eq!(status(&mut b, SECOND).await, Some(429), "the body holds the permit");
+    assert_eq!(
+        status(&mut b, SECOND).await,
+        Some(429),
+        "the body holds the permit"
+    );
     drop(a);
     let t0 = Instant::now();
     let mut n = 3;
@@ -186,7 +195,10 @@ burst = 2
         waits.push(wait_ns);
     }
     assert_eq!(waits[0], 0);
-    assert!(waits[1] > 150_000_000 && waits[2] > 150_000_000, "{waits:?}");
+    assert!(
+        waits[1] > 150_000_000 && waits[2] > 150_000_000,
+        "{waits:?}"
+    );
 }
 
 const QUEUE: &str = r#"
@@ -210,7 +222,11 @@ async fn queued_request_passes_when_the_slot_frees_and_times_out_otherwise() {
     let mut a = get_held(addr, 1).await;
     assert_eq!(status(&mut a, SECOND).await, Some(200));
     let mut b = get_held(addr, 2).await;
-    assert_eq!(status(&mut b, Duration::from_millis(50)).await, None, "b waits");
+    assert_eq!(
+        status(&mut b, Duration::from_millis(50)).await,
+        None,
+        "b waits"
+    );
     held.end(1, End::Finish);
     a.body(SECOND).await.unwrap();
     assert_eq!(status(&mut b, SECOND).await, Some(200), "b got the slot");
@@ -221,7 +237,11 @@ async fn queued_request_passes_when_the_slot_frees_and_times_out_otherwise() {
     let head = c.head(Duration::from_secs(3)).await.unwrap();
     assert_eq!(head.status, 503);
     assert_eq!(head.get("retry-after"), Some("1"));
-    assert!(t0.elapsed() >= Duration::from_millis(300), "{:?}", t0.elapsed());
+    assert!(
+        t0.elapsed() >= Duration::from_millis(300),
+        "{:?}",
+        t0.elapsed()
+    );
 }
 
 #[tokio::test]
@@ -230,9 +250,17 @@ async fn queued_client_that_leaves_gives_its_place_back() {
     let mut a = get_held(addr, 1).await;
     assert_eq!(status(&mut a, SECOND).await, Some(200));
     let mut b = get_held(addr, 2).await;
-    assert_eq!(status(&mut b, Duration::from_millis(50)).await, None, "b waits");
+    assert_eq!(
+        status(&mut b, Duration::from_millis(50)).await,
+        None,
+        "b waits"
+    );
     let mut c = get_held(addr, 3).await;
-    assert_eq!(status(&mut c, SECOND).await, Some(503), "the queue (1) is full");
+    assert_eq!(
+        status(&mut c, SECOND).await,
+        Some(503),
+        "the queue (1) is full"
+    );
     drop(b);
     // The layer's future for b is dropped with the connection; its ticket is abandoned.
     let t0 = Instant::now();

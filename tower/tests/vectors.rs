@@ -57,7 +57,10 @@ impl Clock for ClockHandle {
     fn now_ns(&self) -> u64 {
         self.0.now.load(Ordering::SeqCst)
     }
-    fn sleep(&self, d: Duration) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> {
+    fn sleep(
+        &self,
+        d: Duration,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> {
         self.0.sleeps.lock().unwrap().push(d.as_nanos() as u64);
         Box::pin(async {})
     }
@@ -142,7 +145,8 @@ impl Run {
     fn compare(&mut self, i: usize, head: &common::Head, expect: &Value, slept: Option<u64>) {
         let ctx = format!("{} step {i}", self.name);
         let mut bad = |f: &str, want: String, have: String| {
-            self.errs.push(format!("{ctx}: {f}: expected {want}, got {have}"))
+            self.errs
+                .push(format!("{ctx}: {f}: expected {want}, got {have}"))
         };
         let want_action = expect["action"].as_str().unwrap();
         let have_action = head.get("x-verdict-action");
@@ -158,14 +162,19 @@ impl Run {
                 bad("status", s.to_string(), head.status.to_string());
             }
         }
-        let name_of = |h: Option<&str>, f: &dyn Fn(usize) -> String| h.map(|x| f(x.parse().unwrap()));
+        let name_of =
+            |h: Option<&str>, f: &dyn Fn(usize) -> String| h.map(|x| f(x.parse().unwrap()));
         if let Some(l) = expect.get("limit") {
-            let have = name_of(head.get("x-verdict-limit"), &|i| self.engine.limit_name(i).into());
+            let have = name_of(head.get("x-verdict-limit"), &|i| {
+                self.engine.limit_name(i).into()
+            });
             if l.as_str().map(str::to_string) != have {
                 bad("limit", l.to_string(), format!("{have:?}"));
             }
         }
-        let wait_ns: u64 = head.get("x-verdict-wait-ns").map_or(0, |w| w.parse().unwrap());
+        let wait_ns: u64 = head
+            .get("x-verdict-wait-ns")
+            .map_or(0, |w| w.parse().unwrap());
         if let Some(w) = expect.get("wait_ms") {
             if w.as_u64() != Some(wait_ns / 1_000_000) {
                 bad("wait_ms", w.to_string(), (wait_ns / 1_000_000).to_string());
@@ -194,7 +203,11 @@ impl Run {
             for (n, want) in hs {
                 let have = head.get(n);
                 if want.as_str() != have {
-                    bad(&format!("headers.{n}"), want.to_string(), format!("{have:?}"));
+                    bad(
+                        &format!("headers.{n}"),
+                        want.to_string(),
+                        format!("{have:?}"),
+                    );
                 }
             }
         }
@@ -231,13 +244,18 @@ async fn run_vector(v: &Value) -> (Vec<String>, usize) {
     for (i, step) in v["steps"].as_array().unwrap().iter().enumerate() {
         let ctx = format!("{name} step {i}");
         let t_ms = step["t_ms"].as_u64().unwrap();
-        run.clock.now.store(BASE_NS + t_ms * 1_000_000, Ordering::SeqCst);
+        run.clock
+            .now
+            .store(BASE_NS + t_ms * 1_000_000, Ordering::SeqCst);
         let idx = |k: &str| step.get(k).and_then(Value::as_u64).map(|j| j as usize);
         if let Some(j) = idx("release") {
             let id = run.origin[&j];
             run.held.end(id, End::Finish);
             let conn = run.conns.get_mut(&id).unwrap();
-            assert!(conn.body(ARRIVE).await.is_some(), "{ctx}: body of {j} did not end");
+            assert!(
+                conn.body(ARRIVE).await.is_some(),
+                "{ctx}: body of {j} did not end"
+            );
             continue;
         }
         if let Some(j) = idx("abandon") {
@@ -261,7 +279,10 @@ async fn run_vector(v: &Value) -> (Vec<String>, usize) {
                 .collect();
             headers.push(("x-test-peer".into(), step["peer"].as_str().unwrap().into()));
             headers.push(("x-test-step".into(), i.to_string()));
-            let hs: Vec<(&str, &str)> = headers.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
+            let hs: Vec<(&str, &str)> = headers
+                .iter()
+                .map(|(a, b)| (a.as_str(), b.as_str()))
+                .collect();
             let conn = Conn::send(
                 run.addr,
                 step["method"].as_str().unwrap(),
@@ -276,7 +297,8 @@ async fn run_vector(v: &Value) -> (Vec<String>, usize) {
         let conn = run.conns.get_mut(&id).unwrap();
         if queue {
             if let Some(h) = conn.head(SILENT).await {
-                run.errs.push(format!("{ctx}: expected to wait in the queue, got {h:?}"));
+                run.errs
+                    .push(format!("{ctx}: expected to wait in the queue, got {h:?}"));
             }
             continue;
         }
@@ -290,7 +312,8 @@ async fn run_vector(v: &Value) -> (Vec<String>, usize) {
         };
         let sleeps = run.clock.sleeps.lock().unwrap()[sleeps_before..].to_vec();
         if sleeps.len() > 1 {
-            run.errs.push(format!("{ctx}: slept {} times", sleeps.len()));
+            run.errs
+                .push(format!("{ctx}: slept {} times", sleeps.len()));
         }
         run.compare(i, &head, expect, sleeps.first().copied());
     }

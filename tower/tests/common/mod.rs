@@ -185,7 +185,12 @@ pub struct Conn {
 
 impl Conn {
     /// Connects and writes the request (no body). Header lines go out in order, as given.
-    pub async fn send(addr: SocketAddr, method: &str, target: &str, headers: &[(&str, &str)]) -> Conn {
+    pub async fn send(
+        addr: SocketAddr,
+        method: &str,
+        target: &str,
+        headers: &[(&str, &str)],
+    ) -> Conn {
         let mut stream = TcpStream::connect(addr).await.unwrap();
         let mut req = format!("{method} {target} HTTP/1.1\r\n");
         if !headers.iter().any(|(n, _)| n.eq_ignore_ascii_case("host")) {
@@ -230,7 +235,14 @@ impl Conn {
             let text = String::from_utf8_lossy(&self.buf[..end]).to_string();
             self.buf.drain(..end + 4);
             let mut lines = text.split("\r\n");
-            let status = lines.next().unwrap().split(' ').nth(1).unwrap().parse().unwrap();
+            let status = lines
+                .next()
+                .unwrap()
+                .split(' ')
+                .nth(1)
+                .unwrap()
+                .parse()
+                .unwrap();
             let headers = lines
                 .filter_map(|l| l.split_once(':'))
                 .map(|(n, v)| (n.trim().to_string(), v.trim().to_string()))
@@ -262,7 +274,8 @@ impl Conn {
                 }
                 continue;
             };
-            let size = usize::from_str_radix(std::str::from_utf8(&self.buf[..i]).unwrap(), 16).unwrap();
+            let size =
+                usize::from_str_radix(std::str::from_utf8(&self.buf[..i]).unwrap(), 16).unwrap();
             while self.buf.len() < i + 2 + size + 2 {
                 if !self.fill(deadline).await {
                     return None;
