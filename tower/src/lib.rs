@@ -1,5 +1,5 @@
-//! A [tower] layer that applies a weir policy to every request of a Rust HTTP service (axum,
-//! hyper 1.x, tonic: anything built on `http` 1.x and `tower` 0.5).
+//! A [tower](https://docs.rs/tower) layer that applies a weir policy to every request of a Rust
+//! HTTP service (axum, hyper 1.x, tonic: anything built on `http` 1.x and `tower` 0.5).
 //!
 //! The layer asks the policy engine ([`weir::policy::Engine`]) for a verdict and applies it:
 //!
@@ -62,6 +62,8 @@
 //!
 //! The engine runs on `weir::clock::monotonic_ns()` (also used for releases). Tests can inject
 //! another clock with [`WeirLayer::with_clock`]; a [`Clock`] may also replace the delay sleep.
+//! Delays and queue waits use tokio's timer, so the service must run inside a tokio runtime with
+//! time enabled (axum's and hyper-util's servers do); passes and rejections need no runtime.
 //!
 //! # The verdict in extensions
 //!
