@@ -78,6 +78,7 @@ c-test: lib pc
 
 bench-build:
 	$(CARGO) bench --no-run
+	$(CARGO) bench -p weir-tower --no-run
 
 bench:
 	$(CARGO) bench

@@ -1,0 +1,71 @@
+//! An axum service behind the weir layer.
+//!
+//! ```sh
+//! cargo run -p weir-tower --example axum_service -- [POLICY] [ADDR]
+//! #   POLICY defaults to tower/examples/axum_service.toml, ADDR to 127.0.0.1:3000
+//! curl -i http://127.0.0.1:3000/            # RateLimit fields; 429 after a burst of 21
+//! curl -i http://127.0.0.1:3000/healthz     # exempt
+//! curl -N http://127.0.0.1:3000/download    # 3 s stream; two at once, four more queue (5 s),
+//!                                           # the rest get 503
+//! ```
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::ConnectInfo;
+use axum::routing::get;
+use axum::{Extension, Router};
+use bytes::Bytes;
+use weir::policy::{load_policy, Engine};
+use weir_tower::{Verdict, WeirLayer};
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let mut args = std::env::args().skip(1);
+    let policy_path = args.next().unwrap_or_else(|| {
+        concat!(env!("CARGO_MANIFEST_DIR"), "/examples/axum_service.toml").into()
+    });
+    let addr = args.next().unwrap_or_else(|| "127.0.0.1:3000".into());
+
+    let engine = Arc::new(Engine::new(load_policy(policy_path.as_ref())?)?);
+    let app = Router::new()
+        .route("/", get(index))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/download", get(download))
+        // Everything above is limited; the Verdict extension is for the handlers' logging.
+        .layer(WeirLayer::new(engine).expose_verdict(true));
+
+    let listener = tokio::net::TcpListener::bind(&addr).await?;
+    println!("listening on http://{}", listener.local_addr()?);
+    // ConnectInfo<SocketAddr>: the peer address the policy's per-IP keys use.
+    axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .await?;
+    Ok(())
+}
+
+async fn index(
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Extension(v): Extension<Verdict>,
+) -> String {
+    format!("hello {}; weir said {:?}\n", peer.ip(), v.action)
+}
+
+/// A slow streaming body: the download's concurrency permit is held until its last byte.
+async fn download() -> Body {
+    let chunks = futures_util::stream::unfold(0u32, |i| async move {
+        if i == 6 {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        Some((
+            Ok::<_, std::io::Error>(Bytes::from(format!("chunk {i}\n"))),
+            i + 1,
+        ))
+    });
+    Body::from_stream(chunks)
+}

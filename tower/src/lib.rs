@@ -1,0 +1,695 @@
+//! A [tower](https://docs.rs/tower) layer that applies a weir policy to every request of a Rust
+//! HTTP service (axum, hyper 1.x, tonic: anything built on `http` 1.x and `tower` 0.5).
+//!
+//! The layer asks the policy engine ([`weir::policy::Engine`]) for a verdict and applies it:
+//!
+//! | verdict | what the layer does |
+//! |---|---|
+//! | pass (or exempt, or no limit matched) | calls the inner service |
+//! | delay | sleeps the outcome's wait (tokio timer), then calls the inner service |
+//! | reject | answers the limit's status (default 429) with `Retry-After` (and the `RateLimit` fields when the policy enables them), a short text body, without calling the inner service |
+//! | queue | waits for a concurrency slot: re-evaluates every [`WeirLayer::queue_poll`] (5 ms by default) up to the limit's `timeout`, then passes or answers the limit's status; if the request's future is dropped meanwhile (client gone), its place in the queue is given back |
+//! | bad target | answers 400 (a target nginx would refuse: `/../x`, `%zz`, …) |
+//!
+//! When the policy enables them (`headers = true`), `RateLimit-Policy` and `RateLimit` are added
+//! to passed responses too.
+//!
+//! **Concurrency permits** (`algorithm = "concurrency"` limits) are held for the whole life of
+//! the response *body*, not just until the handler returns: the response body is wrapped in
+//! [`WeirBody`], which releases them when the body ends, fails, or is dropped (client
+//! disconnected mid-body, the request future dropped, a handler panic caught by
+//! `tower_http::catch_panic`). A streaming download therefore counts as in flight until its last
+//! byte.
+//!
+//! # Wiring it into axum
+//!
+//! ```no_run
+//! use std::{net::SocketAddr, sync::Arc};
+//! use axum::{routing::get, Router};
+//! use weir::policy::{load_policy, Engine};
+//! use weir_tower::WeirLayer;
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let policy = load_policy("policy.toml".as_ref())?;
+//! let engine = Arc::new(Engine::new(policy)?);
+//! let app = Router::new()
+//!     .route("/", get(|| async { "hello" }))
+//!     .layer(WeirLayer::new(engine));
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:3000").await?;
+//! // `into_make_service_with_connect_info` puts the peer address in each request
+//! // (`ConnectInfo<SocketAddr>`), which is what per-IP keys and client matchers use.
+//! axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! # The client address
+//!
+//! The layer gives the engine the address of the directly connected peer; the engine itself
+//! resolves `X-Forwarded-For` / `Forwarded` through the policy's trusted proxies. The peer is
+//! taken from the first of these request extensions that is present:
+//!
+//! 1. [`PeerOverride`] — set by your own middleware (tests, or a host behind a trusted socket
+//!    that learns the client address some other way, e.g. the PROXY protocol);
+//! 2. `axum::extract::ConnectInfo<SocketAddr>` (feature `axum`, on by default) — present when
+//!    the app is served with `into_make_service_with_connect_info::<SocketAddr>()`;
+//! 3. a plain `std::net::SocketAddr` (what some hyper-based servers insert).
+//!
+//! **Without any of them** every request is attributed to [`WeirLayer::fallback_peer`]
+//! (`0.0.0.0` unless set): all clients then share one per-IP key (`key = "ip"` limits become
+//! site-wide) and CIDR matchers and exemptions see that address. Serve with `ConnectInfo`.
+//!
+//! # Time
+//!
+//! The engine runs on `weir::clock::monotonic_ns()` (also used for releases). Tests can inject
+//! another clock with [`WeirLayer::with_clock`]; a [`Clock`] may also replace the delay sleep.
+//! Delays and queue waits use tokio's timer, so the service must run inside a tokio runtime with
+//! time enabled (axum's and hyper-util's servers do); passes and rejections need no runtime.
+//!
+//! # The verdict in extensions
+//!
+//! With [`WeirLayer::expose_verdict`] the layer inserts a [`Verdict`] into the request's
+//! extensions (for the handler: log dry-run verdicts, the delay served, …) and into the
+//! response's (for outer layers: access logs, metrics). Off by default: it costs an allocation.
+
+use std::borrow::Cow;
+use std::future::Future;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{ready, Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{HeaderName, HeaderValue, CONTENT_TYPE};
+use http::{Request, Response, StatusCode};
+use http_body::{Body, Frame, SizeHint};
+use pin_project_lite::pin_project;
+use tower_layer::Layer;
+use tower_service::Service;
+use weir::policy::engine::{Permits, QueueTicket};
+use weir::policy::{Action, Engine, EvalError, Outcome, RequestView};
+
+/// The peer address to give the engine for this request, overriding the connection's.
+///
+/// Insert it as a request extension from a middleware placed outside [`WeirLayer`]. Meant for
+/// tests (the shared vectors use peers like `192.0.2.1`) and for hosts that learn the real peer
+/// from a trusted source the layer cannot see (PROXY protocol, a Unix socket from a local
+/// proxy). Never derive it from a client-supplied header unless a trusted proxy set that header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PeerOverride(pub IpAddr);
+
+/// The layer's time source: `now` for the engine (and for releases), and the sleep used for
+/// delays. Any `Fn() -> u64 + Send + Sync` is a clock (with tokio's sleep).
+pub trait Clock: Send + Sync + 'static {
+    /// Nanoseconds on the engine tables' time base.
+    fn now_ns(&self) -> u64;
+
+    /// Waits `d` before a delayed request is served. Default: `tokio::time::sleep`.
+    fn sleep(&self, d: Duration) -> Pin<Box<dyn Future<Output = ()> + Send>> {
+        Box::pin(tokio::time::sleep(d))
+    }
+}
+
+/// `weir::clock::monotonic_ns()` and tokio's sleep: the default.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct MonotonicClock;
+
+impl Clock for MonotonicClock {
+    fn now_ns(&self) -> u64 {
+        weir::clock::monotonic_ns()
+    }
+}
+
+impl<F: Fn() -> u64 + Send + Sync + 'static> Clock for F {
+    fn now_ns(&self) -> u64 {
+        self()
+    }
+}
+
+/// What the engine decided for a request (see [`WeirLayer::expose_verdict`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Verdict {
+    /// The final action: after a queue wait, what the last evaluation said (or `Reject` when
+    /// the wait timed out).
+    pub action: Action,
+    /// The status answered for a rejection (200 otherwise).
+    pub status: u16,
+    /// Index of the deciding limit (`Engine::limit_name` gives its name).
+    pub limit: Option<u16>,
+    /// Index of the exemption that matched.
+    pub exempt: Option<u16>,
+    /// The delay served, in ns.
+    pub wait_ns: u64,
+    /// For a rejection: when the request would conform, in ns.
+    pub retry_after_ns: u64,
+    /// A dry-run limit that would have delayed or rejected.
+    pub dry_run: Option<(u16, Action)>,
+    /// The request waited in a concurrency queue first.
+    pub queued: bool,
+    /// The request target was invalid (answered 400).
+    pub bad_target: bool,
+}
+
+impl Verdict {
+    fn of(out: &Outcome, queued: bool) -> Verdict {
+        Verdict {
+            action: out.action,
+            status: if out.action == Action::Reject {
+                out.status
+            } else {
+                200
+            },
+            limit: out.limit,
+            exempt: out.exempt,
+            wait_ns: out.wait_ns,
+            retry_after_ns: out.retry_after_ns,
+            dry_run: out.dry_run,
+            queued,
+            bad_target: false,
+        }
+    }
+
+    fn bad_target() -> Verdict {
+        Verdict {
+            action: Action::Reject,
+            status: 400,
+            limit: None,
+            exempt: None,
+            wait_ns: 0,
+            retry_after_ns: 0,
+            dry_run: None,
+            queued: false,
+            bad_target: true,
+        }
+    }
+}
+
+#[derive(Clone)]
+struct Config {
+    engine: Arc<Engine>,
+    clock: Arc<dyn Clock>,
+    fallback_peer: IpAddr,
+    queue_poll: Duration,
+    expose_verdict: bool,
+}
+
+/// Applies a weir policy to every request: see the [crate docs](crate).
+#[derive(Clone)]
+pub struct WeirLayer {
+    cfg: Arc<Config>,
+}
+
+impl WeirLayer {
+    /// A layer over `engine`, on `weir::clock::monotonic_ns()`.
+    pub fn new(engine: Arc<Engine>) -> WeirLayer {
+        WeirLayer {
+            cfg: Arc::new(Config {
+                engine,
+                clock: Arc::new(MonotonicClock),
+                fallback_peer: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+                queue_poll: Duration::from_millis(5),
+                expose_verdict: false,
+            }),
+        }
+    }
+
+    /// Replaces the time source (tests; engines over tables on another time base). A closure
+    /// `|| -> u64` is a clock. The same clock times releases and the queue timeout.
+    pub fn with_clock(mut self, clock: impl Clock) -> WeirLayer {
+        Arc::make_mut(&mut self.cfg).clock = Arc::new(clock);
+        self
+    }
+
+    /// The peer used when a request carries no address (see the crate docs). Default `0.0.0.0`.
+    pub fn fallback_peer(mut self, peer: IpAddr) -> WeirLayer {
+        Arc::make_mut(&mut self.cfg).fallback_peer = peer;
+        self
+    }
+
+    /// How often a queued request looks for a free slot. Default 5 ms.
+    pub fn queue_poll(mut self, every: Duration) -> WeirLayer {
+        Arc::make_mut(&mut self.cfg).queue_poll = every.max(Duration::from_micros(100));
+        self
+    }
+
+    /// Insert a [`Verdict`] into request and response extensions. Default off.
+    pub fn expose_verdict(mut self, on: bool) -> WeirLayer {
+        Arc::make_mut(&mut self.cfg).expose_verdict = on;
+        self
+    }
+
+    /// The engine this layer applies.
+    pub fn engine(&self) -> &Arc<Engine> {
+        &self.cfg.engine
+    }
+}
+
+impl<S> Layer<S> for WeirLayer {
+    type Service = WeirService<S>;
+    fn layer(&self, inner: S) -> WeirService<S> {
+        WeirService {
+            inner,
+            cfg: self.cfg.clone(),
+        }
+    }
+}
+
+/// The service [`WeirLayer`] produces.
+#[derive(Clone)]
+pub struct WeirService<S> {
+    inner: S,
+    cfg: Arc<Config>,
+}
+
+/// The engine's view of an `http::Request`: no copies except an absolute-form target.
+struct View<'a, B> {
+    req: &'a Request<B>,
+    target: Cow<'a, str>,
+    peer: IpAddr,
+}
+
+impl<'a, B> View<'a, B> {
+    fn new(req: &'a Request<B>, fallback: IpAddr) -> View<'a, B> {
+        let uri = req.uri();
+        let target = if uri.scheme().is_some() {
+            // Absolute-form: the engine takes the path out of it itself.
+            Cow::Owned(uri.to_string())
+        } else if let Some(pq) = uri.path_and_query() {
+            Cow::Borrowed(pq.as_str())
+        } else if let Some(a) = uri.authority() {
+            Cow::Borrowed(a.as_str())
+        } else {
+            Cow::Borrowed(uri.path())
+        };
+        View {
+            req,
+            target,
+            peer: peer_of(req, fallback),
+        }
+    }
+}
+
+fn peer_of<B>(req: &Request<B>, fallback: IpAddr) -> IpAddr {
+    let ext = req.extensions();
+    if let Some(p) = ext.get::<PeerOverride>() {
+        return p.0;
+    }
+    #[cfg(feature = "axum")]
+    if let Some(ci) = ext.get::<axum::extract::ConnectInfo<SocketAddr>>() {
+        return ci.0.ip();
+    }
+    if let Some(sa) = ext.get::<SocketAddr>() {
+        return sa.ip();
+    }
+    fallback
+}
+
+impl<B> RequestView for View<'_, B> {
+    fn method(&self) -> &[u8] {
+        self.req.method().as_str().as_bytes()
+    }
+    fn target(&self) -> &[u8] {
+        self.target.as_bytes()
+    }
+    fn peer(&self) -> IpAddr {
+        self.peer
+    }
+    fn header_nth(&self, lowercase_name: &[u8], nth: usize) -> Option<&[u8]> {
+        let name = std::str::from_utf8(lowercase_name).ok()?;
+        self.req
+            .headers()
+            .get_all(name)
+            .iter()
+            .nth(nth)
+            .map(HeaderValue::as_bytes)
+    }
+}
+
+/// Releases an admitted request's concurrency permits when dropped.
+struct PermitGuard {
+    cfg: Arc<Config>,
+    permits: Permits,
+}
+
+impl PermitGuard {
+    fn new(cfg: &Arc<Config>, permits: Permits) -> Option<PermitGuard> {
+        if permits.is_empty() {
+            return None;
+        }
+        Some(PermitGuard {
+            cfg: cfg.clone(),
+            permits,
+        })
+    }
+}
+
+impl Drop for PermitGuard {
+    fn drop(&mut self) {
+        let permits = std::mem::take(&mut self.permits);
+        self.cfg.engine.release(permits, self.cfg.clock.now_ns());
+    }
+}
+
+/// Gives up a queue place when dropped while still holding it.
+struct TicketGuard {
+    cfg: Arc<Config>,
+    ticket: Option<QueueTicket>,
+}
+
+impl Drop for TicketGuard {
+    fn drop(&mut self) {
+        if let Some(t) = self.ticket.take() {
+            self.cfg.engine.abandon(t, self.cfg.clock.now_ns());
+        }
+    }
+}
+
+pin_project! {
+    /// The response body: the inner service's, holding the request's concurrency permits until
+    /// it ends (last frame, error) or is dropped; or the layer's own short answer.
+    pub struct WeirBody<B> {
+        #[pin]
+        kind: Kind<B>,
+    }
+}
+
+pin_project! {
+    #[project = KindProj]
+    enum Kind<B> {
+        Inner { #[pin] body: B, guard: Option<PermitGuard> },
+        Full { data: Option<Bytes> },
+    }
+}
+
+impl<B> WeirBody<B> {
+    fn inner(body: B, guard: Option<PermitGuard>) -> WeirBody<B> {
+        WeirBody {
+            kind: Kind::Inner { body, guard },
+        }
+    }
+
+    fn full(data: &'static str) -> WeirBody<B> {
+        WeirBody {
+            kind: Kind::Full {
+                data: Some(Bytes::from_static(data.as_bytes())),
+            },
+        }
+    }
+
+    /// Whether this body still holds concurrency permits.
+    pub fn holds_permits(&self) -> bool {
+        matches!(&self.kind, Kind::Inner { guard: Some(_), .. })
+    }
+}
+
+impl<B> Body for WeirBody<B>
+where
+    B: Body,
+    B::Data: From<Bytes>,
+{
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<B::Data>, B::Error>>> {
+        match self.project().kind.project() {
+            KindProj::Inner { body, guard } => {
+                let frame = ready!(body.poll_frame(cx));
+                if matches!(frame, None | Some(Err(_))) {
+                    // End of stream or a failed body: the response is over.
+                    guard.take();
+                }
+                Poll::Ready(frame)
+            }
+            KindProj::Full { data } => {
+                Poll::Ready(data.take().map(|d| Ok(Frame::data(B::Data::from(d)))))
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match &self.kind {
+            Kind::Inner { body, .. } => body.is_end_stream(),
+            Kind::Full { data } => data.is_none(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match &self.kind {
+            Kind::Inner { body, .. } => body.size_hint(),
+            Kind::Full { data } => {
+                SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
+            }
+        }
+    }
+}
+
+/// `RateLimit` / `Retry-After` fields of an outcome.
+type Fields = Vec<(HeaderName, HeaderValue)>;
+
+fn fields(engine: &Engine, out: &Outcome) -> Fields {
+    let mut v = Fields::new();
+    engine.headers(out, |name, value| {
+        if let (Ok(n), Ok(val)) = (
+            HeaderName::from_bytes(name.as_bytes()),
+            HeaderValue::from_str(value),
+        ) {
+            v.push((n, val));
+        }
+    });
+    v
+}
+
+fn wants_fields(engine: &Engine, out: &Outcome) -> bool {
+    engine.policy().emit_headers && out.quota.is_some()
+}
+
+fn reject_response<B>(cfg: &Config, out: &Outcome, verdict: Verdict) -> Response<WeirBody<B>> {
+    let status = StatusCode::from_u16(out.status).unwrap_or(StatusCode::TOO_MANY_REQUESTS);
+    let mut resp = Response::new(WeirBody::full(
+        status.canonical_reason().unwrap_or("Limited"),
+    ));
+    *resp.status_mut() = status;
+    let h = resp.headers_mut();
+    h.insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    for (n, v) in fields(&cfg.engine, out) {
+        h.insert(n, v);
+    }
+    if cfg.expose_verdict {
+        resp.extensions_mut().insert(verdict);
+    }
+    resp
+}
+
+fn bad_request<B>(cfg: &Config) -> Response<WeirBody<B>> {
+    let mut resp = Response::new(WeirBody::full("Bad Request"));
+    *resp.status_mut() = StatusCode::BAD_REQUEST;
+    resp.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    if cfg.expose_verdict {
+        resp.extensions_mut().insert(Verdict::bad_target());
+    }
+    resp
+}
+
+/// Wraps the inner response: permits ride on the body, fields and verdict are added.
+fn finish<B>(
+    resp: Response<B>,
+    guard: Option<PermitGuard>,
+    fields: Option<Fields>,
+    verdict: Option<Verdict>,
+) -> Response<WeirBody<B>> {
+    let mut resp = resp.map(|b| WeirBody::inner(b, guard));
+    if let Some(fields) = fields {
+        let h = resp.headers_mut();
+        for (n, v) in fields {
+            h.insert(n, v);
+        }
+    }
+    if let Some(v) = verdict {
+        resp.extensions_mut().insert(v);
+    }
+    resp
+}
+
+type SlowFuture<RB, E> = Pin<Box<dyn Future<Output = Result<Response<WeirBody<RB>>, E>> + Send>>;
+
+pin_project! {
+    /// The future of [`WeirService`]: the inner call (pass), a ready answer (reject, 400), or
+    /// a boxed wait (delay, queue).
+    pub struct ResponseFuture<F, RB, E> {
+        #[pin]
+        state: State<F, RB, E>,
+    }
+}
+
+pin_project! {
+    #[project = StateProj]
+    enum State<F, RB, E> {
+        Inner {
+            #[pin]
+            fut: F,
+            guard: Option<PermitGuard>,
+            fields: Option<Fields>,
+            verdict: Option<Verdict>,
+        },
+        Ready { resp: Option<Response<WeirBody<RB>>> },
+        Slow { fut: SlowFuture<RB, E> },
+    }
+}
+
+impl<F, RB, E> Future for ResponseFuture<F, RB, E>
+where
+    F: Future<Output = Result<Response<RB>, E>>,
+{
+    type Output = Result<Response<WeirBody<RB>>, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.project().state.project() {
+            StateProj::Inner {
+                fut,
+                guard,
+                fields,
+                verdict,
+            } => {
+                // An error drops the guard with this future: the permits come back.
+                let resp = ready!(fut.poll(cx))?;
+                Poll::Ready(Ok(finish(resp, guard.take(), fields.take(), *verdict)))
+            }
+            StateProj::Ready { resp } => Poll::Ready(Ok(resp
+                .take()
+                .expect("ResponseFuture polled after completion"))),
+            StateProj::Slow { fut } => fut.as_mut().poll(cx),
+        }
+    }
+}
+
+impl<S, B, RB> Service<Request<B>> for WeirService<S>
+where
+    S: Service<Request<B>, Response = Response<RB>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    B: Send + 'static,
+    RB: Send + 'static,
+{
+    type Response = Response<WeirBody<RB>>;
+    type Error = S::Error;
+    type Future = ResponseFuture<S::Future, RB, S::Error>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut req: Request<B>) -> Self::Future {
+        let cfg = &self.cfg;
+        let engine = &cfg.engine;
+        let res = engine.evaluate(&View::new(&req, cfg.fallback_peer), cfg.clock.now_ns());
+        let mut out = match res {
+            Ok(out) => out,
+            Err(EvalError::BadTarget(_)) => {
+                return ResponseFuture {
+                    state: State::Ready {
+                        resp: Some(bad_request(cfg)),
+                    },
+                }
+            }
+        };
+        let verdict = Verdict::of(&out, false);
+        let state = match out.action {
+            Action::Pass => {
+                let fields = wants_fields(engine, &out).then(|| fields(engine, &out));
+                let guard = PermitGuard::new(cfg, std::mem::take(&mut out.permits));
+                let verdict = cfg.expose_verdict.then(|| {
+                    req.extensions_mut().insert(verdict);
+                    verdict
+                });
+                State::Inner {
+                    fut: self.inner.call(req),
+                    guard,
+                    fields,
+                    verdict,
+                }
+            }
+            Action::Reject => State::Ready {
+                resp: Some(reject_response(cfg, &out, verdict)),
+            },
+            Action::Delay | Action::Queue => State::Slow {
+                fut: Box::pin(slow(cfg.clone(), self.inner.clone(), req, out)),
+            },
+        };
+        ResponseFuture { state }
+    }
+}
+
+/// Delay and queue: wait, then serve (or answer the limit's status).
+async fn slow<S, B, RB>(
+    cfg: Arc<Config>,
+    mut svc: S,
+    mut req: Request<B>,
+    mut out: Outcome,
+) -> Result<Response<WeirBody<RB>>, S::Error>
+where
+    S: Service<Request<B>, Response = Response<RB>>,
+{
+    let engine = &cfg.engine;
+    let mut queued = false;
+    if out.action == Action::Queue {
+        queued = true;
+        let limit = out.limit.map_or(0, usize::from);
+        let timeout = engine.policy().limits[limit].timeout;
+        let deadline = cfg.clock.now_ns().saturating_add(timeout.as_nanos() as u64);
+        let mut place = TicketGuard {
+            cfg: cfg.clone(),
+            ticket: out.ticket.take(),
+        };
+        loop {
+            tokio::time::sleep(cfg.queue_poll).await;
+            let now = cfg.clock.now_ns();
+            if now >= deadline {
+                drop(place); // gives the queue place back
+                out.action = Action::Reject;
+                out.retry_after_ns = 0;
+                let verdict = Verdict::of(&out, true);
+                return Ok(reject_response(&cfg, &out, verdict));
+            }
+            let Some(ticket) = place.ticket.take() else {
+                break;
+            };
+            let res = engine.evaluate_queued(&View::new(&req, cfg.fallback_peer), now, ticket);
+            match res {
+                Ok(mut o) => {
+                    place.ticket = o.ticket.take();
+                    out = o;
+                    if out.action != Action::Queue {
+                        break;
+                    }
+                }
+                // The target was fine a moment ago; cannot happen, but answer as the engine does.
+                Err(EvalError::BadTarget(_)) => return Ok(bad_request(&cfg)),
+            }
+        }
+    }
+    let verdict = Verdict::of(&out, queued);
+    if out.action == Action::Reject {
+        return Ok(reject_response(&cfg, &out, verdict));
+    }
+    let guard = PermitGuard::new(&cfg, std::mem::take(&mut out.permits));
+    if out.action == Action::Delay && out.wait_ns > 0 {
+        cfg.clock.sleep(Duration::from_nanos(out.wait_ns)).await;
+    }
+    let fields = wants_fields(engine, &out).then(|| fields(engine, &out));
+    let verdict = cfg.expose_verdict.then(|| {
+        req.extensions_mut().insert(verdict);
+        verdict
+    });
+    std::future::poll_fn(|cx| svc.poll_ready(cx)).await?;
+    let resp = svc.call(req).await?;
+    Ok(finish(resp, guard, fields, verdict))
+}

@@ -1,0 +1,334 @@
+//! The layer's own behaviour on a real server (axum on 127.0.0.1, real clock): permits come
+//! back on handler error, handler panic and client disconnect mid-body; delays are served;
+//! queued requests pass, time out, and give their place back when the client leaves; the peer
+//! comes from ConnectInfo.
+
+mod common;
+
+use std::convert::Infallible;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::extract::{Request, State};
+use axum::response::Response;
+use axum::routing::get;
+use axum::{Extension, Router};
+use common::{held_response, serve, Conn, End, Held};
+use http_body_util::Full;
+use tower::{Layer, ServiceExt};
+use tower_http::catch_panic::CatchPanicLayer;
+use weir::policy::{CompiledPolicy, Engine};
+use weir_tower::{Verdict, WeirLayer};
+
+const ONE_AT_A_TIME: &str = r#"
+[zones.c]
+size = "64k"
+algorithm = "concurrency"
+max = 1
+[[limit]]
+class = "*"
+zone = "c"
+name = "one"
+key = "global"
+"#;
+
+const SECOND: Duration = Duration::from_secs(1);
+
+fn engine(policy: &str) -> Arc<Engine> {
+    Arc::new(Engine::new(CompiledPolicy::parse(policy, Some("test.toml")).unwrap()).unwrap())
+}
+
+async fn held(State(held): State<Arc<Held>>, req: Request) -> Response {
+    let id = common::step_id(&req).expect("x-test-step");
+    held_response(&held, id)
+}
+
+async fn panics() -> &'static str {
+    panic!("handler panic (expected by the test)")
+}
+
+/// `/` holds its body open until the test ends it; `/panic` panics (CatchPanicLayer outside
+/// the weir layer turns that into a 500).
+async fn app(layer: WeirLayer) -> (SocketAddr, Arc<Held>) {
+    let state = Arc::new(Held::default());
+    let app = Router::new()
+        .route("/", get(held))
+        .route("/panic", get(panics))
+        .layer(layer)
+        .layer(CatchPanicLayer::new())
+        .with_state(state.clone());
+    (serve(app).await.0, state)
+}
+
+async fn get_held(addr: SocketAddr, id: u64) -> Conn {
+    let id = id.to_string();
+    Conn::send(addr, "GET", "/", &[("x-test-step", &id)]).await
+}
+
+async fn status(conn: &mut Conn, wait: Duration) -> Option<u16> {
+    conn.head(wait).await.map(|h| h.status)
+}
+
+#[tokio::test]
+async fn handler_panic_releases_the_permit() {
+    let (addr, held) = app(WeirLayer::new(engine(ONE_AT_A_TIME))).await;
+    let mut a = get_held(addr, 1).await;
+    assert_eq!(status(&mut a, SECOND).await, Some(200));
+    let mut b = get_held(addr, 2).await;
+    assert_eq!(status(&mut b, SECOND).await, Some(429), "the limit is on");
+    held.end(1, End::Finish);
+    a.body(SECOND).await.unwrap();
+
+    let mut p = Conn::send(addr, "GET", "/panic", &[]).await;
+    assert_eq!(status(&mut p, SECOND).await, Some(500));
+    p.body(SECOND).await;
+    let mut c = get_held(addr, 3).await;
+    assert_eq!(
+        status(&mut c, SECOND).await,
+        Some(200),
+        "the panicking request gave its permit back"
+    );
+}
+
+#[tokio::test]
+async fn body_error_releases_the_permit() {
+    let (addr, held) = app(WeirLayer::new(engine(ONE_AT_A_TIME))).await;
+    let mut a = get_held(addr, 1).await;
+    assert_eq!(status(&mut a, SECOND).await, Some(200));
+    held.end(1, End::Fail);
+    assert!(
+        a.body(SECOND).await.is_none(),
+        "a failed body aborts the response"
+    );
+    let mut b = get_held(addr, 2).await;
+    assert_eq!(status(&mut b, SECOND).await, Some(200));
+}
+
+#[tokio::test]
+async fn inner_service_error_releases_the_permit() {
+    // No network: the inner service fails instead of answering.
+    let svc = WeirLayer::new(engine(ONE_AT_A_TIME)).layer(tower::service_fn(
+        |_req: http::Request<()>| async {
+            Err::<http::Response<Full<bytes::Bytes>>, _>("inner failed")
+        },
+    ));
+    let req = || http::Request::get("/").body(()).unwrap();
+    assert_eq!(svc.clone().oneshot(req()).await.err(), Some("inner failed"));
+    // Had the permit stayed taken, this would be the layer's 429, not the inner error.
+    assert_eq!(svc.clone().oneshot(req()).await.err(), Some("inner failed"));
+}
+
+/// The client reads the head and the first chunk, then drops the connection while the
+/// handler's body is still streaming; the next request must get the permit.
+async fn disconnect_mid_body(tick: Option<Duration>) {
+    let (addr, held) = app(WeirLayer::new(engine(ONE_AT_A_TIME))).await;
+    *held.tick.lock().unwrap() = tick;
+    let mut a = get_held(addr, 1).await;
+    assert_eq!(status(&mut a, SECOND).await, Some(200));
+    let mut b = get_held(addr, 2).await;
+    assert_eq!(
+        status(&mut b, SECOND).await,
+        Some(429),
+        "the body holds the permit"
+    );
+    drop(a);
+    let t0 = Instant::now();
+    let mut n = 3;
+    loop {
+        let mut c = get_held(addr, n).await;
+        match status(&mut c, SECOND).await {
+            Some(200) => break,
+            Some(429) if t0.elapsed() < Duration::from_secs(3) => {
+                tokio::time::sleep(Duration::from_millis(10)).await
+            }
+            other => panic!("permit not released after the client left: {other:?}"),
+        }
+        n += 1;
+    }
+}
+
+#[tokio::test]
+async fn client_disconnect_mid_body_releases_the_permit_idle_body() {
+    disconnect_mid_body(None).await;
+}
+
+#[tokio::test]
+async fn client_disconnect_mid_body_releases_the_permit_streaming_body() {
+    disconnect_mid_body(Some(Duration::from_millis(5))).await;
+}
+
+#[tokio::test]
+async fn delay_is_served_before_the_handler() {
+    // 5r/s with burst 2 and nginx's default delay: a request right after another waits about
+    // one interval (200 ms); each request here is sent when the previous one is answered.
+    let policy = r#"
+[zones.z]
+size = "64k"
+algorithm = "gcra"
+rate = "5r/s"
+[[limit]]
+class = "*"
+zone = "z"
+key = "global"
+burst = 2
+"#;
+    let layer = WeirLayer::new(engine(policy)).expose_verdict(true);
+    let app = Router::new()
+        .route(
+            "/",
+            get(|Extension(v): Extension<Verdict>| async move { v.wait_ns.to_string() }),
+        )
+        .layer(layer);
+    let addr = serve(app).await.0;
+    let mut waits = Vec::new();
+    for _ in 0..3 {
+        let t0 = Instant::now();
+        let mut c = Conn::send(addr, "GET", "/", &[]).await;
+        let body = c.body(Duration::from_secs(3)).await.unwrap();
+        let wait_ns: u64 = String::from_utf8(body).unwrap().parse().unwrap();
+        assert!(
+            t0.elapsed() >= Duration::from_nanos(wait_ns),
+            "answered after {:?}, before the {wait_ns} ns delay",
+            t0.elapsed()
+        );
+        waits.push(wait_ns);
+    }
+    assert_eq!(waits[0], 0);
+    assert!(
+        waits[1] > 150_000_000 && waits[2] > 150_000_000,
+        "{waits:?}"
+    );
+}
+
+const QUEUE: &str = r#"
+[zones.c]
+size = "64k"
+algorithm = "concurrency"
+max = 1
+[[limit]]
+class = "*"
+zone = "c"
+name = "one"
+key = "global"
+queue = 1
+timeout = "TIMEOUT"
+status = 503
+"#;
+
+#[tokio::test]
+async fn queued_request_passes_when_the_slot_frees_and_times_out_otherwise() {
+    let (addr, held) = app(WeirLayer::new(engine(&QUEUE.replace("TIMEOUT", "300ms")))).await;
+    let mut a = get_held(addr, 1).await;
+    assert_eq!(status(&mut a, SECOND).await, Some(200));
+    let mut b = get_held(addr, 2).await;
+    assert_eq!(
+        status(&mut b, Duration::from_millis(50)).await,
+        None,
+        "b waits"
+    );
+    held.end(1, End::Finish);
+    a.body(SECOND).await.unwrap();
+    assert_eq!(status(&mut b, SECOND).await, Some(200), "b got the slot");
+
+    // b holds the slot now: c waits its 300 ms out, then gets the limit's status.
+    let t0 = Instant::now();
+    let mut c = get_held(addr, 3).await;
+    let head = c.head(Duration::from_secs(3)).await.unwrap();
+    assert_eq!(head.status, 503);
+    assert_eq!(head.get("retry-after"), Some("1"));
+    assert!(
+        t0.elapsed() >= Duration::from_millis(300),
+        "{:?}",
+        t0.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn queued_client_that_leaves_gives_its_place_back() {
+    let (addr, held) = app(WeirLayer::new(engine(&QUEUE.replace("TIMEOUT", "10s")))).await;
+    let mut a = get_held(addr, 1).await;
+    assert_eq!(status(&mut a, SECOND).await, Some(200));
+    let mut b = get_held(addr, 2).await;
+    assert_eq!(
+        status(&mut b, Duration::from_millis(50)).await,
+        None,
+        "b waits"
+    );
+    let mut c = get_held(addr, 3).await;
+    assert_eq!(
+        status(&mut c, SECOND).await,
+        Some(503),
+        "the queue (1) is full"
+    );
+    drop(b);
+    // The layer's future for b is dropped with the connection; its ticket is abandoned.
+    let t0 = Instant::now();
+    let mut n = 4;
+    let mut d = loop {
+        let mut d = get_held(addr, n).await;
+        match status(&mut d, Duration::from_millis(50)).await {
+            None => break d, // queued
+            Some(503) if t0.elapsed() < Duration::from_secs(3) => {}
+            other => panic!("queue place not given back: {other:?}"),
+        }
+        n += 1;
+    };
+    held.end(1, End::Finish);
+    assert_eq!(status(&mut d, SECOND).await, Some(200));
+}
+
+const LOCAL_ONLY: &str = r#"
+[classes.local]
+match = [{ client = "127.0.0.1/32" }]
+[zones.z]
+size = "64k"
+algorithm = "gcra"
+rate = "1r/m"
+[[limit]]
+class = "local"
+zone = "z"
+nodelay = true
+"#;
+
+#[tokio::test]
+async fn peer_comes_from_connect_info() {
+    let app = Router::new()
+        .route("/", get(|| async { "ok" }))
+        .layer(WeirLayer::new(engine(LOCAL_ONLY)));
+    let addr = serve(app).await.0;
+    let mut first = Conn::send(addr, "GET", "/", &[]).await;
+    assert_eq!(status(&mut first, SECOND).await, Some(200));
+    let mut second = Conn::send(addr, "GET", "/", &[]).await;
+    assert_eq!(
+        status(&mut second, SECOND).await,
+        Some(429),
+        "127.0.0.1 matched the class"
+    );
+}
+
+#[tokio::test]
+async fn without_connect_info_the_fallback_peer_is_used() {
+    let inner = tower::service_fn(|_req: http::Request<()>| async {
+        Ok::<_, Infallible>(http::Response::new(Full::new(bytes::Bytes::from("ok"))))
+    });
+    let req = || http::Request::get("/").body(()).unwrap();
+    // Default fallback 0.0.0.0: not in 127.0.0.1/32, never limited.
+    let svc = WeirLayer::new(engine(LOCAL_ONLY)).layer(inner);
+    for _ in 0..3 {
+        assert_eq!(svc.clone().oneshot(req()).await.unwrap().status(), 200);
+    }
+    let svc = WeirLayer::new(engine(LOCAL_ONLY))
+        .fallback_peer(IpAddr::V4(Ipv4Addr::LOCALHOST))
+        .layer(inner);
+    assert_eq!(svc.clone().oneshot(req()).await.unwrap().status(), 200);
+    assert_eq!(svc.clone().oneshot(req()).await.unwrap().status(), 429);
+}
+
+#[test]
+fn the_future_is_send() {
+    fn send<T: Send>(_: &T) {}
+    let mut svc = WeirLayer::new(engine(ONE_AT_A_TIME)).layer(Router::new());
+    let fut = tower::Service::call(&mut svc, Request::new(axum::body::Body::empty()));
+    send(&fut);
+}
