@@ -440,7 +440,10 @@ impl Engine {
         now: u64,
         ticket: Option<QueueTicket>,
     ) -> Result<Outcome, EvalError> {
-        self.totals.requests.fetch_add(1, Relaxed);
+        if ticket.is_none() {
+            // A queued request polling again is the same request.
+            self.totals.requests.fetch_add(1, Relaxed);
+        }
         let parts = normalize::split_target(req.target()).map_err(|e| self.bad(e))?;
         let query = parts.query.unwrap_or(b"");
         if normalize::is_normal(parts.path) {
@@ -560,17 +563,23 @@ impl Engine {
                     let mine = ticket.as_ref().is_some_and(|t| t.limit as usize == h.limit);
                     if mine || (ticket.is_none() && limit.queue > 0) {
                         let t = match ticket.take() {
+                            // Still waiting: the same place, counted once when it was taken.
                             Some(t) => Some(t),
-                            None => self
-                                .queue_of(c)
-                                .enter(table, h.key_hash, limit.queue, now)
-                                .map(|permit| QueueTicket {
-                                    limit: h.limit as u16,
-                                    permit,
-                                }),
+                            None => {
+                                let entered = self
+                                    .queue_of(c)
+                                    .enter(table, h.key_hash, limit.queue, now)
+                                    .map(|permit| QueueTicket {
+                                        limit: h.limit as u16,
+                                        permit,
+                                    });
+                                if entered.is_some() {
+                                    self.counters[h.limit].queued.fetch_add(1, Relaxed);
+                                }
+                                entered
+                            }
                         };
                         if let Some(t) = t {
-                            self.counters[h.limit].queued.fetch_add(1, Relaxed);
                             out.action = Action::Queue;
                             out.status = limit.status;
                             out.limit = Some(h.limit as u16);

@@ -1,0 +1,49 @@
+//! The engine's counters count requests, not evaluations: a queued request polling again is
+//! still one request and one queueing.
+
+use std::sync::atomic::Ordering::Relaxed;
+use weir::policy::{Action, CompiledPolicy, Engine, OwnedRequest};
+
+const POLICY: &str = r#"
+[zones.slots]
+size = "64k"
+algorithm = "concurrency"
+max = 1
+
+[[limit]]
+name = "one-at-a-time"
+class = "*"
+zone = "slots"
+key = "global"
+queue = 2
+"#;
+
+#[test]
+fn queue_polls_are_not_counted_as_requests() {
+    let engine = Engine::new(CompiledPolicy::parse(POLICY, None).unwrap()).unwrap();
+    let t0 = 1_000_000_000_000u64;
+    let a = OwnedRequest::new("GET", "/report", "192.0.2.1".parse().unwrap());
+    let b = OwnedRequest::new("GET", "/report", "192.0.2.2".parse().unwrap());
+    let first = engine.evaluate(&a, t0).unwrap();
+    assert_eq!(first.action, Action::Pass);
+    let mut waiting = engine.evaluate(&b, t0).unwrap();
+    assert_eq!(waiting.action, Action::Queue);
+    for i in 1..=10 {
+        waiting = engine
+            .evaluate_queued(&b, t0 + i, waiting.ticket.take().unwrap())
+            .unwrap();
+        assert_eq!(waiting.action, Action::Queue);
+    }
+    engine.release(first.permits, t0 + 20);
+    let done = engine
+        .evaluate_queued(&b, t0 + 21, waiting.ticket.take().unwrap())
+        .unwrap();
+    assert_eq!(done.action, Action::Pass);
+    engine.release(done.permits, t0 + 30);
+
+    let c = engine.counters(0);
+    assert_eq!(engine.totals().requests.load(Relaxed), 2);
+    assert_eq!(c.queued.load(Relaxed), 1);
+    assert_eq!(c.passed.load(Relaxed), 2);
+    assert_eq!(c.rejected.load(Relaxed), 0);
+}
