@@ -8,11 +8,15 @@ CARGO ?= cargo
 FUZZ_SECONDS ?= 20
 VECTORS ?= tests/vectors
 
-.PHONY: setup demo test lint unit loom fuzz bench-build bench header lib c-test pc
+.PHONY: setup demo test lint unit loom fuzz bench-build bench header lib c-test pc \
+	nginx-module nginx-module-test nginx-test
 
 CFLAGS_TEST = -std=c11 -Wall -Wextra -Werror -g -Iinclude
 NATIVE_LIBS = -lgcc_s -lutil -lrt -lpthread -lm -ldl -lc
 OUT_HEADER = $$(ls -t target/release/build/weir-ffi-*/out/weir.h | head -1)
+# where cargo puts its output (CARGO_TARGET_DIR when set)
+CARGO_OUT = $(or $(CARGO_TARGET_DIR),target)
+NGX_OUT ?= target/nginx
 
 setup:
 	@bash scripts/setup.sh
@@ -80,3 +84,8 @@ bench-build:
 
 bench:
 	$(CARGO) bench
+
+# The nginx dynamic module for Debian's nginx (needs nginx-dev):
+# target/nginx/ngx_http_weir_module.so.  docs/NGINX.md.
+nginx-module: lib
+	nginx-module/build.sh $(NGX_OUT) $(CARGO_OUT)/release/libweir.a "" "-Wl,--gc-sections -s"
