@@ -129,6 +129,9 @@ typedef struct {
     ngx_msec_t                   queue_deadline;
     unsigned                     policy_done:1;
     unsigned                     evaluated:1;
+    unsigned                     bad_target:1;
+    unsigned                     test_clock:1;
+    uint64_t                     test_now;
     unsigned                     queued:1;
 } ngx_http_weir_state_t;
 
@@ -166,6 +169,10 @@ static ngx_int_t ngx_http_weir_req_status_variable(ngx_http_request_t *r,
     ngx_http_variable_value_t *v, uintptr_t data);
 static ngx_int_t ngx_http_weir_conn_status_variable(ngx_http_request_t *r,
     ngx_http_variable_value_t *v, uintptr_t data);
+#if (WEIR_TEST_HOOKS)
+static ngx_int_t ngx_http_weir_test_verdict_variable(ngx_http_request_t *r,
+    ngx_http_variable_value_t *v, uintptr_t data);
+#endif
 
 static void *ngx_http_weir_create_main_conf(ngx_conf_t *cf);
 static void *ngx_http_weir_create_loc_conf(ngx_conf_t *cf);
@@ -370,6 +377,11 @@ static ngx_http_variable_t  ngx_http_weir_vars[] = {
 
     { ngx_string("weir_conn_status"), NULL,
       ngx_http_weir_conn_status_variable, 0, NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+#if (WEIR_TEST_HOOKS)
+    { ngx_string("weir_test_verdict"), NULL,
+      ngx_http_weir_test_verdict_variable, 0, NGX_HTTP_VAR_NOCACHEABLE, 0 },
+#endif
 
       ngx_http_null_variable
 };
@@ -875,6 +887,7 @@ ngx_http_weir_verdict(ngx_http_request_t *r, ngx_http_weir_loc_conf_t *wlcf,
 
     if (wrc == WEIR_ERR_BAD_TARGET) {
         st->policy_done = 1;
+        st->bad_target = 1;
         return NGX_HTTP_BAD_REQUEST;
     }
 
@@ -1151,7 +1164,9 @@ ngx_http_weir_cleanup(void *data)
         return;
     }
 
-    now = ngx_http_weir_now(st->request);
+    /* the request is being freed: no variables can be evaluated now */
+
+    now = st->test_clock ? st->test_now : weir_now_ns();
 
     ngx_http_weir_release_held(st, now);
 
@@ -1222,11 +1237,20 @@ ngx_http_weir_now(ngx_http_request_t *r)
         && ngx_http_complex_value(r, wmcf->test_now, &s) == NGX_OK
         && s.len)
     {
+        ngx_http_weir_state_t  *st;
+
         now = 0;
         last = s.data + s.len;
 
         for (p = s.data; p < last && *p >= '0' && *p <= '9'; p++) {
             now = now * 10 + (*p - '0');
+        }
+
+        st = ngx_http_weir_state(r, 0);
+
+        if (st) {
+            st->test_clock = 1;
+            st->test_now = now;
         }
 
         return now;
@@ -1281,6 +1305,76 @@ ngx_http_weir_conn_status_variable(ngx_http_request_t *r,
 
     return NGX_OK;
 }
+
+
+#if (WEIR_TEST_HOOKS)
+
+/* "action=A limit=L wait_ns=N exempt=E dry_run=D": the last policy verdict */
+
+static u_char *
+ngx_http_weir_test_name(u_char *p, weir_engine *e, int32_t i)
+{
+    size_t          len;
+    const uint8_t  *name;
+
+    if (i < 0 || weir_engine_limit_name(e, i, &name, &len) != WEIR_OK) {
+        return ngx_cpymem(p, "-", 1);
+    }
+
+    return ngx_cpymem(p, name, ngx_min(len, 200));
+}
+
+
+static ngx_int_t
+ngx_http_weir_test_verdict_variable(ngx_http_request_t *r,
+    ngx_http_variable_value_t *v, uintptr_t data)
+{
+    u_char                 *p;
+    weir_verdict           *vd;
+    ngx_http_weir_state_t  *st;
+
+    static const char  *actions[] = { "pass", "delay", "reject", "queue" };
+
+    st = ngx_http_weir_state(r, 0);
+
+    if (st == NULL || !st->evaluated) {
+        v->not_found = 1;
+        return NGX_OK;
+    }
+
+    p = ngx_pnalloc(r->pool, 1024);
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
+
+    v->data = p;
+    vd = &st->verdict;
+
+    if (st->bad_target) {
+        p = ngx_sprintf(p, "action=bad_request");
+
+    } else {
+        p = ngx_sprintf(p, "action=%s limit=",
+                        (vd->action >= 0 && vd->action <= 3)
+                        ? actions[vd->action] : "unknown");
+        p = ngx_http_weir_test_name(p, st->engine, vd->limit);
+        p = ngx_sprintf(p, " wait_ns=%uL exempt=%i status=%ui dry_run=%s",
+                        vd->wait_ns, (ngx_int_t) vd->exempt,
+                        (ngx_uint_t) vd->status,
+                        vd->dry_run_limit < 0 ? "-"
+                        : vd->dry_run_action == WEIR_REJECT ? "reject"
+                        : "delay");
+    }
+
+    v->len = p - v->data;
+    v->valid = 1;
+    v->no_cacheable = 1;
+    v->not_found = 0;
+
+    return NGX_OK;
+}
+
+#endif
 
 
 /* shared memory */
