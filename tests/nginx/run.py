@@ -639,6 +639,124 @@ def test_bad_configs(module):
     return f"{len(cases)} bad configurations fail nginx -t with file:line and weir's message"
 
 
+def test_redirects_and_waits(module, env=None):
+    """Internal redirects (index, try_files) charge once; delays and queues survive clients leaving;
+    a queue times out with the limit's status; weir_status serves the counters."""
+    policy = """[zones.c]
+size = "64k"
+algorithm = "concurrency"
+max = 1
+[zones.g]
+size = "64k"
+algorithm = "gcra"
+rate = "1r/m"
+[classes.q]
+match = [{ path_prefix = "/q" }]
+[classes.r]
+match = [{ path_prefix = "/r" }]
+[[limit]]
+name = "one-at-a-time"
+class = "q"
+zone = "c"
+key = "global"
+queue = 1
+status = 503
+[[limit]]
+name = "redirected"
+class = "r"
+zone = "g"
+key = "global"
+"""
+    http = """
+    weir_req_zone $server_name zone=once:1m rate=1r/m;
+    weir_req_zone $server_name zone=slow:1m rate=2r/s;
+    weir_conn_zone $server_name zone=conn:1m;
+    weir_policy %DIR%/policy.toml;
+    upstream held { server 127.0.0.1:BACKEND; }
+    server {
+        listen 127.0.0.1:%PORT%;
+        server_name once;
+        root %DIR%/html;
+        index index.html;
+        location = /metrics { weir_status; }
+        location / { weir_req zone=once; weir_conn conn 1; error_page 404 = /index.html; }
+        location = /index.html { weir_req zone=once; weir_conn conn 1; }
+        location /r { weir on; try_files $uri /r/index.html; }
+        location /slow { weir_req zone=slow burst=5; try_files /index.html =404; }
+        location /q {
+            weir on;
+            weir_queue_timeout 300ms;
+            proxy_pass http://held;
+        }
+    }
+"""
+    backend = Backend()
+    ngx = Nginx(module, http.replace("BACKEND", str(backend.port)), env=env,
+                files={"policy.toml": policy, "html/index.html": "x"})
+    os.makedirs(ngx.path("html", "r"))
+    shutil.copy(ngx.path("html", "index.html"), ngx.path("html", "r", "index.html"))
+    try:
+        ngx.start()
+        # "/" -> index.html (index), "/missing" -> error_page: one charge each
+        check(request(ngx.port, "GET", "/")[0] == 200, "index redirect charged twice")
+        check(request(ngx.port, "GET", "/")[0] == 503, "second request not limited")
+        st, hs = request(ngx.port, "GET", "/r/a")
+        check(st == 200, f"try_files redirect charged twice (policy): {st}\n{ngx.error_log()[-1500:]}")
+        check(request(ngx.port, "GET", "/r/a")[0] == 429, "second policy request not limited")
+        # a delayed request whose client leaves; then one that waits it out
+        for _ in range(3):
+            request(ngx.port, "GET", "/slow")
+        s = send(ngx.port, "GET", "/slow")
+        time.sleep(0.1)
+        s.close()
+        t = time.time()
+        st, _ = request(ngx.port, "GET", "/slow")
+        check(st == 200 and time.time() - t > 0.3, f"delayed request: {st} after {time.time() - t:.2f}s")
+        # queue: one held, one queued then timing out with 503, one queued and leaving
+        a = send(ngx.port, "GET", "/q", [("X-Weir-Step", "hold")])
+        for _ in range(200):
+            if backend.seen("hold") is not None:
+                break
+            time.sleep(0.01)
+        check(backend.seen("hold") is not None, "first /q request not admitted")
+        t = time.time()
+        st, hs = request(ngx.port, "GET", "/q")
+        check(st == 503 and 0.25 < time.time() - t < 2, f"queue timeout: {st} after {time.time() - t:.2f}s")
+        leaver = send(ngx.port, "GET", "/q")
+        time.sleep(0.1)
+        leaver.close()
+        time.sleep(0.1)
+        b = send(ngx.port, "GET", "/q", [("X-Weir-Step", "second")])
+        time.sleep(0.05)
+        backend.event("hold").set()
+        check(read_response(a)[0] == 200, "held request failed")
+        for _ in range(200):
+            if backend.seen("second") is not None:
+                break
+            time.sleep(0.01)
+        check(backend.seen("second") is not None, "queued request not admitted after release")
+        backend.event("second").set()
+        check(read_response(b)[0] == 200, "queued request failed")
+        s = send(ngx.port, "GET", "/metrics")
+        s.settimeout(5)
+        body = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            body += chunk
+        body = body.decode()
+        for want in ('weir_zone_capacity{zone="once"}', 'weir_zone_rejected_total{zone="once"} 1',
+                     'weir_limit_requests_total{limit="one-at-a-time",verdict="queued"}'):
+            check(want in body, f"weir_status lacks {want}:\n{body[:3000]}")
+        ngx.check_log()
+        return ("index and try_files redirects charge once; client leaving a delay or a "
+                "queue is handled; queue timeout answers 503; weir_status serves both stats")
+    finally:
+        backend.server.shutdown()
+        ngx.cleanup()
+
+
 def asan_env():
     lib = subprocess.run(["gcc", "-print-file-name=libasan.so"], capture_output=True,
                          text=True).stdout.strip()
@@ -663,12 +781,14 @@ def main():
         ("sigkill", lambda: test_sigkill(args.module)),
         ("reload", lambda: test_reload(args.module)),
         ("bad-configs", lambda: test_bad_configs(args.module)),
+        ("redirects-waits", lambda: test_redirects_and_waits(args.module)),
     ]
     if args.asan_module:
         checks += [
             ("asan-vectors", lambda: test_vectors(args.asan_module, args.vectors, asan_env())),
             ("asan-workers", lambda: test_workers(args.asan_module, 2, asan_env())),
             ("asan-reload", lambda: test_reload(args.asan_module, asan_env())),
+            ("asan-redirects-waits", lambda: test_redirects_and_waits(args.asan_module, asan_env())),
         ]
     failed = 0
     for name, fn in checks:
