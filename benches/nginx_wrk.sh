@@ -7,12 +7,19 @@
 #
 #   benches/nginx_wrk.sh [MODULE.so]      (make nginx-module first; needs wrk)
 #
-# Env: DURATION (default 5s), CONNS (32), THREADS (2), WORKERS (1).
+# Each configuration runs ROUNDS times, the rounds interleaved (plain, stock, weir_req,
+# policy, plain, …) so that load from other jobs on the machine hits all of them alike; the
+# table gives the median requests/s and the median worker CPU time per request (utime+stime
+# of the nginx workers from /proc, divided by the requests wrk completed), which is much less
+# sensitive to other jobs than throughput.
+#
+# Env: DURATION (default 5s), ROUNDS (3), CONNS (32), THREADS (2), WORKERS (1).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
 module=$(realpath "${1:-$here/target/nginx/ngx_http_weir_module.so}")
 duration=${DURATION:-5s}
+rounds=${ROUNDS:-3}
 conns=${CONNS:-32}
 threads=${THREADS:-2}
 workers=${WORKERS:-1}
@@ -88,22 +95,55 @@ CONF
     /usr/sbin/nginx -p "$dir/" -c "$dir/nginx.conf"
     sleep 0.3
     pid=$(cat "$dir/nginx.pid")
-    local script=()
+    local script=() t0 t1 reqs
     [ "$4" = churn ] && script=(-s "$dir/churn.lua")
+    t0=$(worker_ticks)
     wrk -t"$threads" -c"$conns" -d"$duration" "${script[@]}" "http://127.0.0.1:$port/f" > "$dir/wrk.out"
+    t1=$(worker_ticks)
     stop
-    local rps non2xx
-    rps=$(awk '/Requests\/sec/ {print $2}' "$dir/wrk.out")
-    non2xx=$(awk '/Non-2xx/ {print $5}' "$dir/wrk.out")
-    printf '%-28s %-6s %12s  %s\n' "$1" "$4" "$rps" "${non2xx:+non-2xx: $non2xx}"
+    if grep -q Non-2xx "$dir/wrk.out"; then
+        echo "$1 $4: non-2xx responses (a limit rejected):" >&2
+        cat "$dir/wrk.out" >&2
+        exit 1
+    fi
+    reqs=$(awk '/requests in/ {print $1}' "$dir/wrk.out")
+    echo "$1|$4|$(awk '/Requests\/sec/ {print $2}' "$dir/wrk.out")|$(( (t1 - t0) * 1000000 / $(getconf CLK_TCK) * 100 / reqs ))" >> "$dir/results"
 }
 
-printf '%-28s %-6s %12s\n' "configuration" "keys" "requests/s"
-for keys in hot churn; do
-    run "plain (no limit)" "" "" $keys
-    run "stock limit_req" "" "limit_req zone=stock_$keys burst=1000000 nodelay;" $keys
-    run "weir_req" "" "weir_req zone=weir_$keys burst=1000000 nodelay;" $keys
-    if [ $keys = hot ]; then policy global; else policy path; fi
-    run "weir policy mode" "weir_policy $dir/policy.toml;" "weir on;" $keys
+worker_ticks() { # utime + stime of the workers, in clock ticks
+    local sum=0 w
+    for w in $(ps -o pid= --ppid "$pid"); do
+        sum=$(( sum + $(awk '{print $14 + $15}' "/proc/$w/stat") ))
+    done
+    echo $sum
+}
+
+for round in $(seq "$rounds"); do
+    for keys in hot churn; do
+        run "plain (no limit)" "" "" $keys
+        run "stock limit_req" "" "limit_req zone=stock_$keys burst=1000000 nodelay;" $keys
+        run "weir_req" "" "weir_req zone=weir_$keys burst=1000000 nodelay;" $keys
+        if [ $keys = hot ]; then policy global; else policy path; fi
+        run "weir policy mode" "weir_policy $dir/policy.toml;" "weir on;" $keys
+    done
 done
-echo "(wrk -t$threads -c$conns -d$duration, $workers worker(s), $(nproc) cores shared with other jobs)"
+
+python3 - "$dir/results" <<'PY'
+import sys, statistics, collections
+rows = collections.OrderedDict()
+for line in open(sys.argv[1]):
+    name, keys, rps, cpu = line.strip().split("|")
+    rows.setdefault((keys, name), []).append((float(rps), int(cpu) / 100))
+print(f"{'configuration':<20} {'keys':<6} {'req/s (median)':>15} {'vs plain':>9} {'worker CPU us/req':>18} {'vs plain':>9}")
+for keys in ("hot", "churn"):
+    base = rows[(keys, "plain (no limit)")]
+    b_rps = statistics.median(r for r, _ in base)
+    b_cpu = statistics.median(c for _, c in base)
+    for (k, name), v in rows.items():
+        if k != keys:
+            continue
+        rps = statistics.median(r for r, _ in v)
+        cpu = statistics.median(c for _, c in v)
+        print(f"{name:<20} {keys:<6} {rps:>15.0f} {rps / b_rps:>9.2f} {cpu:>18.2f} {cpu / b_cpu:>9.2f}")
+PY
+echo "(wrk -t$threads -c$conns -d$duration, $rounds interleaved rounds, $workers worker(s), $(nproc) cores shared with other jobs; load average $(cut -d' ' -f1-3 /proc/loadavg))"

@@ -1653,6 +1653,8 @@ ngx_http_weir_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_http_weir_loc_conf_t *prev = parent;
     ngx_http_weir_loc_conf_t *conf = child;
 
+    ngx_http_weir_main_conf_t  *wmcf;
+
     if (conf->req_limits == NULL) {
         conf->req_limits = prev->req_limits;
     }
@@ -1681,6 +1683,17 @@ ngx_http_weir_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_conf_merge_value(conf->conn_dry_run, prev->conn_dry_run, 0);
 
     ngx_conf_merge_value(conf->enable, prev->enable, 0);
+
+    if (conf->enable == 1) {
+        wmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_weir_module);
+
+        if (wmcf->policy == NULL) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "\"weir on\" needs a \"weir_policy\" "
+                               "in the http block");
+            return NGX_CONF_ERROR;
+        }
+    }
     ngx_conf_merge_value(conf->headers, prev->headers, 1);
     ngx_conf_merge_msec_value(conf->queue_timeout, prev->queue_timeout, 5000);
     ngx_conf_merge_msec_value(conf->queue_poll, prev->queue_poll, 10);

@@ -625,6 +625,8 @@ def test_bad_configs(module):
          "    server { listen 127.0.0.1:%PORT%; location / { weir_req zone=s burst=5; } }",
          [r'do not apply to the sliding window zone "s" in .*nginx\.conf:\d+']),
         ("missing policy", "weir_policy %DIR%/missing.toml;", [r"missing\.toml", r"nginx\.conf:\d+"]),
+        ("weir on without policy", "server { listen 127.0.0.1:%PORT%; weir on; }",
+         [r'"weir on" needs a "weir_policy" in the http block in .*nginx\.conf:\d+']),
     ]
     bad = '[zones.z]\nsize = "64k"\nalgorithm = "gcra"\nrate = "1r/s"\n[[limit]]\nburst = 5\n'
     for what, http, want in cases:
@@ -757,6 +759,40 @@ key = "global"
         ngx.cleanup()
 
 
+def test_directive_extras(module, env=None):
+    """Sliding windows, r/h rates, empty and oversized keys."""
+    long_key = "$http_x_k" * 10
+    http = f"""
+    weir_req_zone $http_x_k zone=win:1m events=3 window=1m;
+    weir_req_zone $http_x_k zone=hourly:1m rate=2r/h;
+    weir_req_zone {long_key} zone=long:1m rate=1r/m;
+    server {{
+        listen 127.0.0.1:%PORT%;
+        root %DIR%/html;
+        location = /win {{ weir_req zone=win; try_files /f =404; }}
+        location = /hourly {{ weir_req zone=hourly burst=1 nodelay; try_files /f =404; }}
+        location = /long {{ weir_req zone=long; try_files /f =404; }}
+    }}
+"""
+    ngx = Nginx(module, http, env=env, files={"html/f": "x"})
+    try:
+        ngx.start()
+        got = [request(ngx.port, "GET", "/win", [("X-K", "a")])[0] for _ in range(5)]
+        check(got == [200, 200, 200, 503, 503], f"sliding window events=3: {got}")
+        got = [request(ngx.port, "GET", "/hourly", [("X-K", "a")])[0] for _ in range(3)]
+        check(got == [200, 200, 503], f"rate=2r/h burst=1: {got}")
+        got = [request(ngx.port, "GET", "/win")[0] for _ in range(5)]
+        check(got == [200] * 5, f"empty key limited: {got}")
+        big = [("X-K", "k" * 7000)]
+        got = [request(ngx.port, "GET", "/long", big)[0] for _ in range(3)]
+        check(got == [200] * 3, f"70000-byte key limited: {got}")
+        check("is more than 65535 bytes" in ngx.error_log(), "oversized key not logged")
+        ngx.check_log()
+        return "sliding window, r/h, empty key and > 65535-byte key behave as documented"
+    finally:
+        ngx.cleanup()
+
+
 def asan_env():
     lib = subprocess.run(["gcc", "-print-file-name=libasan.so"], capture_output=True,
                          text=True).stdout.strip()
@@ -782,6 +818,7 @@ def main():
         ("reload", lambda: test_reload(args.module)),
         ("bad-configs", lambda: test_bad_configs(args.module)),
         ("redirects-waits", lambda: test_redirects_and_waits(args.module)),
+        ("directive-extras", lambda: test_directive_extras(args.module)),
     ]
     if args.asan_module:
         checks += [
