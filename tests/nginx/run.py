@@ -493,6 +493,7 @@ status = 503
 """
     http = f"""
     weir_req_zone $http_x_key zone=hot:1m rate=1r/m;
+    weir_conn_zone $http_x_key zone=conn:1m;
     weir_policy %DIR%/policy.toml;
     server {{
         listen 127.0.0.1:%PORT% reuseport;
@@ -500,8 +501,11 @@ status = 503
         add_header X-Pid $pid always;
         location = /f {{ weir_req zone=hot burst={bound - 1} nodelay; }}
         location = /p {{ weir on; try_files /f =404; }}
+        location = /c {{ weir_conn conn 5; proxy_pass http://127.0.0.1:BACKEND; }}
     }}
 """
+    backend = Backend()
+    http = http.replace("BACKEND", str(backend.port))
     ngx = Nginx(module, http, workers=workers, env=env, files={"policy.toml": policy, "html/f": "x"})
     try:
         ngx.start()
@@ -515,9 +519,40 @@ status = 503
             check(set(no) == {503}, f"{target}: unexpected statuses {set(no)}")
             check(len(pids) >= 2, f"{target}: only worker(s) {pids} answered")
             res.append(f"{target}: {len(ok)}/400 admitted (bound {bound}) by {len(pids)} workers")
+        # concurrency: 30 requests held at the backend at once, bound 5 in flight
+        held = []
+        for i in range(30):
+            held.append(send(ngx.port, "GET", "/c", [("X-Key", "k"), ("X-Weir-Step", f"c{i}")]))
+        deadline = time.time() + 5
+        answered = {}
+        while time.time() < deadline and len(answered) < 25:
+            for i, s in enumerate(held):
+                if i in answered:
+                    continue
+                s.settimeout(0.01)
+                try:
+                    if s.recv(1, socket.MSG_PEEK):
+                        answered[i] = read_response(s)
+                except socket.timeout:
+                    pass
+        inside = [i for i in range(30) if backend.seen(f"c{i}") is not None]
+        check(len(inside) == 5 and len(answered) == 25
+              and all(st == 503 for st, _ in answered.values()),
+              f"weir_conn 5 with {workers} workers: {len(inside)} in flight, "
+              f"{sorted(st for st, _ in answered.values())} answered")
+        for i in range(30):
+            backend.event(f"c{i}").set()
+        for i, s in enumerate(held):
+            if i not in answered:
+                check(read_response(s)[0] == 200, "held request failed")
+        cpids = {hdr(hs, "x-pid") for _, hs in answered.values()}
+        check(len(cpids) >= 2, f"weir_conn: rejections from worker(s) {cpids} only")
+        res.append(f"weir_conn 5: 5 of 30 concurrent requests in flight, 25 rejected "
+                   f"by {len(cpids)} workers")
         ngx.check_log()
         return f"{workers} workers: " + "; ".join(res)
     finally:
+        backend.server.shutdown()
         ngx.cleanup()
 
 
