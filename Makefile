@@ -9,11 +9,15 @@ CARGO ?= cargo
 FUZZ_SECONDS ?= 20
 VECTORS ?= tests/vectors
 
-.PHONY: setup demo test lint unit loom fuzz bench-build bench header lib c-test pc
+.PHONY: setup demo test lint unit loom fuzz bench-build bench header lib c-test pc \
+	nginx-module nginx-module-test nginx-test
 
 CFLAGS_TEST = -std=c11 -Wall -Wextra -Werror -g -Iinclude
 NATIVE_LIBS = -lgcc_s -lutil -lrt -lpthread -lm -ldl -lc
 OUT_HEADER = $$(ls -t target/release/build/weir-ffi-*/out/weir.h | head -1)
+# where cargo puts its output (CARGO_TARGET_DIR when set)
+CARGO_OUT = $(or $(CARGO_TARGET_DIR),target)
+NGX_OUT ?= target/nginx
 
 setup:
 	@bash scripts/setup.sh
@@ -21,7 +25,7 @@ setup:
 demo: setup
 	$(CARGO) run --release --example demo -- examples/wiki.toml
 
-test: setup lint unit c-test loom fuzz bench-build
+test: setup lint unit c-test nginx-test loom fuzz bench-build
 	@echo "make test: all passed"
 
 lint:
@@ -82,3 +86,22 @@ bench-build:
 
 bench:
 	$(CARGO) bench
+
+# The nginx dynamic module for Debian's nginx (needs nginx-dev):
+# target/nginx/ngx_http_weir_module.so.  docs/NGINX.md.
+nginx-module: lib
+	nginx-module/build.sh $(NGX_OUT) $(CARGO_OUT)/release/libweir.a "" "-Wl,--gc-sections -s"
+
+# The same module with test hooks (-DWEIR_TEST_HOOKS: weir_test_clock and
+# $weir_test_verdict; never for production), plain and under ASan.
+nginx-module-test: lib
+	nginx-module/build.sh target/nginx-test $(CARGO_OUT)/release/libweir.a "-DWEIR_TEST_HOOKS=1" ""
+	nginx-module/build.sh target/nginx-asan $(CARGO_OUT)/release/libweir.a \
+		"-DWEIR_TEST_HOOKS=1 -fsanitize=address -fno-omit-frame-pointer" "-fsanitize=address"
+
+# Real nginx (Debian's /usr/sbin/nginx) with the module: every shared vector in
+# policy mode, multi-worker exact counts, SIGKILL, reload, bad configs, ASan.
+nginx-test: nginx-module nginx-module-test
+	python3 tests/nginx/run.py --module target/nginx/ngx_http_weir_module.so \
+		--test-module target/nginx-test/ngx_http_weir_module.so \
+		--asan-module target/nginx-asan/ngx_http_weir_module.so --vectors $(VECTORS)

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# Installs what weir's build and tests need on a fresh Debian 12 machine (idempotent).
+# Installs what weir's build and tests need (nginx + nginx-dev for the nginx module) on a fresh Debian 12 machine (idempotent).
 # Rust (stable, with rustfmt and clippy) is expected to be installed already (rustup).
 set -euo pipefail
 
 need=()
 command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || need+=(nginx)
+[ -f /usr/share/nginx/src/configure ] || need+=(nginx-dev)
 command -v g++ >/dev/null 2>&1 || need+=(g++)
+command -v python3 >/dev/null 2>&1 || need+=(python3)
+command -v ps >/dev/null 2>&1 || need+=(procps)
 command -v make >/dev/null 2>&1 || need+=(make)
 command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
 command -v valgrind >/dev/null 2>&1 || need+=(valgrind)

@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# End-to-end cost of weir in nginx, measured with wrk: requests/s for a static
+# 1-byte file with no limit, stock limit_req, weir_req and policy mode, each
+# with one hot key and with a new key on every request (wrk -s: unique URIs,
+# key = $request_uri / the normalized path).  Nothing is ever rejected: the
+# limits are set far above the load, so the figures are the bookkeeping cost.
+#
+#   benches/nginx_wrk.sh [MODULE.so]      (make nginx-module first; needs wrk)
+#
+# Each configuration runs ROUNDS times, the rounds interleaved (plain, stock, weir_req,
+# policy, plain, …) so that load from other jobs on the machine hits all of them alike; the
+# table gives the median requests/s and the median worker CPU time per request (utime+stime
+# of the nginx workers from /proc, divided by the requests wrk completed), which is much less
+# sensitive to other jobs than throughput.
+#
+# Env: DURATION (default 5s), ROUNDS (3), CONNS (32), THREADS (2), WORKERS (1).
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")/.." && pwd)
+module=$(realpath "${1:-$here/target/nginx/ngx_http_weir_module.so}")
+duration=${DURATION:-5s}
+rounds=${ROUNDS:-3}
+conns=${CONNS:-32}
+threads=${THREADS:-2}
+workers=${WORKERS:-1}
+command -v wrk >/dev/null || { echo "wrk missing: apt-get install wrk" >&2; exit 1; }
+[ -f "$module" ] || { echo "$module missing: make nginx-module" >&2; exit 1; }
+
+dir=$(mktemp -d)
+chmod 755 "$dir"
+mkdir -p "$dir/html" "$dir/tmp"
+printf x > "$dir/html/f"
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+pid=
+
+stop() {
+    if [ -n "$pid" ]; then
+        kill "$pid" 2>/dev/null || true
+        for _ in $(seq 100); do [ -d "/proc/$pid" ] && grep -qv '^Z' <(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null) || break; sleep 0.05; done
+        pid=
+    fi
+}
+trap 'stop; rm -rf "$dir"' EXIT
+
+cat > "$dir/churn.lua" <<'LUA'
+local n = 0
+request = function()
+    n = n + 1
+    return wrk.format("GET", "/k" .. n .. "-" .. math.random(1, 1000000000))
+end
+LUA
+
+policy() { # $1 = key
+    cat > "$dir/policy.toml" <<TOML
+[zones.z]
+size = "64m"
+algorithm = "gcra"
+rate = "1000000r/s"
+[[limit]]
+class = "*"
+zone = "z"
+key = "$1"
+burst = 1000000
+nodelay = true
+TOML
+}
+
+run() { # $1 = label, $2 = http block body, $3 = wrk script or ""
+    cat > "$dir/nginx.conf" <<CONF
+load_module $module;
+user root;
+worker_processes $workers;
+error_log $dir/error.log warn;
+pid $dir/nginx.pid;
+events { worker_connections 4096; }
+http {
+    access_log off;
+    client_body_temp_path $dir/tmp; proxy_temp_path $dir/tmp; fastcgi_temp_path $dir/tmp;
+    uwsgi_temp_path $dir/tmp; scgi_temp_path $dir/tmp;
+    limit_req_zone \$server_name zone=stock_hot:64m rate=1000000r/s;
+    limit_req_zone \$request_uri zone=stock_churn:64m rate=1000000r/s;
+    weir_req_zone \$server_name zone=weir_hot:64m rate=1000000r/s;
+    weir_req_zone \$request_uri zone=weir_churn:64m rate=1000000r/s;
+    $2
+    server {
+        listen 127.0.0.1:$port;
+        root $dir/html;
+        location / {
+            $3
+            try_files /f =404;
+        }
+    }
+}
+CONF
+    /usr/sbin/nginx -p "$dir/" -c "$dir/nginx.conf"
+    sleep 0.3
+    pid=$(cat "$dir/nginx.pid")
+    local script=() t0 t1 reqs
+    [ "$4" = churn ] && script=(-s "$dir/churn.lua")
+    t0=$(worker_ticks)
+    wrk -t"$threads" -c"$conns" -d"$duration" "${script[@]}" "http://127.0.0.1:$port/f" > "$dir/wrk.out"
+    t1=$(worker_ticks)
+    stop
+    if grep -q Non-2xx "$dir/wrk.out"; then
+        echo "$1 $4: non-2xx responses (a limit rejected):" >&2
+        cat "$dir/wrk.out" >&2
+        exit 1
+    fi
+    reqs=$(awk '/requests in/ {print $1}' "$dir/wrk.out")
+    echo "$1|$4|$(awk '/Requests\/sec/ {print $2}' "$dir/wrk.out")|$(( (t1 - t0) * 1000000 / $(getconf CLK_TCK) * 100 / reqs ))" >> "$dir/results"
+}
+
+worker_ticks() { # utime + stime of the workers, in clock ticks
+    local sum=0 w
+    for w in $(ps -o pid= --ppid "$pid"); do
+        sum=$(( sum + $(awk '{print $14 + $15}' "/proc/$w/stat") ))
+    done
+    echo $sum
+}
+
+for round in $(seq "$rounds"); do
+    for keys in hot churn; do
+        run "plain (no limit)" "" "" $keys
+        run "stock limit_req" "" "limit_req zone=stock_$keys burst=1000000 nodelay;" $keys
+        run "weir_req" "" "weir_req zone=weir_$keys burst=1000000 nodelay;" $keys
+        if [ $keys = hot ]; then policy global; else policy path; fi
+        run "weir policy mode" "weir_policy $dir/policy.toml;" "weir on;" $keys
+    done
+done
+
+python3 - "$dir/results" <<'PY'
+import sys, statistics, collections
+rows = collections.OrderedDict()
+for line in open(sys.argv[1]):
+    name, keys, rps, cpu = line.strip().split("|")
+    rows.setdefault((keys, name), []).append((float(rps), int(cpu) / 100))
+print(f"{'configuration':<20} {'keys':<6} {'req/s (median)':>15} {'vs plain':>9} {'worker CPU us/req':>18} {'vs plain':>9}")
+for keys in ("hot", "churn"):
+    base = rows[(keys, "plain (no limit)")]
+    b_rps = statistics.median(r for r, _ in base)
+    b_cpu = statistics.median(c for _, c in base)
+    for (k, name), v in rows.items():
+        if k != keys:
+            continue
+        rps = statistics.median(r for r, _ in v)
+        cpu = statistics.median(c for _, c in v)
+        print(f"{name:<20} {keys:<6} {rps:>15.0f} {rps / b_rps:>9.2f} {cpu:>18.2f} {cpu / b_cpu:>9.2f}")
+PY
+echo "(wrk -t$threads -c$conns -d$duration, $rounds interleaved rounds, $workers worker(s), $(nproc) cores shared with other jobs; load average $(cut -d' ' -f1-3 /proc/loadavg))"

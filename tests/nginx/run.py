@@ -1,0 +1,882 @@
+#!/usr/bin/env python3
+"""weir's nginx module against a real nginx (Debian's /usr/sbin/nginx).
+
+Each check starts its own nginx on 127.0.0.1 high ports with the prefix, pid
+file, logs and temp paths in a fresh temporary directory, and stops it by pid.
+Python 3 standard library only.
+
+  tests/nginx/run.py --module M.so --test-module T.so [--asan-module A.so]
+                     [--vectors tests/vectors] [--only NAME]
+
+M.so is the production build; T.so and A.so are built with -DWEIR_TEST_HOOKS
+(weir_test_clock, $weir_test_verdict), A.so also with -fsanitize=address and
+is run with libasan preloaded into nginx.
+"""
+
+import argparse
+import glob
+import http.server
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+NGINX = os.environ.get("NGINX", "/usr/sbin/nginx")
+BASE_NS = 1_000_000_000_000
+
+
+class Failure(Exception):
+    pass
+
+
+def check(cond, msg):
+    if not cond:
+        raise Failure(msg)
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+# ---- nginx control ------------------------------------------------------------
+
+
+def alive(pid):
+    """True while pid runs (a daemon's zombie, not yet reaped by init, counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, IndexError):
+        return False
+
+
+class Nginx:
+    def __init__(self, module, http, workers=1, env=None, files=None):
+        self.dir = tempfile.mkdtemp(prefix="weir-nginx-")
+        os.chmod(self.dir, 0o755)
+        for sub in ("html", "tmp", "logs"):
+            os.makedirs(os.path.join(self.dir, sub))
+        for name, text in (files or {}).items():
+            with open(os.path.join(self.dir, name), "w") as f:
+                f.write(text)
+        self.module = os.path.abspath(module)
+        self.workers = workers
+        self.env = dict(os.environ, **(env or {}))
+        self.port = free_port()
+        self.pid = None
+        self.write_conf(http)
+
+    def path(self, *p):
+        return os.path.join(self.dir, *p)
+
+    def write_conf(self, http):
+        d = self.dir
+        conf = f"""load_module {self.module};
+user root;
+worker_processes {self.workers};
+error_log {d}/logs/error.log info;
+pid {d}/nginx.pid;
+events {{ worker_connections 1024; accept_mutex off; }}
+http {{
+    access_log off;
+    client_body_temp_path {d}/tmp/body;
+    proxy_temp_path {d}/tmp/proxy;
+    fastcgi_temp_path {d}/tmp/fastcgi;
+    uwsgi_temp_path {d}/tmp/uwsgi;
+    scgi_temp_path {d}/tmp/scgi;
+{http.replace("%PORT%", str(self.port)).replace("%DIR%", d)}
+}}
+"""
+        with open(self.path("nginx.conf"), "w") as f:
+            f.write(conf)
+
+    def run(self, *args):
+        return subprocess.run([NGINX, "-p", self.dir + "/", "-c", self.path("nginx.conf"), *args],
+                              env=self.env, capture_output=True, text=True, timeout=60)
+
+    def test_config(self):
+        p = self.run("-t")
+        return p.returncode, p.stdout + p.stderr
+
+    def start(self):
+        p = self.run()
+        check(p.returncode == 0, f"nginx did not start: {p.stderr.strip()}")
+        for _ in range(200):
+            try:
+                with open(self.path("nginx.pid")) as f:
+                    self.pid = int(f.read())
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                    pass
+                break
+            except (OSError, ValueError):
+                time.sleep(0.02)
+        else:
+            raise Failure("nginx did not listen in time:\n" + self.error_log()[-2000:])
+        self.wait_workers(self.workers)
+        return self
+
+    def workers_pids(self):
+        out = subprocess.run(["ps", "-o", "pid=,args=", "--ppid", str(self.pid)],
+                             capture_output=True, text=True).stdout
+        return sorted(int(l.split()[0]) for l in out.splitlines() if "worker process" in l
+                      and "shutting" not in l)
+
+    def wait_workers(self, n, exclude=()):
+        for _ in range(300):
+            pids = [p for p in self.workers_pids() if p not in exclude]
+            if len(pids) >= n:
+                return pids
+            time.sleep(0.02)
+        raise Failure(f"expected {n} workers, have {self.workers_pids()}")
+
+    def reload(self):
+        old = set(self.workers_pids())
+        os.kill(self.pid, signal.SIGHUP)
+        # new workers appear; old ones finish and leave
+        for _ in range(500):
+            now = set(self.workers_pids())
+            if now and not (now & old):
+                return
+            time.sleep(0.02)
+        raise Failure("reload did not replace the workers:\n" + self.error_log()[-2000:])
+
+    def stop(self):
+        if self.pid is None:
+            return
+        try:
+            os.kill(self.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        for _ in range(500):
+            if not alive(self.pid):
+                break
+            time.sleep(0.01)
+        else:
+            os.kill(self.pid, signal.SIGKILL)
+        self.pid = None
+
+    def error_log(self):
+        try:
+            with open(self.path("logs", "error.log"), errors="replace") as f:
+                return f.read()
+        except FileNotFoundError:
+            return ""
+
+    def check_log(self, allow=()):
+        bad = []
+        for line in self.error_log().splitlines():
+            if re.search(r"\[(alert|emerg|crit)\]|AddressSanitizer|runtime error", line):
+                if not any(re.search(a, line) for a in allow):
+                    bad.append(line)
+        for f in glob.glob(self.path("logs", "asan*")):
+            with open(f, errors="replace") as fh:
+                bad.append(fh.read()[:3000])
+        check(not bad, "unexpected error log lines:\n" + "\n".join(bad[:10]))
+
+    def cleanup(self):
+        self.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+# ---- a raw HTTP/1.1 client ---------------------------------------------------
+
+
+def send(port, method, target, headers=(), timeout=10):
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    lines = [f"{method} {target} HTTP/1.1", "Host: localhost", "Connection: close"]
+    lines += [f"{k}: {v}" for k, v in headers]
+    s.sendall(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
+    return s
+
+
+def read_response(s, timeout=10):
+    s.settimeout(timeout)
+    data = b""
+    while True:
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    s.close()
+    head = data.split(b"\r\n\r\n", 1)[0].decode("latin-1")
+    lines = head.split("\r\n")
+    check(lines and lines[0].startswith("HTTP/"), f"bad response: {data[:200]!r}")
+    status = int(lines[0].split()[1])
+    hdrs = []
+    for l in lines[1:]:
+        k, _, v = l.partition(":")
+        hdrs.append((k.strip().lower(), v.strip()))
+    return status, hdrs
+
+
+def request(port, method="GET", target="/", headers=(), timeout=10):
+    return read_response(send(port, method, target, headers, timeout), timeout)
+
+
+def hdr(hdrs, name):
+    for k, v in hdrs:
+        if k == name.lower():
+            return v
+    return None
+
+
+# ---- the backend that holds admitted requests (vectors) -------------------------
+
+
+class Backend:
+    """Answers proxied requests; a request tagged X-Weir-Step waits until released."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.arrived = {}  # step tag -> verdict string
+        self.release = {}  # step tag -> Event
+        backend = self
+
+        class H(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.0"
+
+            def handle_any(self):
+                tag = self.headers.get("X-Weir-Step")
+                if tag:
+                    ev = backend.event(tag)
+                    with backend.lock:
+                        backend.arrived[tag] = self.headers.get("X-Weir-Verdict", "")
+                    ev.wait(60)
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            do_GET = do_POST = do_HEAD = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = handle_any
+
+            def log_message(self, *a):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def event(self, tag):
+        with self.lock:
+            return self.release.setdefault(tag, threading.Event())
+
+    def seen(self, tag):
+        with self.lock:
+            return self.arrived.get(tag)
+
+
+def parse_verdict(s):
+    return dict(kv.split("=", 1) for kv in s.split() if "=" in kv)
+
+
+# ---- shared vectors in policy mode ----------------------------------------------
+
+
+def run_vector(module, path, backend, env=None):
+    with open(path) as f:
+        vec = json.load(f)
+    name = vec["name"]
+    http = """
+    weir_policy %DIR%/policy.toml;
+    weir_test_clock $http_x_weir_test_now $http_x_weir_test_peer;
+    server {
+        listen 127.0.0.1:%PORT%;
+        location / {
+            weir on;
+            weir_queue_poll 5ms;
+            weir_queue_timeout 60s;
+            add_header X-Weir-Verdict $weir_test_verdict always;
+            proxy_set_header X-Weir-Verdict $weir_test_verdict;
+            proxy_read_timeout 120s;
+            proxy_pass http://127.0.0.1:BACKEND;
+        }
+    }
+""".replace("BACKEND", str(backend.port))
+    ngx = Nginx(module, http, workers=1, env=env, files={"policy.toml": vec["policy"]})
+    socks = {}    # step index -> socket of the original request
+    origin = {}   # step index -> index of the original request step
+    outcome = {}  # original index -> (status, headers) once answered
+    expected_headers = []  # (step, expect) checked when the response arrives
+    try:
+        ngx.start()
+
+        def tag(i):
+            return f"{name}:{origin[i]}"
+
+        def settle(i, expect, quiet=0.25):
+            """Waits for step i's request to reach the backend or be answered."""
+            o = origin[i]
+            s = socks[o]
+            deadline = time.time() + (quiet if expect["action"] == "queue" else 5)
+            while time.time() < deadline:
+                v = backend.seen(tag(i))
+                if v is not None:
+                    return "arrived", parse_verdict(v)
+                s.settimeout(0.005)
+                try:
+                    peek = s.recv(1, socket.MSG_PEEK)
+                except socket.timeout:
+                    continue
+                except OSError:
+                    peek = b""
+                if peek:
+                    s.settimeout(5)
+                    st, hs = read_response(s)
+                    outcome[o] = (st, hs)
+                    return "answered", (st, hs)
+                time.sleep(0.005)
+            return "pending", None
+
+        for i, step in enumerate(vec["steps"]):
+            where = f"{name} step {i}"
+            if "release" in step:
+                j = origin[step["release"]]
+                backend.event(f"{name}:{j}").set()
+                outcome[j] = read_response(socks[j])
+                continue
+            if "abandon" in step:
+                j = origin[step["abandon"]]
+                socks[j].close()
+                time.sleep(0.1)
+                continue
+            exp = step["expect"]
+            if "retry" in step:
+                origin[i] = origin[step["retry"]]
+            else:
+                origin[i] = i
+                hs = [("X-Weir-Test-Now", str(BASE_NS + step["t_ms"] * 1_000_000)),
+                      ("X-Weir-Test-Peer", step["peer"]), ("X-Weir-Step", f"{name}:{i}")]
+                hs += [(k, v) for k, v in step.get("headers", [])]
+                socks[i] = send(ngx.port, step["method"], step["target"], hs)
+            kind, data = settle(i, exp)
+            action = exp["action"]
+            if action == "queue":
+                check(kind == "pending", f"{where}: expected queue, got {kind} {data}")
+                continue
+            if action == "bad_request":
+                check(kind == "answered" and data[0] == 400, f"{where}: expected 400, got {kind} {data}")
+                continue
+            if kind == "arrived":
+                v = data
+                check(action in ("pass", "delay", "exempt"), f"{where}: expected {action}, request was admitted ({v})")
+            else:
+                check(kind == "answered", f"{where}: no answer for {action}")
+                v = parse_verdict(hdr(data[1], "x-weir-verdict") or "")
+                check(action == "reject", f"{where}: expected {action}, got status {data[0]} ({v})")
+                if "status" in exp:
+                    check(data[0] == exp["status"], f"{where}: status {data[0]} != {exp['status']}")
+            got = v.get("action")
+            if action == "exempt":
+                check(got == "pass" and v.get("exempt") != "-1", f"{where}: expected exempt, got {v}")
+            else:
+                check(got == action, f"{where}: expected {action}, got {v}")
+                if action == "pass":
+                    check(v.get("exempt") == "-1", f"{where}: unexpected exemption {v}")
+            if "limit" in exp:
+                want = exp["limit"] if exp["limit"] is not None else "-"
+                check(v.get("limit") == want, f"{where}: limit {v.get('limit')} != {want}")
+            if "wait_ms" in exp:
+                check(int(v.get("wait_ns", 0)) // 1_000_000 == exp["wait_ms"],
+                      f"{where}: wait {v.get('wait_ns')} ns != {exp['wait_ms']} ms")
+            if "dry_run" in exp:
+                want = exp["dry_run"] or "-"
+                check(v.get("dry_run") == want, f"{where}: dry_run {v.get('dry_run')} != {want}")
+            if "headers" in exp or ("status" in exp and action != "reject"):
+                expected_headers.append((i, exp))
+
+        # let every held request finish, then check what their responses carried
+        for i in socks:
+            backend.event(f"{name}:{i}").set()
+        for i, s in socks.items():
+            if i not in outcome and s.fileno() >= 0:
+                try:
+                    outcome[i] = read_response(s)
+                except (OSError, Failure) as e:
+                    raise Failure(f"{name} step {i}: no response ({e})\n"
+                                  + ngx.error_log()[-1500:])
+        for i, exp in expected_headers:
+            where = f"{name} step {i}"
+            st, hs = outcome[origin[i]]
+            if "status" in exp:
+                check(st == exp["status"], f"{where}: status {st} != {exp['status']}")
+            for k, want in exp.get("headers", {}).items():
+                got = hdr(hs, k)
+                check(got == want, f"{where}: header {k}: {got!r} != {want!r}")
+        for i, exp in ((i, s.get("expect")) for i, s in enumerate(vec["steps"])):
+            if exp and exp["action"] == "reject" and "headers" in exp:
+                st, hs = outcome[origin[i]]
+                for k, want in exp["headers"].items():
+                    got = hdr(hs, k)
+                    check(got == want, f"{name} step {i}: header {k}: {got!r} != {want!r}")
+        ngx.stop()
+        ngx.check_log(allow=[r"test hooks are enabled"])
+    finally:
+        for s in socks.values():
+            try:
+                s.close()
+            except OSError:
+                pass
+        ngx.cleanup()
+
+
+def test_vectors(module, vectors, env=None, only=None):
+    files = sorted(glob.glob(os.path.join(vectors, "*.json")))
+    check(len(files) >= 70, f"only {len(files)} vectors in {vectors}")
+    backend = Backend()
+    failed = []
+    for path in files:
+        if only and only not in path:
+            continue
+        try:
+            run_vector(module, path, backend, env)
+        except (Failure, OSError, KeyError, ValueError) as e:
+            failed.append(f"{os.path.basename(path)}: {e}")
+    backend.server.shutdown()
+    check(not failed, f"{len(failed)} of {len(files)} vectors failed:\n" + "\n".join(failed))
+    return f"{len(files)} vectors passed through nginx"
+
+
+# ---- several workers share one state ---------------------------------------------
+
+
+def hammer(port, target, n, headers=(), threads=16):
+    """n requests from `threads` clients at once; returns [(status, pid)]."""
+    out, lock = [], threading.Lock()
+    todo = list(range(n))
+
+    def worker():
+        while True:
+            with lock:
+                if not todo:
+                    return
+                todo.pop()
+            try:
+                st, hs = request(port, "GET", target, headers)
+            except OSError as e:
+                st, hs = f"error {e}", []
+            with lock:
+                out.append((st, hdr(hs, "x-pid")))
+
+    ts = [threading.Thread(target=worker) for _ in range(threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    return out
+
+
+def test_workers(module, workers, env=None):
+    bound = 40
+    policy = f"""[zones.g]
+size = "64k"
+algorithm = "gcra"
+rate = "1r/m"
+[[limit]]
+name = "global"
+class = "*"
+zone = "g"
+key = "global"
+burst = {bound - 1}
+nodelay = true
+status = 503
+"""
+    http = f"""
+    weir_req_zone $http_x_key zone=hot:1m rate=1r/m;
+    weir_conn_zone $http_x_key zone=conn:1m;
+    weir_policy %DIR%/policy.toml;
+    server {{
+        listen 127.0.0.1:%PORT% reuseport;
+        root %DIR%/html;
+        add_header X-Pid $pid always;
+        location = /f {{ weir_req zone=hot burst={bound - 1} nodelay; }}
+        location = /p {{ weir on; try_files /f =404; }}
+        location = /c {{ weir_conn conn 5; proxy_pass http://127.0.0.1:BACKEND; }}
+    }}
+"""
+    backend = Backend()
+    http = http.replace("BACKEND", str(backend.port))
+    ngx = Nginx(module, http, workers=workers, env=env, files={"policy.toml": policy, "html/f": "x"})
+    try:
+        ngx.start()
+        res = []
+        for target in ("/f", "/p"):
+            out = hammer(ngx.port, target, 400, headers=[("X-Key", "k")])
+            ok = [p for s, p in out if s == 200]
+            no = [s for s, p in out if s != 200]
+            pids = {p for s, p in out}
+            check(len(ok) == bound, f"{target}, {workers} workers: {len(ok)} admitted, bound {bound}")
+            check(set(no) == {503}, f"{target}: unexpected statuses {set(no)}")
+            check(len(pids) >= 2, f"{target}: only worker(s) {pids} answered")
+            res.append(f"{target}: {len(ok)}/400 admitted (bound {bound}) by {len(pids)} workers")
+        # concurrency: 30 requests held at the backend at once, bound 5 in flight
+        held = []
+        for i in range(30):
+            held.append(send(ngx.port, "GET", "/c", [("X-Key", "k"), ("X-Weir-Step", f"c{i}")]))
+        deadline = time.time() + 5
+        answered = {}
+        while time.time() < deadline and len(answered) < 25:
+            for i, s in enumerate(held):
+                if i in answered:
+                    continue
+                s.settimeout(0.01)
+                try:
+                    if s.recv(1, socket.MSG_PEEK):
+                        answered[i] = read_response(s)
+                except socket.timeout:
+                    pass
+        inside = [i for i in range(30) if backend.seen(f"c{i}") is not None]
+        check(len(inside) == 5 and len(answered) == 25
+              and all(st == 503 for st, _ in answered.values()),
+              f"weir_conn 5 with {workers} workers: {len(inside)} in flight, "
+              f"{sorted(st for st, _ in answered.values())} answered")
+        for i in range(30):
+            backend.event(f"c{i}").set()
+        for i, s in enumerate(held):
+            if i not in answered:
+                check(read_response(s)[0] == 200, "held request failed")
+        cpids = {hdr(hs, "x-pid") for _, hs in answered.values()}
+        check(len(cpids) >= 2, f"weir_conn: rejections from worker(s) {cpids} only")
+        res.append(f"weir_conn 5: 5 of 30 concurrent requests in flight, 25 rejected "
+                   f"by {len(cpids)} workers")
+        ngx.check_log()
+        return f"{workers} workers: " + "; ".join(res)
+    finally:
+        backend.server.shutdown()
+        ngx.cleanup()
+
+
+def test_sigkill(module, env=None):
+    http = """
+    weir_req_zone $http_x_key zone=z:1m rate=1r/m;
+    weir_conn_zone $http_x_key zone=c:1m;
+    server {
+        listen 127.0.0.1:%PORT% reuseport;
+        root %DIR%/html;
+        location = /load { weir_req zone=z burst=100000 nodelay; weir_conn c 1000; try_files /f =404; }
+        location = /f { weir_req zone=z burst=4 nodelay; }
+    }
+"""
+    ngx = Nginx(module, http, workers=2, env=env, files={"html/f": "x"})
+    try:
+        ngx.start()
+        stop = threading.Event()
+        errors = []
+
+        def load():
+            while not stop.is_set():
+                try:
+                    request(ngx.port, "GET", "/load", [("X-Key", "load")], timeout=5)
+                except (OSError, Failure) as e:
+                    errors.append(e)
+
+        ts = [threading.Thread(target=load) for _ in range(6)]
+        for t in ts:
+            t.start()
+        time.sleep(0.5)
+        before = ngx.workers_pids()
+        os.kill(before[0], signal.SIGKILL)
+        after = ngx.wait_workers(2, exclude=[before[0]])
+        time.sleep(0.5)
+        stop.set()
+        for t in ts:
+            t.join()
+        statuses = [request(ngx.port, "GET", "/f", [("X-Key", "after-kill")])[0] for _ in range(10)]
+        check(statuses.count(200) == 5, f"after SIGKILL: {statuses}")
+        # the master reports the killed worker; nothing else may be an alert
+        ngx.check_log(allow=[r"exited on signal 9"])
+        return (f"SIGKILL of worker {before[0]}: master respawned ({after}), "
+                f"limit exact afterwards (5 of 10 admitted, burst=4), no other alerts")
+    finally:
+        ngx.cleanup()
+
+
+def test_reload(module, env=None):
+    policy = """[zones.g]
+size = "64k"
+algorithm = "gcra"
+rate = "1r/m"
+[[limit]]
+class = "*"
+zone = "g"
+key = "global"
+burst = 2
+nodelay = true
+"""
+    http = """
+    weir_req_zone KEY zone=z:1m rate=1r/m;
+    weir_policy %DIR%/policy.toml;
+    server {
+        listen 127.0.0.1:%PORT%;
+        root %DIR%/html;
+        location = /f { weir_req zone=z burst=2 nodelay; }
+        location = /p { weir on; try_files /f =404; }
+    }
+"""
+    ngx = Nginx(module, http.replace("KEY", "$http_x_key"), workers=2, env=env,
+                files={"policy.toml": policy, "html/f": "x"})
+    try:
+        ngx.start()
+        for target, over in (("/f", 503), ("/p", 429)):
+            got = [request(ngx.port, "GET", target, [("X-Key", "a")])[0] for _ in range(4)]
+            check(got == [200, 200, 200, over], f"{target} before reload: {got}")
+        ngx.reload()
+        for target, over in (("/f", 503), ("/p", 429)):
+            got = request(ngx.port, "GET", target, [("X-Key", "a")])[0]
+            check(got == over, f"{target} after reload: {got} (state lost)")
+        # a changed key is refused, the running configuration stays
+        ngx.write_conf(http.replace("KEY", "$http_x_other"))
+        os.kill(ngx.pid, signal.SIGHUP)
+        time.sleep(1)
+        check(re.search(r'\[emerg\].*weir zone "z" uses the "\$http_x_other" key while previously it used '
+                        r'the "\$http_x_key" key', ngx.error_log()), "changed key not refused")
+        got = request(ngx.port, "GET", "/f", [("X-Key", "a")])[0]
+        check(got == 503, f"after refused reload: {got}")
+        ngx.check_log(allow=[r"uses the .* key while previously"])
+        return "reload keeps directive and policy zone state; a changed key is refused like nginx"
+    finally:
+        ngx.cleanup()
+
+
+def test_bad_configs(module):
+    cases = [
+        ("policy error", "weir_policy %DIR%/bad.toml;",
+         [r"bad\.toml:\d+:\d+: missing field", r"in .*nginx\.conf:\d+"]),
+        ("bad rate", "weir_req_zone $remote_addr zone=a:1m rate=fast;",
+         [r'invalid rate "rate=fast" in .*nginx\.conf:\d+']),
+        ("unknown zone", "server { listen 127.0.0.1:%PORT%; location / { weir_req zone=nope; } }",
+         [r'nope']),
+        ("burst on sliding", "weir_req_zone $remote_addr zone=s:1m events=10 window=1m;\n"
+         "    server { listen 127.0.0.1:%PORT%; location / { weir_req zone=s burst=5; } }",
+         [r'do not apply to the sliding window zone "s" in .*nginx\.conf:\d+']),
+        ("missing policy", "weir_policy %DIR%/missing.toml;", [r"missing\.toml", r"nginx\.conf:\d+"]),
+        ("weir on without policy", "server { listen 127.0.0.1:%PORT%; weir on; }",
+         [r'"weir on" needs a "weir_policy" in the http block in .*nginx\.conf:\d+']),
+    ]
+    bad = '[zones.z]\nsize = "64k"\nalgorithm = "gcra"\nrate = "1r/s"\n[[limit]]\nburst = 5\n'
+    for what, http, want in cases:
+        ngx = Nginx(module, http, files={"bad.toml": bad})
+        try:
+            rc, out = ngx.test_config()
+            check(rc != 0, f"{what}: nginx -t succeeded")
+            for w in want:
+                check(re.search(w, out), f"{what}: {w!r} not in nginx -t output:\n{out}")
+        finally:
+            ngx.cleanup()
+    return f"{len(cases)} bad configurations fail nginx -t with file:line and weir's message"
+
+
+def test_redirects_and_waits(module, env=None):
+    """Internal redirects (index, try_files) charge once; delays and queues survive clients leaving;
+    a queue times out with the limit's status; weir_status serves the counters."""
+    policy = """[zones.c]
+size = "64k"
+algorithm = "concurrency"
+max = 1
+[zones.g]
+size = "64k"
+algorithm = "gcra"
+rate = "1r/m"
+[classes.q]
+match = [{ path_prefix = "/q" }]
+[classes.r]
+match = [{ path_prefix = "/r" }]
+[[limit]]
+name = "one-at-a-time"
+class = "q"
+zone = "c"
+key = "global"
+queue = 1
+status = 503
+[[limit]]
+name = "redirected"
+class = "r"
+zone = "g"
+key = "global"
+"""
+    http = """
+    weir_req_zone $server_name zone=once:1m rate=1r/m;
+    weir_req_zone $server_name zone=slow:1m rate=2r/s;
+    weir_conn_zone $server_name zone=conn:1m;
+    weir_policy %DIR%/policy.toml;
+    upstream held { server 127.0.0.1:BACKEND; }
+    server {
+        listen 127.0.0.1:%PORT%;
+        server_name once;
+        root %DIR%/html;
+        index index.html;
+        location = /metrics { weir_status; }
+        location / { weir_req zone=once; weir_conn conn 1; error_page 404 = /index.html; }
+        location = /index.html { weir_req zone=once; weir_conn conn 1; }
+        location /r { weir on; try_files $uri /r/index.html; }
+        location /slow { weir_req zone=slow burst=5; try_files /index.html =404; }
+        location /q {
+            weir on;
+            weir_queue_timeout 300ms;
+            proxy_pass http://held;
+        }
+    }
+"""
+    backend = Backend()
+    ngx = Nginx(module, http.replace("BACKEND", str(backend.port)), env=env,
+                files={"policy.toml": policy, "html/index.html": "x"})
+    os.makedirs(ngx.path("html", "r"))
+    shutil.copy(ngx.path("html", "index.html"), ngx.path("html", "r", "index.html"))
+    try:
+        ngx.start()
+        # "/" -> index.html (index), "/missing" -> error_page: one charge each
+        check(request(ngx.port, "GET", "/")[0] == 200, "index redirect charged twice")
+        check(request(ngx.port, "GET", "/")[0] == 503, "second request not limited")
+        st, hs = request(ngx.port, "GET", "/r/a")
+        check(st == 200, f"try_files redirect charged twice (policy): {st}\n{ngx.error_log()[-1500:]}")
+        check(request(ngx.port, "GET", "/r/a")[0] == 429, "second policy request not limited")
+        # a delayed request whose client leaves; then one that waits it out
+        for _ in range(3):
+            request(ngx.port, "GET", "/slow")
+        s = send(ngx.port, "GET", "/slow")
+        time.sleep(0.1)
+        s.close()
+        t = time.time()
+        st, _ = request(ngx.port, "GET", "/slow")
+        check(st == 200 and time.time() - t > 0.3, f"delayed request: {st} after {time.time() - t:.2f}s")
+        # queue: one held, one queued then timing out with 503, one queued and leaving
+        a = send(ngx.port, "GET", "/q", [("X-Weir-Step", "hold")])
+        for _ in range(200):
+            if backend.seen("hold") is not None:
+                break
+            time.sleep(0.01)
+        check(backend.seen("hold") is not None, "first /q request not admitted")
+        t = time.time()
+        st, hs = request(ngx.port, "GET", "/q")
+        check(st == 503 and 0.25 < time.time() - t < 2, f"queue timeout: {st} after {time.time() - t:.2f}s")
+        leaver = send(ngx.port, "GET", "/q")
+        time.sleep(0.1)
+        leaver.close()
+        time.sleep(0.1)
+        b = send(ngx.port, "GET", "/q", [("X-Weir-Step", "second")])
+        time.sleep(0.05)
+        backend.event("hold").set()
+        check(read_response(a)[0] == 200, "held request failed")
+        for _ in range(200):
+            if backend.seen("second") is not None:
+                break
+            time.sleep(0.01)
+        check(backend.seen("second") is not None, "queued request not admitted after release")
+        backend.event("second").set()
+        check(read_response(b)[0] == 200, "queued request failed")
+        s = send(ngx.port, "GET", "/metrics")
+        s.settimeout(5)
+        body = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            body += chunk
+        body = body.decode()
+        for want in ('weir_zone_capacity{zone="once"}', 'weir_zone_rejected_total{zone="once"} 1',
+                     'weir_limit_requests_total{limit="one-at-a-time",verdict="queued"}'):
+            check(want in body, f"weir_status lacks {want}:\n{body[:3000]}")
+        ngx.check_log()
+        return ("index and try_files redirects charge once; client leaving a delay or a "
+                "queue is handled; queue timeout answers 503; weir_status serves both stats")
+    finally:
+        backend.server.shutdown()
+        ngx.cleanup()
+
+
+def test_directive_extras(module, env=None):
+    """Sliding windows, r/h rates, empty and oversized keys."""
+    long_key = "$http_x_k" * 10
+    http = f"""
+    weir_req_zone $http_x_k zone=win:1m events=3 window=1m;
+    weir_req_zone $http_x_k zone=hourly:1m rate=2r/h;
+    weir_req_zone {long_key} zone=long:1m rate=1r/m;
+    server {{
+        listen 127.0.0.1:%PORT%;
+        root %DIR%/html;
+        location = /win {{ weir_req zone=win; try_files /f =404; }}
+        location = /hourly {{ weir_req zone=hourly burst=1 nodelay; try_files /f =404; }}
+        location = /long {{ weir_req zone=long; try_files /f =404; }}
+    }}
+"""
+    ngx = Nginx(module, http, env=env, files={"html/f": "x"})
+    try:
+        ngx.start()
+        got = [request(ngx.port, "GET", "/win", [("X-K", "a")])[0] for _ in range(5)]
+        check(got == [200, 200, 200, 503, 503], f"sliding window events=3: {got}")
+        got = [request(ngx.port, "GET", "/hourly", [("X-K", "a")])[0] for _ in range(3)]
+        check(got == [200, 200, 503], f"rate=2r/h burst=1: {got}")
+        got = [request(ngx.port, "GET", "/win")[0] for _ in range(5)]
+        check(got == [200] * 5, f"empty key limited: {got}")
+        big = [("X-K", "k" * 7000)]
+        got = [request(ngx.port, "GET", "/long", big)[0] for _ in range(3)]
+        check(got == [200] * 3, f"70000-byte key limited: {got}")
+        check("is more than 65535 bytes" in ngx.error_log(), "oversized key not logged")
+        ngx.check_log()
+        return "sliding window, r/h, empty key and > 65535-byte key behave as documented"
+    finally:
+        ngx.cleanup()
+
+
+def asan_env():
+    lib = subprocess.run(["gcc", "-print-file-name=libasan.so"], capture_output=True,
+                         text=True).stdout.strip()
+    check(os.path.exists(lib), "libasan.so not found")
+    return {"LD_PRELOAD": os.path.realpath(lib),
+            "ASAN_OPTIONS": "detect_leaks=0:abort_on_error=0:verify_asan_link_order=0"}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--module", required=True)
+    ap.add_argument("--test-module", required=True)
+    ap.add_argument("--asan-module")
+    ap.add_argument("--vectors", default="tests/vectors")
+    ap.add_argument("--only", help="run only the checks whose name contains this")
+    args = ap.parse_args()
+
+    checks = [
+        ("vectors", lambda: test_vectors(args.test_module, args.vectors)),
+        ("workers-2", lambda: test_workers(args.module, 2)),
+        ("workers-4", lambda: test_workers(args.module, 4)),
+        ("sigkill", lambda: test_sigkill(args.module)),
+        ("reload", lambda: test_reload(args.module)),
+        ("bad-configs", lambda: test_bad_configs(args.module)),
+        ("redirects-waits", lambda: test_redirects_and_waits(args.module)),
+        ("directive-extras", lambda: test_directive_extras(args.module)),
+    ]
+    if args.asan_module:
+        checks += [
+            ("asan-vectors", lambda: test_vectors(args.asan_module, args.vectors, asan_env())),
+            ("asan-workers", lambda: test_workers(args.asan_module, 2, asan_env())),
+            ("asan-reload", lambda: test_reload(args.asan_module, asan_env())),
+            ("asan-redirects-waits", lambda: test_redirects_and_waits(args.asan_module, asan_env())),
+        ]
+    failed = 0
+    for name, fn in checks:
+        if args.only and args.only not in name:
+            continue
+        t = time.time()
+        try:
+            msg = fn()
+            print(f"ok   {name}: {msg} ({time.time() - t:.1f}s)", flush=True)
+        except Failure as e:
+            failed += 1
+            print(f"FAIL {name}: {e}", flush=True)
+    if failed:
+        sys.exit(f"nginx-test: {failed} check(s) failed")
+    print("nginx-test: all passed")
+
+
+if __name__ == "__main__":
+    main()
