@@ -347,15 +347,26 @@ int weir_policy_zone(const struct weir_policy *p, size_t i, struct weir_zone_inf
 int weir_engine_new(const struct weir_policy *p, struct weir_engine **out, struct weir_error **err);
 
 /*
+ Bytes of the shared counter block `weir_engine_attach` can take for this policy (0 for NULL).
+ */
+size_t weir_policy_counters_bytes(const struct weir_policy *p);
+
+/*
  An engine over caller-provided regions, one per zone in `weir_policy_zone` order, each at
  least that zone's `bytes` long and 64-byte aligned. A region that already holds the zone
  (an nginx reload) keeps its state; one created for another layout is refused.
+ `counters` (may be NULL: counters then live in this process) is a region of at least
+ `weir_policy_counters_bytes` bytes, 8-byte aligned, shared by every process that attaches,
+ so that all of them add to and report the same counters; it keeps its counts while the
+ policy's limits stay the same and starts from zero otherwise. Attach it first in one process
+ (nginx: the master's zone init) before others use it.
  `clock_base` is recorded in newly created zones (pass 0 to use CLOCK_MONOTONIC as is).
  The regions must outlive the engine.
  */
 int weir_engine_attach(const struct weir_policy *p,
                        const struct weir_region *regions,
                        size_t n,
+                       const struct weir_region *counters,
                        uint64_t clock_base,
                        struct weir_engine **out,
                        struct weir_error **err);

@@ -79,6 +79,7 @@ typedef struct {
     weir_policy                 *policy;
     weir_engine                 *engine;
     ngx_array_t                  pzones;     /* ngx_http_weir_pzone_t * */
+    ngx_http_weir_pzone_t       *counters;   /* shared by all workers */
 
 #if (WEIR_TEST_HOOKS)
     ngx_http_complex_value_t    *test_now;
@@ -1504,7 +1505,7 @@ ngx_http_weir_init_module(ngx_cycle_t *cycle)
 {
     ngx_uint_t                  i;
     weir_error                 *err;
-    weir_region                *regions;
+    weir_region                *regions, counters;
     ngx_http_weir_pzone_t     **pz;
     ngx_http_weir_main_conf_t  *wmcf;
 
@@ -1527,10 +1528,13 @@ ngx_http_weir_init_module(ngx_cycle_t *cycle)
         regions[i].len = pz[i]->bytes;
     }
 
+    counters.ptr = wmcf->counters->region;
+    counters.len = wmcf->counters->bytes;
+
     err = NULL;
 
-    if (weir_engine_attach(wmcf->policy, regions, wmcf->pzones.nelts, 0,
-                           &wmcf->engine, &err)
+    if (weir_engine_attach(wmcf->policy, regions, wmcf->pzones.nelts,
+                           &counters, 0, &wmcf->engine, &err)
         != WEIR_OK)
     {
         ngx_log_error(NGX_LOG_EMERG, cycle->log, 0,
@@ -2264,6 +2268,33 @@ ngx_http_weir_policy_directive(ngx_conf_t *cf, ngx_command_t *cmd,
         shm_zone->init = ngx_http_weir_init_policy_zone;
         shm_zone->data = pz;
     }
+
+    /*
+     * the engine's counters, in shared memory so that every worker adds to
+     * and weir_status reports the same numbers
+     */
+
+    ngx_str_set(&name, "weir:counters");
+
+    pz = ngx_pcalloc(cf->pool, sizeof(ngx_http_weir_pzone_t));
+    if (pz == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    pz->bytes = weir_policy_counters_bytes(wmcf->policy);
+
+    shm_zone = ngx_shared_memory_add(cf, &name,
+                                     ngx_align(pz->bytes + 16 * ngx_pagesize,
+                                               ngx_pagesize),
+                                     &ngx_http_weir_module);
+    if (shm_zone == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    pz->shm_zone = shm_zone;
+    shm_zone->init = ngx_http_weir_init_policy_zone;
+    shm_zone->data = pz;
+    wmcf->counters = pz;
 
     return NGX_CONF_OK;
 }

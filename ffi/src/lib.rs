@@ -19,6 +19,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr;
 
 use weir::limiter::{Concurrency, Decision, Delay, Gcra, Permit, Rate, SlidingWindow};
+use weir::policy::counters::Counters;
 use weir::policy::engine::{Action, Permits, QueueTicket, MAX_PERMITS};
 use weir::policy::{CompiledPolicy, Engine, RequestView};
 use weir::table::Table;
@@ -415,9 +416,23 @@ pub unsafe extern "C" fn weir_engine_new(
     })
 }
 
+/// Bytes of the shared counter block `weir_engine_attach` can take for this policy (0 for NULL).
+#[no_mangle]
+pub unsafe extern "C" fn weir_policy_counters_bytes(p: *const weir_policy) -> usize {
+    if p.is_null() {
+        return 0;
+    }
+    Engine::counters_layout(&(*p).policy).0
+}
+
 /// An engine over caller-provided regions, one per zone in `weir_policy_zone` order, each at
 /// least that zone's `bytes` long and 64-byte aligned. A region that already holds the zone
 /// (an nginx reload) keeps its state; one created for another layout is refused.
+/// `counters` (may be NULL: counters then live in this process) is a region of at least
+/// `weir_policy_counters_bytes` bytes, 8-byte aligned, shared by every process that attaches,
+/// so that all of them add to and report the same counters; it keeps its counts while the
+/// policy's limits stay the same and starts from zero otherwise. Attach it first in one process
+/// (nginx: the master's zone init) before others use it.
 /// `clock_base` is recorded in newly created zones (pass 0 to use CLOCK_MONOTONIC as is).
 /// The regions must outlive the engine.
 #[no_mangle]
@@ -425,6 +440,7 @@ pub unsafe extern "C" fn weir_engine_attach(
     p: *const weir_policy,
     regions: *const weir_region,
     n: usize,
+    counters: *const weir_region,
     clock_base: u64,
     out: *mut *mut weir_engine,
     err: *mut *mut weir_error,
@@ -451,20 +467,13 @@ pub unsafe extern "C" fn weir_engine_attach(
         let mut tables = Vec::with_capacity(n);
         for (r, l) in regions.iter().zip(&layouts) {
             if r.ptr.is_null() {
-                return fail(
-                    err,
-                    WEIR_ERR_NULL,
-                    format_args!("zone {}: region is NULL", l.name),
-                );
+                return fail(err, WEIR_ERR_NULL, format_args!("zone {}: region is NULL", l.name));
             }
             if r.len < l.bytes {
                 return fail(
                     err,
                     WEIR_ERR_ZONE,
-                    format_args!(
-                        "zone {}: region of {} bytes, needs {}",
-                        l.name, r.len, l.bytes
-                    ),
+                    format_args!("zone {}: region of {} bytes, needs {}", l.name, r.len, l.bytes),
                 );
             }
             match Table::create_or_attach(r.ptr.cast(), l.bytes, l.schema, clock_base) {
@@ -472,7 +481,17 @@ pub unsafe extern "C" fn weir_engine_attach(
                 Err(e) => return fail(err, WEIR_ERR_ZONE, format_args!("zone {}: {e}", l.name)),
             }
         }
-        match Engine::with_tables(policy.clone(), tables) {
+        let made = if counters.is_null() {
+            Engine::with_tables(policy.clone(), tables)
+        } else {
+            let (_, fp) = Engine::counters_layout(policy);
+            let c = &*counters;
+            match Counters::attach(c.ptr.cast(), c.len, policy.limits.len(), fp) {
+                Ok(block) => Engine::with_tables_and_counters(policy.clone(), tables, block),
+                Err(e) => return fail(err, WEIR_ERR_ZONE, format_args!("counters: {e}")),
+            }
+        };
+        match made {
             Ok(engine) => give(out, weir_engine { engine }),
             Err(e) => fail(err, WEIR_ERR_ZONE, e),
         }

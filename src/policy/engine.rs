@@ -14,9 +14,11 @@
 //!    delays and rejections are only reported.
 
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
 
 use super::config::{self, CompiledPolicy, Limit};
+pub use super::counters::{EngineCounters, LimitCounters};
+use super::counters::{fingerprint, Counters};
 use super::key::KEY_BUF_LEN;
 use super::normalize::{self, UriError};
 use super::request::RequestView;
@@ -232,33 +234,12 @@ impl RateAlg {
     }
 }
 
-/// Per-limit counters.
-#[derive(Debug, Default)]
-pub struct LimitCounters {
-    pub passed: AtomicU64,
-    pub delayed: AtomicU64,
-    pub rejected: AtomicU64,
-    pub queued: AtomicU64,
-    pub dry_run_delayed: AtomicU64,
-    pub dry_run_rejected: AtomicU64,
-}
-
-/// Engine-wide counters.
-#[derive(Debug, Default)]
-pub struct EngineCounters {
-    pub requests: AtomicU64,
-    pub exempt: AtomicU64,
-    pub unmatched: AtomicU64,
-    pub bad_target: AtomicU64,
-}
-
 /// A compiled policy with its zones' tables: evaluates requests.
 pub struct Engine {
     policy: CompiledPolicy,
     tables: Vec<Table>,
     limiters: Vec<Limiter>,
-    counters: Vec<LimitCounters>,
-    totals: EngineCounters,
+    counters: Counters,
 }
 
 /// What a zone's table must be created with (hosts that place tables in shared memory).
@@ -348,6 +329,17 @@ impl Engine {
     /// An engine over tables the host created or attached (one per zone, in zone order, as
     /// [`Engine::layouts`] describes them).
     pub fn with_tables(policy: CompiledPolicy, tables: Vec<Table>) -> Result<Engine, String> {
+        let counters = Counters::new(policy.limits.len());
+        Engine::with_tables_and_counters(policy, tables, counters)
+    }
+
+    /// Like [`Engine::with_tables`], with the counters in a block the host shares between
+    /// processes ([`Engine::counters_layout`] gives its size and fingerprint).
+    pub fn with_tables_and_counters(
+        policy: CompiledPolicy,
+        tables: Vec<Table>,
+        counters: Counters,
+    ) -> Result<Engine, String> {
         if tables.len() != policy.zones.len() {
             return Err(format!(
                 "{} tables for {} zones",
@@ -360,18 +352,20 @@ impl Engine {
             .iter()
             .map(|l| limiter_for(&policy.zones[l.zone], l))
             .collect::<Result<Vec<_>, _>>()?;
-        let counters = policy
-            .limits
-            .iter()
-            .map(|_| LimitCounters::default())
-            .collect();
         Ok(Engine {
             policy,
             tables,
             limiters,
             counters,
-            totals: EngineCounters::default(),
         })
+    }
+
+    /// The size in bytes and the fingerprint of a shared counter block for this policy.
+    pub fn counters_layout(policy: &CompiledPolicy) -> (usize, u64) {
+        (
+            Counters::bytes_for(policy.limits.len()),
+            fingerprint(policy.limits.iter().map(|l| l.name.as_str())),
+        )
     }
 
     pub fn policy(&self) -> &CompiledPolicy {
@@ -383,11 +377,11 @@ impl Engine {
     }
 
     pub fn counters(&self, limit: usize) -> &LimitCounters {
-        &self.counters[limit]
+        self.counters.limit(limit)
     }
 
     pub fn totals(&self) -> &EngineCounters {
-        &self.totals
+        self.counters.totals()
     }
 
     /// Evaluates a request at `now` (CLOCK_MONOTONIC ns, or the tables' injected clock).
@@ -442,7 +436,7 @@ impl Engine {
     ) -> Result<Outcome, EvalError> {
         if ticket.is_none() {
             // A queued request polling again is the same request.
-            self.totals.requests.fetch_add(1, Relaxed);
+            self.totals().requests.fetch_add(1, Relaxed);
         }
         let parts = normalize::split_target(req.target()).map_err(|e| self.bad(e))?;
         let query = parts.query.unwrap_or(b"");
@@ -493,7 +487,7 @@ impl Engine {
             .iter()
             .position(|e| e.matches(&prepared))
         {
-            self.totals.exempt.fetch_add(1, Relaxed);
+            self.totals().exempt.fetch_add(1, Relaxed);
             out.exempt = Some(i as u16);
             if let Some(t) = ticket.take() {
                 self.abandon(t, now);
@@ -517,7 +511,7 @@ impl Engine {
         }
         let hits = &hits[..n];
         if hits.is_empty() {
-            self.totals.unmatched.fetch_add(1, Relaxed);
+            self.totals().unmatched.fetch_add(1, Relaxed);
             out.unmatched = true;
             if let Some(t) = ticket.take() {
                 self.abandon(t, now);
@@ -574,7 +568,7 @@ impl Engine {
                                         permit,
                                     });
                                 if entered.is_some() {
-                                    self.counters[h.limit].queued.fetch_add(1, Relaxed);
+                                    self.counters(h.limit).queued.fetch_add(1, Relaxed);
                                 }
                                 entered
                             }
@@ -651,7 +645,7 @@ impl Engine {
             }
         }
         for (k, h) in hits.iter().enumerate() {
-            let c = &self.counters[h.limit];
+            let c = self.counters(h.limit);
             match pending[k] {
                 Counted::Pass => &c.passed,
                 Counted::Delayed => &c.delayed,
@@ -664,12 +658,12 @@ impl Engine {
     }
 
     fn bad(&self, e: UriError) -> EvalError {
-        self.totals.bad_target.fetch_add(1, Relaxed);
+        self.totals().bad_target.fetch_add(1, Relaxed);
         EvalError::BadTarget(e)
     }
 
     fn reject(&self, out: &mut Outcome, limit: usize, retry_after_ns: u64) {
-        self.counters[limit].rejected.fetch_add(1, Relaxed);
+        self.counters(limit).rejected.fetch_add(1, Relaxed);
         out.action = Action::Reject;
         out.status = self.policy.limits[limit].status;
         out.retry_after_ns = retry_after_ns;

@@ -1,5 +1,6 @@
 //! Policy engine: request view → normalized URI → matched classes → keys → limits.
 pub mod config;
+pub mod counters;
 pub mod engine;
 pub mod key;
 pub mod matcher;

@@ -617,7 +617,7 @@ test_fork_engine_regions(void)
         "burst = 49\nnodelay = true\n";
     weir_policy *p = NULL;
     weir_zone_info info;
-    weir_region reg;
+    weir_region reg, cnt;
     _Atomic uint64_t *admitted = mmap(NULL, 4096, PROT_READ | PROT_WRITE,
         MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     pid_t pids[PROCS];
@@ -627,9 +627,13 @@ test_fork_engine_regions(void)
     CHECK(weir_policy_zone_count(p) == 1 && weir_policy_zone(p, 0, &info) == WEIR_OK, "zone");
     reg.len = info.bytes;
     reg.ptr = mmap(NULL, reg.len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    cnt.len = weir_policy_counters_bytes(p);
+    cnt.ptr = mmap(NULL, cnt.len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    CHECK(cnt.len > 0, "counters bytes");
     {
         weir_engine *e = NULL;
-        CHECK(weir_engine_attach(p, &reg, 1, 0, &e, NULL) == WEIR_OK, "create in region");
+        CHECK(weir_engine_attach(p, &reg, 1, &cnt, 0, &e, NULL) == WEIR_OK,
+            "create in region");
         weir_engine_free(e);
     }
     for (int k = 0; k < PROCS; k++) {
@@ -638,7 +642,7 @@ test_fork_engine_regions(void)
             weir_engine *e = NULL;
             weir_request r;
             weir_verdict v;
-            if (weir_engine_attach(p, &reg, 1, 0, &e, NULL) != WEIR_OK) {
+            if (weir_engine_attach(p, &reg, 1, &cnt, 0, &e, NULL) != WEIR_OK) {
                 _exit(2);
             }
             memset(&r, 0, sizeof(r));
@@ -666,8 +670,20 @@ test_fork_engine_regions(void)
     }
     CHECK(atomic_load(admitted) == 50, "engine admitted %llu, expected 50",
         (unsigned long long) atomic_load(admitted));
+    {
+        /* The shared counter block saw every process's verdicts. */
+        weir_engine *e = NULL;
+        weir_limit_counters lc;
+        CHECK(weir_engine_attach(p, &reg, 1, &cnt, 0, &e, NULL) == WEIR_OK, "reattach");
+        CHECK(weir_engine_limit_counters(e, 0, &lc) == WEIR_OK && lc.passed == 50
+              && lc.rejected == PROCS * 1000 - 50,
+            "shared counters: passed %llu rejected %llu", (unsigned long long) lc.passed,
+            (unsigned long long) lc.rejected);
+        weir_engine_free(e);
+    }
     weir_policy_free(p);
     munmap(reg.ptr, reg.len);
+    munmap(cnt.ptr, cnt.len);
     munmap((void *) admitted, 4096);
 }
 

@@ -224,6 +224,18 @@ def request(port, method="GET", target="/", headers=(), timeout=10):
     return read_response(send(port, method, target, headers, timeout), timeout)
 
 
+def get_body(port, target):
+    """GET target; (status, body text)."""
+    s = send(port, "GET", target)
+    s.settimeout(10)
+    data = b""
+    while chunk := s.recv(65536):
+        data += chunk
+    s.close()
+    head, _, body = data.partition(b"\r\n\r\n")
+    return int(head.split()[1]), body.decode("latin-1")
+
+
 def hdr(hdrs, name):
     for k, v in hdrs:
         if k == name.lower():
@@ -502,6 +514,7 @@ status = 503
         location = /f {{ weir_req zone=hot burst={bound - 1} nodelay; }}
         location = /p {{ weir on; try_files /f =404; }}
         location = /c {{ weir_conn conn 5; proxy_pass http://127.0.0.1:BACKEND; }}
+        location = /metrics {{ weir_status; }}
     }}
 """
     backend = Backend()
@@ -519,6 +532,13 @@ status = 503
             check(set(no) == {503}, f"{target}: unexpected statuses {set(no)}")
             check(len(pids) >= 2, f"{target}: only worker(s) {pids} answered")
             res.append(f"{target}: {len(ok)}/400 admitted (bound {bound}) by {len(pids)} workers")
+        # Policy counters live in shared memory: any worker reports all workers' counts.
+        for _ in range(2 * workers):
+            status, text = get_body(ngx.port, "/metrics")
+            for verdict, n in (("passed", bound), ("rejected", 400 - bound)):
+                line = f'weir_limit_requests_total{{limit="global",verdict="{verdict}"}} {n}'
+                check(status == 200 and line in text, f"weir_status lacks {line!r}")
+        res.append("weir_status: the same policy counters from every worker")
         # concurrency: 30 requests held at the backend at once, bound 5 in flight
         held = []
         for i in range(30):
