@@ -1,5 +1,5 @@
 # weir — every command CI runs is reachable from here.
-#   make demo    the main job: the crawler-incident demo on examples/wiki.toml
+#   make demo    the main job: the crawler incident through nginx + weir on examples/wiki.toml
 #   make lib     libweir.a / libweir.so (C ABI); make header regenerates include/weir.h
 #   make test    everything CI runs (formatting, lints, unit/integration/multi-process tests,
 #                the nginx differential test, loom models, bounded fuzzing, benchmark builds)
@@ -9,7 +9,7 @@ CARGO ?= cargo
 FUZZ_SECONDS ?= 20
 VECTORS ?= tests/vectors
 
-.PHONY: setup demo test lint unit loom fuzz bench-build bench header lib c-test pc \
+.PHONY: setup demo demo-engine test lint unit loom fuzz bench-build bench header lib c-test pc \
 	nginx-module nginx-module-test nginx-test
 
 CFLAGS_TEST = -std=c11 -Wall -Wextra -Werror -g -Iinclude
@@ -22,7 +22,12 @@ NGX_OUT ?= target/nginx
 setup:
 	@bash scripts/setup.sh
 
-demo: setup
+# The main job: the crawler incident through real nginx with the module and examples/wiki.toml.
+demo: setup nginx-module
+	python3 scripts/demo_nginx.py target/nginx/ngx_http_weir_module.so examples/wiki.toml
+
+# The same incident through the engine alone (no nginx), one simulated minute.
+demo-engine:
 	$(CARGO) run --release --example demo -- examples/wiki.toml
 
 test: setup lint unit c-test nginx-test loom fuzz bench-build
