@@ -104,7 +104,7 @@ $(XCADDY):
 # target/caddy/caddy: Caddy $(CADDY_VERSION) + the standard modules + weir, built by xcaddy.
 caddy: caddy-lib $(XCADDY)
 	$(CADDY_ENV) XCADDY_SKIP_CLEANUP=0 $(XCADDY) build $(CADDY_VERSION) \
-		--with $(CADDY_MODULE)=./caddy-plugin --output target/caddy/caddy
+		--with $(CADDY_MODULE)@v0.0.0=./caddy-plugin --output target/caddy/caddy
 	target/caddy/caddy list-modules | grep -qx 'http.handlers.weir'
 
 # target/caddy/caddy-weirtest: the same with the test hooks (-tags weirtest, see
