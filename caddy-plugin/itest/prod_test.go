@@ -168,11 +168,22 @@ timeout = "400ms"
 	if err := os.WriteFile(filepath.Join(dir, "c.toml"), []byte(pol), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cfg := strings.NewReplacer("%UP%", strings.TrimPrefix(up.URL, "http://"), "%POL%", filepath.Join(dir, "c.toml")).Replace(`%GLOBALS%
+	short := strings.NewReplacer("max = 2", "max = 1", "queue = 2", "queue = 1", `"400ms"`, `"100ms"`).Replace(pol)
+	if err := os.WriteFile(filepath.Join(dir, "short.toml"), []byte(short), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := strings.NewReplacer("%UP%", strings.TrimPrefix(up.URL, "http://"), "%POL%", filepath.Join(dir, "c.toml"),
+		"%SHORT%", filepath.Join(dir, "short.toml")).Replace(`%GLOBALS%
 :%PORT% {
 	handle /policy {
 		weir {
 			policy %POL%
+		}
+		reverse_proxy %UP%
+	}
+	handle /short {
+		weir {
+			policy %SHORT%
 		}
 		reverse_proxy %UP%
 	}
@@ -196,6 +207,12 @@ timeout = "400ms"
 	}
 	if p := peak.Load(); p > 2 {
 		t.Errorf("upstream saw %d in flight, max 2", p)
+	}
+	// The policy's queue timeout (100 ms, read through weir_engine_limit_queue_timeout) is
+	// shorter than the upstream's 300 ms: the queued request gives up.
+	codes = fire(t, s.port, "/short", 2, 20*time.Millisecond)
+	if codes[200] != 1 || codes[429] != 1 {
+		t.Errorf("policy queue timeout: %v, want 1×200 and 1×429", codes)
 	}
 	// Inline zone: max 1, queue 1 with 100 ms timeout < 300 ms: 1 passes, 1 times out, the
 	// rest are refused.
