@@ -247,7 +247,8 @@ func (h *Handler) servePolicy(w http.ResponseWriter, r *http.Request, repl *cadd
 		s.mu.RUnlock()
 		return "pass", "", nil
 	}
-	s.eng.evaluate(&rv, env.now, v)
+	eng := s.eng // its Go fields (limit names) stay valid after a Destruct
+	eng.evaluate(&rv, env.now, v)
 	s.mu.RUnlock()
 	if v.rc == errBadTarget {
 		setPlaceholders(repl, "bad_request", "")
@@ -258,7 +259,7 @@ func (h *Handler) servePolicy(w http.ResponseWriter, r *http.Request, repl *cadd
 		h.logger.Error("weir evaluation failed; letting the request through", zap.Int("code", v.rc))
 		return "error", "", nil
 	}
-	limit := s.eng.limitName(v.limit())
+	limit := eng.limitName(v.limit())
 	holdPermits := func() {
 		*release = append(*release, func(now uint64) {
 			s.mu.RLock()
