@@ -108,9 +108,10 @@ caddy: caddy-lib $(XCADDY)
 	target/caddy/caddy list-modules | grep -qx 'http.handlers.weir'
 
 # target/caddy/caddy-weirtest: the same with the test hooks (-tags weirtest, see
-# caddy-plugin/testhook_on.go); built from caddy-plugin/cmd/caddy-weir, not by xcaddy.
+# caddy-plugin/testhook_on.go); built from caddy-plugin/cmd/caddy-weir, not by xcaddy, with
+# xcaddy's flags and tags so that the two builds share the Go build cache.
 caddy-weirtest: caddy-lib
-	cd caddy-plugin && $(CADDY_ENV) go build -trimpath -ldflags "-w -s" -tags weirtest \
+	cd caddy-plugin && $(CADDY_ENV) go build -trimpath -ldflags "-w -s" -tags weirtest,nobadger,nomysql,nopgx \
 		-o ../target/caddy/caddy-weirtest ./cmd/caddy-weir
 
 caddy-lint:

@@ -122,6 +122,19 @@ func (s *server) subst(config string) string {
 	return r.Replace(config)
 }
 
+// assertAlive fails the test if Caddy exited or logged a panic.
+func (s *server) assertAlive() {
+	s.t.Helper()
+	select {
+	case <-s.exited:
+		s.t.Fatalf("caddy exited:\n%s", s.Logs())
+	default:
+	}
+	if strings.Contains(s.Logs(), "panic") {
+		s.t.Fatalf("caddy logged a panic:\n%s", s.Logs())
+	}
+}
+
 func (s *server) stop() {
 	if s.cmd.Process != nil {
 		_ = s.cmd.Process.Kill()
@@ -160,9 +173,33 @@ type response struct {
 // normalisation) and header lines in order, on a new connection.
 func rawRequest(t *testing.T, port int, method, target string, headers [][2]string) response {
 	t.Helper()
+	r, err := tryRequest(port, method, target, headers)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, target, err)
+	}
+	return r
+}
+
+// getAfterReload retries a GET that meets a connection the old config's server closed while
+// a reload switched servers (the request is then not answered by either).
+func getAfterReload(t *testing.T, port int, path string) response {
+	t.Helper()
+	var err error
+	for i := 0; i < 20; i++ {
+		var r response
+		if r, err = tryRequest(port, "GET", path, nil); err == nil {
+			return r
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("GET %s after reload: %v", path, err)
+	return response{}
+}
+
+func tryRequest(port int, method, target string, headers [][2]string) (response, error) {
 	c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), 5*time.Second)
 	if err != nil {
-		t.Fatal(err)
+		return response{}, err
 	}
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
@@ -180,15 +217,15 @@ func rawRequest(t *testing.T, port int, method, target string, headers [][2]stri
 	}
 	b.WriteString("Connection: close\r\n\r\n")
 	if _, err := io.WriteString(c, b.String()); err != nil {
-		t.Fatal(err)
+		return response{}, err
 	}
 	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 	if err != nil {
-		t.Fatalf("%s %s: %v", method, target, err)
+		return response{}, err
 	}
-	body, _ := io.ReadAll(resp.Body)
+	body, err := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	return response{resp.StatusCode, resp.Header, string(body)}
+	return response{resp.StatusCode, resp.Header, string(body)}, err
 }
 
 func get(t *testing.T, port int, path string, headers ...[2]string) response {

@@ -80,24 +80,25 @@ func TestReloadKeepsState(t *testing.T) {
 
 	// Same zone, same policy content, another response: state survives.
 	s.reload("caddyfile", cfg("1h", "v2"))
-	r = get(t, s.port, "/")
+	r = getAfterReload(t, s.port, "/")
 	if r.status != 429 || r.body != "reject z 429" {
 		t.Fatalf("after reload: %d %q, want the zone still full", r.status, r.body)
 	}
 	// Another window: a new zone (fresh counts); the policy (3 requests: 1 + burst 2,
 	// 3 already charged) is still shared, so its limit "pg" now rejects.
 	s.reload("caddyfile", cfg("2h", "v3"))
-	r = get(t, s.port, "/")
+	r = getAfterReload(t, s.port, "/")
 	if r.status != 429 || r.body != "reject pg 429" {
 		t.Fatalf("after param change: %d %q, want the zone fresh and the policy full", r.status, r.body)
 	}
 	// Changed policy content: fresh engine.
 	writePolicy(t, dir, "2r/h")
 	s.reload("caddyfile", cfg("3h", "v4"))
-	if r = get(t, s.port, "/"); r.status != 200 || r.body != "v4 pass" {
+	if r = getAfterReload(t, s.port, "/"); r.status != 200 || r.body != "v4 pass" {
 		t.Fatalf("after policy change: %d %q", r.status, r.body)
 	}
 
+	s.assertAlive()
 	if !strings.Contains(s.Logs(), "rate limit exceeded") {
 		t.Errorf("no rejection log line in:\n%s", s.Logs())
 	}
@@ -238,6 +239,7 @@ timeout = "400ms"
 	// The queue is free again: two more may queue (and get slots when the first two end).
 	codes = fire(t, s.port, "/policy", 2, 0)
 	wg.Wait()
+	s.assertAlive()
 	if codes[200] != 2 {
 		t.Errorf("after abandoned waits: %v, want 2×200 (queue places given back)", codes)
 	}
