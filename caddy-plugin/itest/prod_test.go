@@ -455,3 +455,23 @@ burst = 5
 		t.Errorf("3 paced requests took %v (want ≥ 400 ms of delays), last %q", el, last.body)
 	}
 }
+
+// TestDirectiveOrder: in a site block, weir runs before basic_auth (no password hashing for
+// rejected requests), whatever the order in the file.
+func TestDirectiveOrder(t *testing.T) {
+	bin := binary(t, "WEIR_CADDY")
+	p := filepath.Join(t.TempDir(), "Caddyfile")
+	cf := ":8080 {\n\tbasic_auth {\n\t\tbob $2a$14$Zkx19XLiW6VYouLHR5NmfOFU0z2GTNmpkT/5qqR7hx4IjWJPDhjvG\n\t}\n" +
+		"\tweir {\n\t\tzone z {\n\t\t\tkey {client_ip}\n\t\t\tevents 5\n\t\t\twindow 1m\n\t\t}\n\t}\n\trespond ok\n}\n"
+	if err := os.WriteFile(p, []byte(cf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(bin, "adapt", "--config", p, "--adapter", "caddyfile").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, a := strings.Index(string(out), `"handler":"weir"`), strings.Index(string(out), `"handler":"authentication"`)
+	if w < 0 || a < 0 || w > a {
+		t.Errorf("weir (%d) should come before authentication (%d):\n%s", w, a, out)
+	}
+}
