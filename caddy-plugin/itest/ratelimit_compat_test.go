@@ -152,3 +152,56 @@ func TestIPPrefixPort(t *testing.T) {
 		}
 	}
 }
+
+// TestJSONGCRAAndConcurrencyZones: the JSON form of GCRA and concurrency zones.
+func TestJSONGCRAAndConcurrencyZones(t *testing.T) {
+	bin := binary(t, "WEIR_CADDY_TEST")
+	cfg := `{
+	"admin": {"listen": "127.0.0.1:%ADMIN%"},
+	"apps": {"http": {"servers": {"demo": {
+		"listen": ["127.0.0.1:%PORT%"],
+		"routes": [
+			{"match": [{"path": ["/g"]}], "handle": [
+				{"handler": "weir", "rate_limits": {"g": {"key": "{http.request.header.X-Client}", "rate": "2r/m", "burst": 1}}},
+				{"handler": "static_response", "status_code": 200}]},
+			{"match": [{"path": ["/c"]}], "handle": [
+				{"handler": "weir", "rate_limits": {"c": {"key": "static", "max": 1, "status": 503}}},
+				{"handler": "static_response", "status_code": 200}]}
+		]
+	}}}}
+}`
+	s := startCaddy(t, bin, "json", cfg)
+	a := [2]string{"X-Client", "a"}
+	// 2r/m: T = 30 s, burst 1 → 2 back to back; the 3rd waits until the TAT (now + 90 s)
+	// is within the 60 s tolerance: 30 s.
+	for i, want := range []int{200, 200, 429} {
+		r := get(t, s.port, "/g", at(0), a)
+		if r.status != want {
+			t.Fatalf("gcra #%d: %d, want %d", i, r.status, want)
+		}
+		if want == 429 && r.header.Get("Retry-After") != "30" {
+			t.Errorf("gcra Retry-After %q, want 30", r.header.Get("Retry-After"))
+		}
+	}
+	if r := get(t, s.port, "/g", at(0), [2]string{"X-Client", "b"}); r.status != 200 {
+		t.Errorf("another key: %d", r.status)
+	}
+	if r := get(t, s.port, "/g", at(30000), a); r.status != 200 {
+		t.Errorf("gcra after 30 s: %d", r.status)
+	}
+	// Concurrency max 1: hold the first request's permit (test step), the second is refused
+	// with the zone's status, after the release the slot is free again.
+	step := func(h ...[2]string) response { return get(t, s.port, "/c", append([][2]string{at(0)}, h...)...) }
+	if r := step([2]string{"X-Weir-Test-Step", "c/0"}); r.status != 200 {
+		t.Fatalf("first: %d", r.status)
+	}
+	if r := step(); r.status != 503 || r.header.Get("Retry-After") != "1" {
+		t.Fatalf("second: %d Retry-After %q, want 503 and 1", r.status, r.header.Get("Retry-After"))
+	}
+	if r := step([2]string{"X-Weir-Test-Release", "c/0"}); r.status != 204 {
+		t.Fatalf("release: %d", r.status)
+	}
+	if r := step(); r.status != 200 {
+		t.Fatalf("after release: %d", r.status)
+	}
+}
