@@ -123,7 +123,7 @@ caddy-lint:
 caddy-test: caddy caddy-weirtest caddy-lint
 	cd caddy-plugin && $(CADDY_ENV) WEIR_CADDY=$(CURDIR)/target/caddy/caddy \
 		WEIR_CADDY_TEST=$(CURDIR)/target/caddy/caddy-weirtest WEIR_VECTORS=$(CURDIR)/$(VECTORS) \
-		go test -tags weirtest -count=1 -timeout 20m ./...
+		go test -trimpath -tags weirtest,nobadger,nomysql,nopgx -count=1 -timeout 20m ./...
 
 # wrk: plain Caddy vs weir (hot key, churn). Figures go to docs/PERFORMANCE.md.
 caddy-bench: caddy
