@@ -3,6 +3,7 @@ package weir
 import (
 	"context"
 	"errors"
+	"net"
 	"net/http"
 	"time"
 
@@ -33,8 +34,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	repl, _ := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
 	env := reqEnv{now: nowNS(), ctx: r.Context()}
 	// The client address Caddy resolved (honours the server's trusted_proxies).
-	if ip, ok := caddyhttp.GetVar(r.Context(), caddyhttp.ClientIPVarKey).(string); ok {
+	if ip, ok := caddyhttp.GetVar(r.Context(), caddyhttp.ClientIPVarKey).(string); ok && ip != "" {
 		env.peer = ip
+	} else if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		env.peer = host
 	}
 	if done, err := testIntercept(h, w, r, &env); done {
 		return err
