@@ -10,7 +10,8 @@ FUZZ_SECONDS ?= 20
 VECTORS ?= tests/vectors
 
 .PHONY: setup demo demo-engine test lint unit loom fuzz bench-build bench header lib c-test pc \
-	nginx-module nginx-module-test nginx-test
+	nginx-module nginx-module-test nginx-test \
+	caddy-lib caddy caddy-weirtest caddy-test caddy-lint caddy-bench
 
 CFLAGS_TEST = -std=c11 -Wall -Wextra -Werror -g -Iinclude
 NATIVE_LIBS = -lgcc_s -lutil -lrt -lpthread -lm -ldl -lc
@@ -30,7 +31,7 @@ demo: setup nginx-module
 demo-engine:
 	$(CARGO) run --release --example demo -- examples/wiki.toml
 
-test: setup lint unit c-test nginx-test loom fuzz bench-build
+test: setup lint unit c-test nginx-test caddy-test loom fuzz bench-build
 	@echo "make test: all passed"
 
 lint:
@@ -110,3 +111,50 @@ nginx-test: nginx-module nginx-module-test
 	python3 tests/nginx/run.py --module target/nginx/ngx_http_weir_module.so \
 		--test-module target/nginx-test/ngx_http_weir_module.so \
 		--asan-module target/nginx-asan/ngx_http_weir_module.so --vectors $(VECTORS)
+
+# ---- Caddy plugin (caddy-plugin/, docs/CADDY.md) ----------------------------------------
+# Caddy and xcaddy are pinned; cgo must be on (xcaddy silently drops cgo files without it).
+CADDY_VERSION ?= v2.11.9
+XCADDY_VERSION ?= v0.4.5
+CADDY_MODULE = github.com/weir-rs/weir/caddy-plugin
+RUST_TARGET = $(or $(CARGO_TARGET_DIR),target)
+XCADDY = $(CURDIR)/target/caddy/bin/xcaddy
+# The Go build cache does not hash the archives named in #cgo LDFLAGS: put the library's hash
+# into CGO_CFLAGS so that a changed libweir rebuilds the plugin package.
+CADDY_ENV = CGO_ENABLED=1 GOFLAGS="$(or $(GOFLAGS),-p=1)" \
+	CGO_CFLAGS="-O2 -g -DWEIR_LIB_SHA=$$(sha256sum $(CURDIR)/target/caddy/libweir_caddy.a | cut -c1-16)"
+
+# target/caddy/libweir_caddy.a: libweir.a with every non-weir_* symbol made local.
+caddy-lib: lib
+	bash scripts/caddy-lib.sh $(RUST_TARGET)/release/libweir.a target/caddy
+
+$(XCADDY):
+	GOBIN=$(CURDIR)/target/caddy/bin go install github.com/caddyserver/xcaddy/cmd/xcaddy@$(XCADDY_VERSION)
+
+# target/caddy/caddy: Caddy $(CADDY_VERSION) + the standard modules + weir, built by xcaddy.
+caddy: caddy-lib $(XCADDY)
+	$(CADDY_ENV) XCADDY_SKIP_CLEANUP=0 $(XCADDY) build $(CADDY_VERSION) \
+		--with $(CADDY_MODULE)@v0.0.0=./caddy-plugin --output target/caddy/caddy
+	target/caddy/caddy list-modules | grep -qx 'http.handlers.weir'
+
+# target/caddy/caddy-weirtest: the same with the test hooks (-tags weirtest, see
+# caddy-plugin/testhook_on.go); built from caddy-plugin/cmd/caddy-weir, not by xcaddy, with
+# xcaddy's flags and tags so that the two builds share the Go build cache.
+caddy-weirtest: caddy-lib
+	cd caddy-plugin && $(CADDY_ENV) go build -trimpath -ldflags "-w -s" -tags weirtest,nobadger,nomysql,nopgx \
+		-o ../target/caddy/caddy-weirtest ./cmd/caddy-weir
+
+caddy-lint:
+	@out=$$(gofmt -l caddy-plugin); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
+	cd caddy-plugin && $(CADDY_ENV) go vet ./... && $(CADDY_ENV) go vet -tags weirtest ./...
+
+# Go tests over HTTP on 127.0.0.1 against both binaries (vectors, caddy-ratelimit's cases,
+# reloads, load, bad configs).
+caddy-test: caddy caddy-weirtest caddy-lint
+	cd caddy-plugin && $(CADDY_ENV) WEIR_CADDY=$(CURDIR)/target/caddy/caddy \
+		WEIR_CADDY_TEST=$(CURDIR)/target/caddy/caddy-weirtest WEIR_VECTORS=$(CURDIR)/$(VECTORS) \
+		go test -trimpath -tags weirtest,nobadger,nomysql,nopgx -count=1 -timeout 20m ./...
+
+# wrk: plain Caddy vs weir (hot key, churn). Figures go to docs/PERFORMANCE.md.
+caddy-bench: caddy
+	bash benches/caddy_wrk.sh

@@ -431,6 +431,12 @@ int weir_engine_limit_name(const struct weir_engine *e,
                            size_t *len);
 
 /*
+ How long a request queued by limit `i` waits (its `timeout`) in nanoseconds, in `*out_ns`;
+ 0 for limits without a queue. Hosts use it to bound their wait on a WEIR_QUEUE verdict.
+ */
+int weir_engine_limit_queue_timeout(const struct weir_engine *e, size_t i, uint64_t *out_ns);
+
+/*
  A snapshot of limit `i`'s counters.
  */
 int weir_engine_limit_counters(const struct weir_engine *e,

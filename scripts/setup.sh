@@ -24,4 +24,11 @@ if command -v systemctl >/dev/null 2>&1; then
     systemctl stop nginx >/dev/null 2>&1 || true
 fi
 rustup component add rustfmt clippy >/dev/null 2>&1 || true
+# The Caddy plugin (make caddy / caddy-test): Go >= 1.26 with cgo (the machine image's
+# /usr/local/go; Debian's golang package is too old for Caddy v2.11), gcc and binutils (above).
+# xcaddy is installed by the Makefile into target/caddy/bin; Go modules come from the proxy.
+if ! command -v go >/dev/null 2>&1; then
+    echo "setup: go not found: the Caddy plugin needs Go >= 1.26 (https://go.dev/dl)" >&2
+    exit 1
+fi
 echo "setup: ok"

@@ -813,6 +813,31 @@ pub struct weir_limit_counters {
     pub dry_run_rejected: u64,
 }
 
+/// How long a request queued by limit `i` waits (its `timeout`) in nanoseconds, in `*out_ns`;
+/// 0 for limits without a queue. Hosts use it to bound their wait on a WEIR_QUEUE verdict.
+#[no_mangle]
+pub unsafe extern "C" fn weir_engine_limit_queue_timeout(
+    e: *const weir_engine,
+    i: usize,
+    out_ns: *mut u64,
+) -> c_int {
+    guard(|| {
+        if e.is_null() || out_ns.is_null() {
+            return WEIR_ERR_NULL;
+        }
+        let limits = &(*e).engine.policy().limits;
+        let Some(l) = limits.get(i) else {
+            return WEIR_ERR_INVALID;
+        };
+        *out_ns = if l.queue == 0 {
+            0
+        } else {
+            u64::try_from(l.timeout.as_nanos()).unwrap_or(u64::MAX)
+        };
+        WEIR_OK
+    })
+}
+
 /// A snapshot of limit `i`'s counters.
 #[no_mangle]
 pub unsafe extern "C" fn weir_engine_limit_counters(

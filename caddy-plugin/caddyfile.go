@@ -1,0 +1,229 @@
+package weir
+
+import (
+	"os"
+	"strconv"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+)
+
+func init() {
+	httpcaddyfile.RegisterHandlerDirective("weir", parseCaddyfile)
+	httpcaddyfile.RegisterDirectiveOrder("weir", httpcaddyfile.Before, "basic_auth")
+}
+
+func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
+	var m Handler
+	err := m.UnmarshalCaddyfile(h.Dispenser)
+	return &m, err
+}
+
+// UnmarshalCaddyfile sets up the handler from Caddyfile tokens. Syntax:
+//
+//	weir [<matcher>] {
+//	    policy <policy.toml>
+//	    log_key
+//	    zone <name> {
+//	        key         <placeholder or text>
+//	        events      <n>            # sliding window (caddy-ratelimit's zones)
+//	        window      <duration>
+//	        ipv4_prefix <bits>
+//	        ipv6_prefix <bits>
+//	        match { <matchers> }
+//	        rate 10r/s [burst <n>]     # GCRA (burst may also be its own line)
+//	        max <n> [queue <n>] [timeout <duration>]   # concurrency
+//	        status <code>
+//	        size <bytes>
+//	    }
+//	}
+func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	d.Next() // the directive name (a matcher after it was taken by Caddy)
+	if d.NextArg() {
+		return d.Errf("weir: unexpected argument %q: write weir { policy <file> } (an argument starting with / is a path matcher)", d.Val())
+	}
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		switch d.Val() {
+		case "policy":
+			if !d.NextArg() {
+				return d.ArgErr()
+			}
+			if err := h.setPolicy(d); err != nil {
+				return err
+			}
+			if d.NextArg() {
+				return d.ArgErr()
+			}
+		case "log_key":
+			if d.NextArg() {
+				return d.ArgErr()
+			}
+			h.LogKey = true
+		case "zone":
+			if err := h.parseZone(d); err != nil {
+				return err
+			}
+		default:
+			return d.Errf("weir: unknown subdirective %q (expected policy, zone or log_key)", d.Val())
+		}
+	}
+	if h.Policy == "" && len(h.RateLimits) == 0 {
+		return d.Err("weir: give a policy file or at least one zone")
+	}
+	return nil
+}
+
+// setPolicy records the policy file and checks it now, so that `caddy adapt` reports a bad
+// policy (weir's file:line:col message) together with the Caddyfile line that names it.
+func (h *Handler) setPolicy(d *caddyfile.Dispenser) error {
+	if h.Policy != "" {
+		return d.Errf("weir: policy already specified: %s", h.Policy)
+	}
+	h.Policy = d.Val()
+	text, err := os.ReadFile(h.Policy)
+	if err != nil {
+		return d.Errf("weir: reading policy: %v", err)
+	}
+	if err := checkPolicy(text, h.Policy); err != nil {
+		return d.Errf("weir: %v", err)
+	}
+	return nil
+}
+
+func (h *Handler) parseZone(d *caddyfile.Dispenser) error {
+	if !d.NextArg() {
+		return d.ArgErr()
+	}
+	name := d.Val()
+	if d.NextArg() {
+		return d.ArgErr()
+	}
+	if _, dup := h.RateLimits[name]; dup {
+		return d.Errf("weir: zone %s defined twice", name)
+	}
+	z := new(Zone)
+	intArg := func(what string, dst *int) error {
+		if !d.NextArg() {
+			return d.ArgErr()
+		}
+		if *dst != 0 {
+			return d.Errf("weir: zone %s: %s already specified", name, what)
+		}
+		n, err := strconv.Atoi(d.Val())
+		if err != nil {
+			return d.Errf("weir: zone %s: invalid %s %q: expected a whole number", name, what, d.Val())
+		}
+		*dst = n
+		return nil
+	}
+	durArg := func(what string, dst *caddy.Duration) error {
+		if !d.NextArg() {
+			return d.ArgErr()
+		}
+		if *dst != 0 {
+			return d.Errf("weir: zone %s: %s already specified", name, what)
+		}
+		v, err := caddy.ParseDuration(d.Val())
+		if err != nil {
+			return d.Errf("weir: zone %s: invalid %s %q: %v", name, what, d.Val(), err)
+		}
+		*dst = caddy.Duration(v)
+		return nil
+	}
+	// Trailing "burst N" after rate, "queue N" / "timeout D" after max.
+	trailing := func(allowed ...string) error {
+		for d.NextArg() {
+			kw := d.Val()
+			ok := false
+			for _, a := range allowed {
+				ok = ok || a == kw
+			}
+			if !ok {
+				return d.Errf("weir: zone %s: unexpected %q", name, kw)
+			}
+			var err error
+			switch kw {
+			case "burst":
+				err = intArg("burst", &z.Burst)
+			case "queue":
+				err = intArg("queue", &z.Queue)
+			case "timeout":
+				err = durArg("timeout", &z.Timeout)
+			}
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		var err error
+		switch d.Val() {
+		case "key":
+			if !d.NextArg() {
+				return d.ArgErr()
+			}
+			if z.Key != "" {
+				return d.Errf("weir: zone %s: key already specified: %s", name, z.Key)
+			}
+			z.Key = d.Val()
+			if d.NextArg() {
+				return d.ArgErr()
+			}
+		case "events":
+			err = intArg("events", &z.MaxEvents)
+		case "window":
+			err = durArg("window", &z.Window)
+		case "ipv4_prefix":
+			err = intArg("ipv4_prefix", &z.IPv4Prefix)
+		case "ipv6_prefix":
+			err = intArg("ipv6_prefix", &z.IPv6Prefix)
+		case "rate":
+			if !d.NextArg() {
+				return d.ArgErr()
+			}
+			if _, _, rerr := parseRate(d.Val()); rerr != nil {
+				return d.Errf("weir: zone %s: %v", name, rerr)
+			}
+			z.Rate = d.Val()
+			err = trailing("burst")
+		case "burst":
+			err = intArg("burst", &z.Burst)
+		case "max":
+			if err = intArg("max", &z.Max); err == nil {
+				err = trailing("queue", "timeout")
+			}
+		case "queue":
+			err = intArg("queue", &z.Queue)
+		case "timeout":
+			err = durArg("timeout", &z.Timeout)
+		case "status":
+			err = intArg("status", &z.Status)
+		case "size":
+			err = intArg("size", &z.Size)
+		case "match":
+			ms, merr := caddyhttp.ParseCaddyfileNestedMatcherSet(d)
+			if merr != nil {
+				return merr
+			}
+			z.MatcherSetsRaw = append(z.MatcherSetsRaw, ms)
+		default:
+			return d.Errf("weir: zone %s: unknown setting %q", name, d.Val())
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if _, err := zoneParamsOf(name, z); err != nil {
+		return d.Errf("weir: %v", err)
+	}
+	if h.RateLimits == nil {
+		h.RateLimits = map[string]*Zone{}
+	}
+	h.RateLimits[name] = z
+	return nil
+}
+
+var _ caddyfile.Unmarshaler = (*Handler)(nil)

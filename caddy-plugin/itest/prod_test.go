@@ -1,0 +1,477 @@
+package itest
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// These tests run the production binary (target/caddy/caddy, built by xcaddy): real clock,
+// real client addresses.
+
+const reloadCfg = `%GLOBALS%
+:%PORT% {
+	weir {
+		zone z {
+			key static
+			events 3
+			window %WINDOW%
+		}
+		policy %DIR%/p.toml
+	}
+	handle_errors {
+		respond "{http.weir.status} {http.weir.limit} {err.status_code}" {err.status_code}
+	}
+	respond "%BODY% {http.weir.status}"
+}
+`
+
+const reloadPolicy = `[zones.g]
+size = "64k"
+algorithm = "gcra"
+rate = "%RATE%"
+[[limit]]
+class = "*"
+zone = "g"
+name = "pg"
+key = "global"
+burst = 2
+nodelay = true
+`
+
+func writePolicy(t *testing.T, dir, rate string) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(dir, "p.toml"), []byte(strings.ReplaceAll(reloadPolicy, "%RATE%", rate)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestReloadKeepsState: a reload with the same zone parameters and the same policy content
+// keeps the counts; changed parameters start afresh. Also checks the placeholders,
+// handle_errors, the rejection log and the metrics.
+func TestReloadKeepsState(t *testing.T) {
+	bin := binary(t, "WEIR_CADDY")
+	dir := t.TempDir()
+	writePolicy(t, dir, "1r/h")
+	cfg := func(window, body string) string {
+		return strings.NewReplacer("%WINDOW%", window, "%BODY%", body, "%DIR%", dir).Replace(reloadCfg)
+	}
+	s := startCaddy(t, bin, "caddyfile", cfg("1h", "v1"))
+	for i := 0; i < 3; i++ {
+		if r := get(t, s.port, "/"); r.status != 200 || r.body != "v1 pass" {
+			t.Fatalf("request %d: %d %q", i, r.status, r.body)
+		}
+	}
+	r := get(t, s.port, "/")
+	if r.status != 429 || r.body != "reject z 429" || r.header.Get("Retry-After") == "" {
+		t.Fatalf("4th: %d %q Retry-After %q", r.status, r.body, r.header.Get("Retry-After"))
+	}
+
+	// Same zone, same policy content, another response: state survives.
+	s.reload("caddyfile", cfg("1h", "v2"))
+	r = getAfterReload(t, s.port, "/")
+	if r.status != 429 || r.body != "reject z 429" {
+		t.Fatalf("after reload: %d %q, want the zone still full", r.status, r.body)
+	}
+	// Another window: a new zone (fresh counts); the policy (3 requests: 1 + burst 2,
+	// 3 already charged) is still shared, so its limit "pg" now rejects.
+	s.reload("caddyfile", cfg("2h", "v3"))
+	r = getAfterReload(t, s.port, "/")
+	if r.status != 429 || r.body != "reject pg 429" {
+		t.Fatalf("after param change: %d %q, want the zone fresh and the policy full", r.status, r.body)
+	}
+	// Changed policy content: fresh engine.
+	writePolicy(t, dir, "2r/h")
+	s.reload("caddyfile", cfg("3h", "v4"))
+	if r = getAfterReload(t, s.port, "/"); r.status != 200 || r.body != "v4 pass" {
+		t.Fatalf("after policy change: %d %q", r.status, r.body)
+	}
+
+	s.assertAlive()
+	if !strings.Contains(s.Logs(), "rate limit exceeded") {
+		t.Errorf("no rejection log line in:\n%s", s.Logs())
+	}
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", s.admin))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	m := string(body)
+	for _, want := range []string{
+		`caddy_http_weir_requests_total{limit="pg",outcome="passed",source="policy:` + dir + `/p.toml"} 1`,
+		`caddy_http_weir_requests_total{limit="z",outcome="passed",source="zone:z"} 1`,
+	} {
+		if !strings.Contains(m, want) {
+			t.Errorf("metrics lack %s; weir lines:\n%s", want, grepLines(m, "weir"))
+		}
+	}
+}
+
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// slowUpstream counts requests in flight and holds each for d.
+func slowUpstream(t *testing.T, d time.Duration) (*httptest.Server, *atomic.Int64) {
+	var inflight, peak atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := inflight.Add(1)
+		for {
+			p := peak.Load()
+			if n <= p || peak.CompareAndSwap(p, n) {
+				break
+			}
+		}
+		time.Sleep(d)
+		inflight.Add(-1)
+		io.WriteString(w, "slow")
+	}))
+	t.Cleanup(srv.Close)
+	return srv, &peak
+}
+
+// TestConcurrencyQueue: policy concurrency limit max 2, queue 2, timeout 400 ms in front of
+// an upstream that takes 300 ms; and an inline concurrency zone; plus cancellation.
+func TestConcurrencyQueue(t *testing.T) {
+	bin := binary(t, "WEIR_CADDY")
+	up, peak := slowUpstream(t, 300*time.Millisecond)
+	dir := t.TempDir()
+	pol := `[zones.c]
+size = "64k"
+algorithm = "concurrency"
+max = 2
+[[limit]]
+class = "*"
+zone = "c"
+name = "inflight"
+key = "global"
+queue = 2
+timeout = "400ms"
+`
+	if err := os.WriteFile(filepath.Join(dir, "c.toml"), []byte(pol), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	short := strings.NewReplacer("max = 2", "max = 1", "queue = 2", "queue = 1", `"400ms"`, `"100ms"`).Replace(pol)
+	if err := os.WriteFile(filepath.Join(dir, "short.toml"), []byte(short), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := strings.NewReplacer("%UP%", strings.TrimPrefix(up.URL, "http://"), "%POL%", filepath.Join(dir, "c.toml"),
+		"%SHORT%", filepath.Join(dir, "short.toml")).Replace(`%GLOBALS%
+:%PORT% {
+	handle /policy {
+		weir {
+			policy %POL%
+		}
+		reverse_proxy %UP%
+	}
+	handle /short {
+		weir {
+			policy %SHORT%
+		}
+		reverse_proxy %UP%
+	}
+	handle /inline {
+		weir {
+			zone conc {
+				key {client_ip}
+				max 1 queue 1 timeout 100ms
+			}
+		}
+		reverse_proxy %UP%
+	}
+}
+`)
+	s := startCaddy(t, bin, "caddyfile", cfg)
+	// 6 at once: 2 run, 2 queue (one of them gets a slot at 300 ms and finishes at 600 ms;
+	// the other too), 2 find the queue full and are refused at once.
+	codes := fire(t, s.port, "/policy", 6, 0)
+	if codes[200] != 4 || codes[429] != 2 {
+		t.Errorf("policy queue: %v, want 4×200 and 2×429", codes)
+	}
+	if p := peak.Load(); p > 2 {
+		t.Errorf("upstream saw %d in flight, max 2", p)
+	}
+	// The policy's queue timeout (100 ms, read through weir_engine_limit_queue_timeout) is
+	// shorter than the upstream's 300 ms: the queued request gives up.
+	codes = fire(t, s.port, "/short", 2, 20*time.Millisecond)
+	if codes[200] != 1 || codes[429] != 1 {
+		t.Errorf("policy queue timeout: %v, want 1×200 and 1×429", codes)
+	}
+	// Inline zone: max 1, queue 1 with 100 ms timeout < 300 ms: 1 passes, 1 times out, the
+	// rest are refused.
+	codes = fire(t, s.port, "/inline", 4, 0)
+	if codes[200] != 1 || codes[429] != 3 {
+		t.Errorf("inline queue: %v, want 1×200 and 3×429", codes)
+	}
+	// Cancellation: a queued client that leaves gives its place back.
+	peak.Store(0)
+	var wg sync.WaitGroup
+	for i := 0; i < 2; i++ { // fill both slots
+		wg.Add(1)
+		go func() { defer wg.Done(); get(t, s.port, "/policy") }()
+	}
+	time.Sleep(50 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	for i := 0; i < 2; i++ { // fill the queue, then leave
+		req, _ := http.NewRequestWithContext(ctx, "GET", fmt.Sprintf("http://127.0.0.1:%d/policy", s.port), nil)
+		go http.DefaultClient.Do(req)
+	}
+	time.Sleep(120 * time.Millisecond)
+	cancel()
+	// The queue is free again: two more may queue (and get slots when the first two end).
+	codes = fire(t, s.port, "/policy", 2, 0)
+	wg.Wait()
+	s.assertAlive()
+	if codes[200] != 2 {
+		t.Errorf("after abandoned waits: %v, want 2×200 (queue places given back)", codes)
+	}
+}
+
+// fire sends n concurrent GETs and counts statuses.
+func fire(t *testing.T, port int, path string, n int, delay time.Duration) map[int]int {
+	var mu sync.Mutex
+	codes := map[int]int{}
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := get(t, port, path)
+			mu.Lock()
+			codes[r.status]++
+			mu.Unlock()
+		}()
+		time.Sleep(delay)
+	}
+	wg.Wait()
+	return codes
+}
+
+// TestConcurrentLoad: 16 clients × 50 requests against a 100-per-hour zone and a policy
+// GCRA limit: exactly the quota passes, whatever the interleaving.
+func TestConcurrentLoad(t *testing.T) {
+	bin := binary(t, "WEIR_CADDY")
+	dir := t.TempDir()
+	pol := `[zones.g]
+size = "64k"
+algorithm = "gcra"
+rate = "1r/h"
+[[limit]]
+class = "*"
+zone = "g"
+key = "global"
+burst = 149
+nodelay = true
+`
+	if err := os.WriteFile(filepath.Join(dir, "g.toml"), []byte(pol), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := strings.ReplaceAll(`%GLOBALS%
+:%PORT% {
+	handle /zone {
+		weir {
+			zone hot {
+				key static
+				events 100
+				window 1h
+			}
+		}
+		respond 200
+	}
+	handle /policy {
+		weir {
+			policy %POL%
+		}
+		respond 200
+	}
+}
+`, "%POL%", filepath.Join(dir, "g.toml"))
+	s := startCaddy(t, bin, "caddyfile", cfg)
+	for _, c := range []struct {
+		path string
+		want int
+	}{{"/zone", 100}, {"/policy", 150}} {
+		var ok atomic.Int64
+		var wg sync.WaitGroup
+		for g := 0; g < 16; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; i < 50; i++ {
+					if get(t, s.port, c.path).status == 200 {
+						ok.Add(1)
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		// A sliding window that happens to cross an hour boundary mid-test may admit a few
+		// more (the estimate); in practice the count is exact.
+		if got := int(ok.Load()); got != c.want {
+			t.Errorf("%s: %d passed of 800, want %d", c.path, got, c.want)
+		}
+	}
+}
+
+// TestBadConfigs: `caddy validate` / `caddy adapt` fail and say where.
+func TestBadConfigs(t *testing.T) {
+	bin := binary(t, "WEIR_CADDY")
+	dir := t.TempDir()
+	badPolicy := "[zones.z]\nsize = \"64k\"\nalgorithm = \"gcra\"\nrate = \"10r/w\"\n"
+	if err := os.WriteFile(filepath.Join(dir, "bad.toml"), []byte(badPolicy), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name, caddyfile, want string
+	}{
+		{"events not a number", ":8080 {\n\tweir {\n\t\tzone z {\n\t\t\tevents ten\n\t\t\twindow 1m\n\t\t}\n\t}\n}\n",
+			`invalid events .*ten.*Caddyfile:4`},
+		{"zone without window", ":8080 {\n\tweir {\n\t\tzone z {\n\t\t\tevents 10\n\t\t}\n\t}\n}\n",
+			`requires both a window and events.*Caddyfile:5`},
+		{"two algorithms", ":8080 {\n\tweir {\n\t\tzone z {\n\t\t\tevents 10\n\t\t\twindow 1m\n\t\t\trate 10r/s\n\t\t}\n\t}\n}\n",
+			`exactly one of.*Caddyfile:7`},
+		{"bad rate unit", ":8080 {\n\tweir {\n\t\tzone z {\n\t\t\trate 10r/w burst 5\n\t\t}\n\t}\n}\n",
+			`unknown rate unit.*Caddyfile:4`},
+		{"unknown setting", ":8080 {\n\tweir {\n\t\tzone z {\n\t\t\tevnts 10\n\t\t}\n\t}\n}\n",
+			`unknown setting .*evnts.*Caddyfile:4`},
+		{"bad policy", ":8080 {\n\tweir {\n\t\tpolicy " + dir + "/bad.toml\n\t}\n}\n",
+			regexp.QuoteMeta(dir+"/bad.toml:4:") + `.*unknown rate unit.*Caddyfile:3`},
+		{"missing policy", ":8080 {\n\tweir {\n\t\tpolicy " + dir + "/nope.toml\n\t}\n}\n",
+			`reading policy.*Caddyfile:3`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			p := filepath.Join(t.TempDir(), "Caddyfile")
+			if err := os.WriteFile(p, []byte(c.caddyfile), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			for _, sub := range []string{"validate", "adapt"} {
+				out, err := exec.Command(bin, sub, "--config", p, "--adapter", "caddyfile").CombinedOutput()
+				if err == nil {
+					t.Errorf("%s succeeded on a bad config:\n%s", sub, out)
+					continue
+				}
+				if !regexp.MustCompile(c.want).Match(out) {
+					t.Errorf("%s output does not match %q:\n%s", sub, c.want, out)
+				}
+			}
+		})
+	}
+	// JSON: policy errors surface at validate (provisioning) with file:line:col.
+	js := fmt.Sprintf(`{"apps":{"http":{"servers":{"s":{"listen":[":8080"],"routes":[{"handle":[{"handler":"weir","policy":%q}]}]}}}}}`,
+		filepath.Join(dir, "bad.toml"))
+	p := filepath.Join(dir, "c.json")
+	if err := os.WriteFile(p, []byte(js), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(bin, "validate", "--config", p).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), dir+"/bad.toml:4:") {
+		t.Errorf("JSON validate: err=%v\n%s", err, out)
+	}
+}
+
+// TestClientIPAndDelay: the peer weir sees is Caddy's client_ip (trusted_proxies honoured),
+// and a policy delay really holds the request.
+func TestClientIPAndDelay(t *testing.T) {
+	bin := binary(t, "WEIR_CADDY")
+	dir := t.TempDir()
+	pol := `[zones.ip]
+size = "64k"
+algorithm = "gcra"
+rate = "1r/h"
+[zones.slow]
+size = "64k"
+algorithm = "gcra"
+rate = "5r/s"
+[classes.slow]
+match = [{ path = "/slow" }]
+[classes.ip]
+match = [{ path = "/ip" }]
+[[limit]]
+class = "ip"
+zone = "ip"
+name = "per-ip"
+nodelay = true
+[[limit]]
+class = "slow"
+zone = "slow"
+name = "paced"
+key = "global"
+burst = 5
+`
+	if err := os.WriteFile(filepath.Join(dir, "p.toml"), []byte(pol), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := strings.ReplaceAll(`{
+	admin 127.0.0.1:%ADMIN%
+	default_bind 127.0.0.1
+	auto_https off
+	servers {
+		trusted_proxies static 127.0.0.0/8
+	}
+}
+:%PORT% {
+	weir {
+		policy %POL%
+	}
+	respond "{http.weir.status}"
+}
+`, "%POL%", filepath.Join(dir, "p.toml"))
+	s := startCaddy(t, bin, "caddyfile", cfg)
+	xff := func(ip string) [2]string { return [2]string{"X-Forwarded-For", ip} }
+	for _, c := range []struct {
+		ip     string
+		status int
+	}{{"198.51.100.1", 200}, {"198.51.100.2", 200}, {"198.51.100.1", 429}, {"198.51.100.3", 200}} {
+		if r := get(t, s.port, "/ip", xff(c.ip)); r.status != c.status {
+			t.Errorf("client %s: %d, want %d", c.ip, r.status, c.status)
+		}
+	}
+	// 5r/s, burst 5, default delay: the 2nd request waits 200 ms, the 3rd 400 ms.
+	start := time.Now()
+	var last response
+	for i := 0; i < 3; i++ {
+		last = get(t, s.port, "/slow")
+	}
+	if el := time.Since(start); el < 350*time.Millisecond || last.body != "delay" {
+		t.Errorf("3 paced requests took %v (want ≥ 400 ms of delays), last %q", el, last.body)
+	}
+}
+
+// TestDirectiveOrder: in a site block, weir runs before basic_auth (no password hashing for
+// rejected requests), whatever the order in the file.
+func TestDirectiveOrder(t *testing.T) {
+	bin := binary(t, "WEIR_CADDY")
+	p := filepath.Join(t.TempDir(), "Caddyfile")
+	cf := ":8080 {\n\tbasic_auth {\n\t\tbob $2a$14$Zkx19XLiW6VYouLHR5NmfOFU0z2GTNmpkT/5qqR7hx4IjWJPDhjvG\n\t}\n" +
+		"\tweir {\n\t\tzone z {\n\t\t\tkey {client_ip}\n\t\t\tevents 5\n\t\t\twindow 1m\n\t\t}\n\t}\n\trespond ok\n}\n"
+	if err := os.WriteFile(p, []byte(cf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(bin, "adapt", "--config", p, "--adapter", "caddyfile").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, a := strings.Index(string(out), `"handler":"weir"`), strings.Index(string(out), `"handler":"authentication"`)
+	if w < 0 || a < 0 || w > a {
+		t.Errorf("weir (%d) should come before authentication (%d):\n%s", w, a, out)
+	}
+}

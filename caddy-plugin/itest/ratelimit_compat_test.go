@@ -1,0 +1,207 @@
+package itest
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
+
+// caddy-ratelimit's documented test cases, ported to the weir directive with the same zone
+// shape (its JSON `rate_limits` with match/key/window/max_events). Time is injected with
+// X-Weir-Test-Now (caddy-weirtest). Statuses are the same; Retry-After differs where
+// caddy-ratelimit's exact sliding log and weir's sliding-window estimate differ, and the
+// test states both values (see docs/CADDY.md, "Observable differences").
+
+func at(ms uint64) [2]string { return [2]string{"X-Weir-Test-Now", fmt.Sprint(ms)} }
+
+// TestRateLimitsPort: 10 events per 60 s on a static key, matched to GET.
+func TestRateLimitsPort(t *testing.T) {
+	bin := binary(t, "WEIR_CADDY_TEST")
+	cfg := `{
+	"admin": {"listen": "127.0.0.1:%ADMIN%"},
+	"apps": {"http": {"servers": {"demo": {
+		"listen": ["127.0.0.1:%PORT%"],
+		"routes": [{"handle": [
+			{"handler": "weir", "rate_limits": {"zone1": {
+				"match": [{"method": ["GET"]}], "key": "static", "window": "60s", "max_events": 10}}},
+			{"handler": "static_response", "status_code": 200}
+		]}]
+	}}}}
+}`
+	s := startCaddy(t, bin, "json", cfg)
+	// t_ms = 20000 is 1020 s on the vectors' clock: a multiple of 60 s, so the requests
+	// open a window (weir's windows are aligned to multiples of their length).
+	const t0 = 20000
+	for i := 0; i < 10; i++ {
+		if r := get(t, s.port, "/", at(t0)); r.status != 200 {
+			t.Fatalf("request %d: %d", i, r.status)
+		}
+	}
+	cases := []struct {
+		tMs        uint64
+		status     int
+		retryAfter string // weir
+		crl        string // what caddy-ratelimit documents for the same moment
+	}{
+		// 11th request: caddy-ratelimit says 60 (oldest event + window). weir: the 10 events
+		// must decay to 9 in the next window, 6 s into it: 60 + 6 = 66.
+		{t0, 429, "66", "60"},
+		// Half a window later: caddy-ratelimit 30, weir 30 + 6 = 36.
+		{t0 + 30000, 429, "36", "30"},
+		// One window later caddy-ratelimit admits again; weir still weighs the previous
+		// window fully at its start and admits 6 s later.
+		{t0 + 60000, 429, "6", "(200)"},
+		{t0 + 66000, 200, "", "(200)"},
+	}
+	for _, c := range cases {
+		r := get(t, s.port, "/", at(c.tMs))
+		if r.status != c.status || r.header.Get("Retry-After") != c.retryAfter {
+			t.Errorf("t=%d ms: got %d Retry-After %q, want %d %q (caddy-ratelimit: %s)",
+				c.tMs, r.status, r.header.Get("Retry-After"), c.status, c.retryAfter, c.crl)
+		}
+	}
+	// A request the zone does not match is never limited.
+	if r := rawRequest(t, s.port, "POST", "/", [][2]string{at(t0)}); r.status != 200 {
+		t.Errorf("POST: %d", r.status)
+	}
+}
+
+// TestDistinctZonesAndKeysPort: two zones (GET, DELETE) keyed by path count independently.
+// Written as a Caddyfile, which also exercises the zone/match syntax.
+func TestDistinctZonesAndKeysPort(t *testing.T) {
+	bin := binary(t, "WEIR_CADDY_TEST")
+	cfg := `%GLOBALS%
+:%PORT% {
+	weir {
+		zone zone1 {
+			match {
+				method GET
+			}
+			key {http.request.orig_uri.path}
+			window 60s
+			events 10
+		}
+		zone zone2 {
+			match {
+				method DELETE
+			}
+			key {http.request.orig_uri.path}
+			window 60s
+			events 10
+		}
+	}
+	respond 200
+}
+`
+	s := startCaddy(t, bin, "caddyfile", cfg)
+	for _, m := range []string{"GET", "DELETE"} {
+		for _, p := range []string{"/path1", "/path2"} {
+			for i := 0; i < 10; i++ {
+				if r := rawRequest(t, s.port, m, p, [][2]string{at(20000)}); r.status != 200 {
+					t.Fatalf("%s %s #%d: %d", m, p, i, r.status)
+				}
+			}
+			r := rawRequest(t, s.port, m, p, [][2]string{at(20000)})
+			if r.status != 429 {
+				t.Fatalf("%s %s #11: %d, want 429", m, p, r.status)
+			}
+			if !strings.HasPrefix(r.header.Get("Retry-After"), "6") {
+				t.Errorf("%s %s: Retry-After %q", m, p, r.header.Get("Retry-After"))
+			}
+		}
+	}
+}
+
+// TestIPPrefixPort: caddy-ratelimit's ipv4_prefix / ipv6_prefix cases, observed through
+// the bucket a client lands in (key {client_ip}, 1 event per hour).
+func TestIPPrefixPort(t *testing.T) {
+	bin := binary(t, "WEIR_CADDY_TEST")
+	cfg := `%GLOBALS%
+:%PORT% {
+	weir {
+		zone nets {
+			key {http.request.header.X-Client}
+			events 1
+			window 1h
+			ipv4_prefix 24
+			ipv6_prefix 64
+		}
+	}
+	respond 200
+}
+`
+	s := startCaddy(t, bin, "caddyfile", cfg)
+	steps := []struct {
+		client string
+		status int
+	}{
+		{"2001:db8:1234:5678:9abc:def0:1234:5678", 200},
+		{"2001:db8:1234:5678:ffff:ffff:ffff:ffff", 429}, // same /64
+		{"2001:db8:1234:5678::1", 429},                  // same /64
+		{"2001:db8:1234:5679::1", 200},                  // another /64
+		{"192.168.1.100", 200},
+		{"192.168.1.7", 429}, // same /24
+		{"192.168.2.7", 200},
+		{"static", 200},
+		{"static", 429}, // non-IP keys are used as they are
+	}
+	for _, st := range steps {
+		r := get(t, s.port, "/", at(0), [2]string{"X-Client", st.client})
+		if r.status != st.status {
+			t.Errorf("client %s: %d, want %d", st.client, r.status, st.status)
+		}
+	}
+}
+
+// TestJSONGCRAAndConcurrencyZones: the JSON form of GCRA and concurrency zones.
+func TestJSONGCRAAndConcurrencyZones(t *testing.T) {
+	bin := binary(t, "WEIR_CADDY_TEST")
+	cfg := `{
+	"admin": {"listen": "127.0.0.1:%ADMIN%"},
+	"apps": {"http": {"servers": {"demo": {
+		"listen": ["127.0.0.1:%PORT%"],
+		"routes": [
+			{"match": [{"path": ["/g"]}], "handle": [
+				{"handler": "weir", "rate_limits": {"g": {"key": "{http.request.header.X-Client}", "rate": "2r/m", "burst": 1}}},
+				{"handler": "static_response", "status_code": 200}]},
+			{"match": [{"path": ["/c"]}], "handle": [
+				{"handler": "weir", "rate_limits": {"c": {"key": "static", "max": 1, "status": 503}}},
+				{"handler": "static_response", "status_code": 200}]}
+		]
+	}}}}
+}`
+	s := startCaddy(t, bin, "json", cfg)
+	a := [2]string{"X-Client", "a"}
+	// 2r/m: T = 30 s, burst 1 → 2 back to back; the 3rd waits until the TAT (now + 90 s)
+	// is within the 60 s tolerance: 30 s.
+	for i, want := range []int{200, 200, 429} {
+		r := get(t, s.port, "/g", at(0), a)
+		if r.status != want {
+			t.Fatalf("gcra #%d: %d, want %d", i, r.status, want)
+		}
+		if want == 429 && r.header.Get("Retry-After") != "30" {
+			t.Errorf("gcra Retry-After %q, want 30", r.header.Get("Retry-After"))
+		}
+	}
+	if r := get(t, s.port, "/g", at(0), [2]string{"X-Client", "b"}); r.status != 200 {
+		t.Errorf("another key: %d", r.status)
+	}
+	if r := get(t, s.port, "/g", at(30000), a); r.status != 200 {
+		t.Errorf("gcra after 30 s: %d", r.status)
+	}
+	// Concurrency max 1: hold the first request's permit (test step), the second is refused
+	// with the zone's status, after the release the slot is free again.
+	step := func(h ...[2]string) response { return get(t, s.port, "/c", append([][2]string{at(0)}, h...)...) }
+	if r := step([2]string{"X-Weir-Test-Step", "c/0"}); r.status != 200 {
+		t.Fatalf("first: %d", r.status)
+	}
+	if r := step(); r.status != 503 || r.header.Get("Retry-After") != "1" {
+		t.Fatalf("second: %d Retry-After %q, want 503 and 1", r.status, r.header.Get("Retry-After"))
+	}
+	if r := step([2]string{"X-Weir-Test-Release", "c/0"}); r.status != 204 {
+		t.Fatalf("release: %d", r.status)
+	}
+	if r := step(); r.status != 200 {
+		t.Fatalf("after release: %d", r.status)
+	}
+}

@@ -1,0 +1,373 @@
+package weir
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
+)
+
+// Placeholders set on every request the handler sees.
+const (
+	phStatus = "http.weir.status" // pass, delay, queued, reject, exempt, bad_request, error
+	phLimit  = "http.weir.limit"  // the deciding limit (policy) or zone (inline), else ""
+)
+
+// queuePoll is how often a queued request looks for a free slot.
+const queuePoll = 2 * time.Millisecond
+
+// reqEnv is the time and peer one request is evaluated with.
+type reqEnv struct {
+	now  uint64
+	peer string
+	test *testCtl // non-nil only in weirtest builds, when the request carries test headers
+	ctx  context.Context
+}
+
+// ServeHTTP implements caddyhttp.MiddlewareHandler.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	repl, _ := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
+	env := reqEnv{now: nowNS(), ctx: r.Context()}
+	// The client address Caddy resolved (honours the server's trusted_proxies).
+	if ip, ok := caddyhttp.GetVar(r.Context(), caddyhttp.ClientIPVarKey).(string); ok && ip != "" {
+		env.peer = ip
+	} else if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		env.peer = host
+	}
+	if done, err := testIntercept(h, w, r, &env); done {
+		return err
+	}
+	var release []func(uint64)
+	defer func() {
+		for i := len(release) - 1; i >= 0; i-- {
+			release[i](nowNS())
+		}
+	}()
+	status, limit := "pass", ""
+	if len(h.zones) > 0 {
+		st, lim, err := h.serveZones(w, r, repl, &env, &release)
+		if err != nil {
+			return err
+		}
+		status, limit = st, lim
+	}
+	if h.policy != nil {
+		st, lim, err := h.servePolicy(w, r, repl, &env, &release)
+		if err != nil {
+			return err
+		}
+		if st != "pass" || limit == "" {
+			status, limit = st, lim
+		}
+	}
+	setPlaceholders(repl, status, limit)
+	if env.test != nil && env.test.hold {
+		// Test harness: keep the permits until an explicit release step.
+		testHold(h, env.test, release)
+		release = nil
+	}
+	return next.ServeHTTP(w, r)
+}
+
+func setPlaceholders(repl *caddy.Replacer, status, limit string) {
+	if repl != nil {
+		repl.Set(phStatus, status)
+		repl.Set(phLimit, limit)
+	}
+}
+
+// rejected sets the response fields and returns the error Caddy turns into the status
+// (so that handle_errors can shape the response).
+func (h *Handler) rejected(w http.ResponseWriter, r *http.Request, repl *caddy.Replacer, env *reqEnv,
+	status int, limit, retry string, lines [][2]string, key string) error {
+	hdr := w.Header()
+	for _, l := range lines {
+		hdr.Set(l[0], l[1])
+	}
+	if retry != "" {
+		hdr.Set("Retry-After", retry)
+	}
+	setPlaceholders(repl, "reject", limit)
+	fields := []zap.Field{zap.String("limit", limit), zap.Int("status", status),
+		zap.String("retry_after", hdr.Get("Retry-After")), zap.String("client_ip", env.peer)}
+	if h.LogKey && key != "" {
+		fields = append(fields, zap.String("key", key))
+	}
+	if h.logger != nil {
+		h.logger.Info("rate limit exceeded", fields...)
+	}
+	testReport(w, env, "reject", limit, nil)
+	return caddyhttp.Error(status, errors.New("weir: rate limit exceeded: "+limit))
+}
+
+// serveZones runs the inline zones: all-or-nothing across rate zones (a later rejection
+// refunds earlier charges), then concurrency zones (permits released after the response).
+func (h *Handler) serveZones(w http.ResponseWriter, r *http.Request, repl *caddy.Replacer, env *reqEnv,
+	release *[]func(uint64)) (string, string, error) {
+	type charge struct {
+		z   *inlineZone
+		key string
+	}
+	var charged []charge
+	refund := func() {
+		for _, c := range charged {
+			c.z.state.mu.RLock()
+			if c.z.state.z != nil {
+				c.z.state.z.refund(c.key, env.now)
+			}
+			c.z.state.mu.RUnlock()
+		}
+	}
+	status := "pass"
+	for _, z := range h.zones {
+		if len(z.matchers) > 0 {
+			ok, err := z.matchers.AnyMatchWithError(r)
+			if err != nil {
+				refund()
+				return "", "", caddyhttp.Error(http.StatusInternalServerError, err)
+			}
+			if !ok {
+				continue
+			}
+		}
+		key := z.cfg.Key
+		if repl != nil {
+			key = repl.ReplaceAll(key, "")
+		}
+		key = applyPrefix(key, z.cfg.IPv4Prefix, z.cfg.IPv6Prefix)
+		st := z.state
+		if z.params.kind != kindConcurrency {
+			st.mu.RLock()
+			if st.z == nil {
+				st.mu.RUnlock()
+				continue
+			}
+			c, err := st.z.check(key, env.now)
+			st.mu.RUnlock()
+			if err != nil {
+				h.logger.Error("weir zone check failed; letting the request through", zap.String("zone", z.name), zap.Error(err))
+				continue
+			}
+			if c.action == actReject {
+				refund()
+				st.rejected.Add(1)
+				return "", "", h.rejected(w, r, repl, env, z.status, z.name, retryAfter(time.Duration(c.retryNS)), nil, key)
+			}
+			st.passed.Add(1)
+			charged = append(charged, charge{z, key})
+			continue
+		}
+		p := emptyPermit()
+		admitted, err := h.acquire(z, key, env, &p)
+		if err != nil {
+			refund()
+			return "", "", err
+		}
+		if !admitted {
+			refund()
+			st.rejected.Add(1)
+			return "", "", h.rejected(w, r, repl, env, z.status, z.name, "1", nil, key)
+		}
+		if admitted && p.limit >= 0 {
+			st.passed.Add(1)
+			*release = append(*release, func(now uint64) {
+				st.mu.RLock()
+				if st.z != nil {
+					st.z.releasePermit(&p, now)
+				}
+				st.mu.RUnlock()
+			})
+		}
+	}
+	return status, "", nil
+}
+
+// acquire takes a concurrency permit, waiting in the zone's bounded queue when full.
+func (h *Handler) acquire(z *inlineZone, key string, env *reqEnv, p *permit) (bool, error) {
+	st := z.state
+	try := func(now uint64) (bool, bool) {
+		st.mu.RLock()
+		defer st.mu.RUnlock()
+		if st.z == nil {
+			return true, false // freed under us (old config draining): let it through
+		}
+		c, err := st.z.acquire(key, now, p)
+		if err != nil {
+			h.logger.Error("weir zone acquire failed; letting the request through", zap.String("zone", z.name), zap.Error(err))
+			return true, false
+		}
+		return c.action == actPass, true
+	}
+	if ok, _ := try(env.now); ok {
+		return true, nil
+	}
+	if z.cfg.Queue <= 0 || env.test != nil || !st.enqueue(key, z.cfg.Queue) {
+		return false, nil
+	}
+	defer st.dequeue(key)
+	st.queued.Add(1)
+	ctx := env.ctx
+	deadline := time.Now().Add(z.timeout)
+	for time.Now().Before(deadline) {
+		if !sleepCtx(ctx, queuePoll) {
+			return false, caddyhttp.Error(499, ctx.Err())
+		}
+		if ok, _ := try(nowNS()); ok {
+			return true, nil
+		}
+	}
+	st.timedOut.Add(1)
+	return false, nil
+}
+
+// servePolicy evaluates the request with the policy engine (one cgo call).
+func (h *Handler) servePolicy(w http.ResponseWriter, r *http.Request, repl *caddy.Replacer, env *reqEnv,
+	release *[]func(uint64)) (string, string, error) {
+	s := h.policy
+	bp := headerPool.Get().(*[]byte)
+	hb := (*bp)[:0]
+	for name, vals := range r.Header {
+		if isTestHeader(name) {
+			continue
+		}
+		for _, v := range vals {
+			hb = packHeaders(hb, name, v)
+		}
+	}
+	if r.Host != "" && len(r.Header["Host"]) == 0 {
+		hb = packHeaders(hb, "host", r.Host)
+	}
+	defer func() { *bp = hb[:0]; headerPool.Put(bp) }()
+	rv := reqView{method: r.Method, target: r.RequestURI, peer: env.peer, headers: hb}
+	v := new(verdict)
+	s.mu.RLock()
+	if s.eng == nil {
+		s.mu.RUnlock()
+		return "pass", "", nil
+	}
+	eng := s.eng // its Go fields (limit names) stay valid after a Destruct
+	eng.evaluate(&rv, env.now, v)
+	s.mu.RUnlock()
+	if v.rc == errBadTarget {
+		setPlaceholders(repl, "bad_request", "")
+		testReport(w, env, "bad_request", "", nil)
+		return "", "", caddyhttp.Error(http.StatusBadRequest, errors.New("weir: invalid request target"))
+	}
+	if v.rc != 0 {
+		h.logger.Error("weir evaluation failed; letting the request through", zap.Int("code", v.rc))
+		return "error", "", nil
+	}
+	limit := eng.limitName(v.limit())
+	holdPermits := func() {
+		*release = append(*release, func(now uint64) {
+			s.mu.RLock()
+			if s.eng != nil {
+				s.eng.release(v, now)
+			}
+			s.mu.RUnlock()
+		})
+	}
+	switch v.action() {
+	case actReject:
+		return "", "", h.rejected(w, r, repl, env, v.status(), limit, "", v.headerLines(), "")
+	case actQueue:
+		if env.test != nil {
+			// Test harness: report the queue verdict and keep the ticket for a retry step.
+			testQueue(h, w, env, &rv, v, limit)
+			return "", "", caddyhttp.Error(v.status(), errors.New("weir: queued (test)"))
+		}
+		ok, err := h.waitQueued(&rv, v, r, env)
+		if err != nil {
+			return "", "", err
+		}
+		if !ok {
+			if v.action() == actReject {
+				return "", "", h.rejected(w, r, repl, env, v.status(), limit, "", v.headerLines(), "")
+			}
+			return "", "", h.rejected(w, r, repl, env, v.status(), limit, "1", nil, "")
+		}
+		holdPermits()
+		h.passHeaders(w, v)
+		return "queued", limit, nil
+	case actDelay:
+		testReport(w, env, "delay", limit, v)
+		if env.test == nil && !sleepCtx(r.Context(), time.Duration(v.waitNS())) {
+			holdPermits()
+			return "", "", caddyhttp.Error(499, r.Context().Err())
+		}
+		holdPermits()
+		h.passHeaders(w, v)
+		return "delay", limit, nil
+	}
+	holdPermits()
+	h.passHeaders(w, v)
+	if v.exempt() >= 0 {
+		testReport(w, env, "exempt", "", v)
+		return "exempt", "", nil
+	}
+	testReport(w, env, "pass", "", v)
+	return "pass", "", nil
+}
+
+func (h *Handler) passHeaders(w http.ResponseWriter, v *verdict) {
+	if v.v.headers_len == 0 {
+		return
+	}
+	for _, l := range v.headerLines() {
+		w.Header().Set(l[0], l[1])
+	}
+}
+
+// waitQueued polls the engine with the queue ticket until a slot is free (true), the
+// limit's timeout passes or the engine rejects (false), or the client leaves (error).
+func (h *Handler) waitQueued(rv *reqView, v *verdict, r *http.Request, env *reqEnv) (bool, error) {
+	s := h.policy
+	timeout := time.Duration(0)
+	if i := v.limit(); i >= 0 && i < len(s.timeouts) {
+		timeout = time.Duration(s.timeouts[i])
+	}
+	if timeout <= 0 {
+		timeout = 5 * time.Second
+	}
+	deadline := time.Now().Add(timeout)
+	abandon := func() {
+		s.mu.RLock()
+		if s.eng != nil {
+			s.eng.abandon(v, nowNS())
+		}
+		s.mu.RUnlock()
+	}
+	for {
+		if !sleepCtx(r.Context(), queuePoll) {
+			abandon()
+			return false, caddyhttp.Error(499, r.Context().Err())
+		}
+		if !time.Now().Before(deadline) {
+			abandon()
+			return false, nil
+		}
+		s.mu.RLock()
+		if s.eng == nil {
+			s.mu.RUnlock()
+			return true, nil
+		}
+		s.eng.evaluateQueued(rv, nowNS(), v)
+		s.mu.RUnlock()
+		if v.rc != 0 {
+			return true, nil // fail open
+		}
+		switch v.action() {
+		case actQueue:
+			continue
+		case actReject:
+			return false, nil
+		default:
+			return true, nil
+		}
+	}
+}

@@ -1,0 +1,112 @@
+package weir
+
+import (
+	"strconv"
+	"testing"
+	"time"
+)
+
+func TestApplyPrefix(t *testing.T) {
+	// caddy-ratelimit's documented network-prefix cases.
+	for _, c := range []struct {
+		key    string
+		v4, v6 int
+		want   string
+	}{
+		{"2001:db8:1234:5678:9abc:def0:1234:5678", 0, 64, "2001:db8:1234:5678::/64"},
+		{"2001:db8:1234:5678:ffff:ffff:ffff:ffff", 0, 64, "2001:db8:1234:5678::/64"},
+		{"2001:db8:1234:5678::1", 0, 48, "2001:db8:1234::/48"},
+		{"2001:db8:1234:5678::1", 0, 128, "2001:db8:1234:5678::1/128"},
+		{"192.168.1.100", 24, 0, "192.168.1.0/24"},
+		{"10.0.0.50", 8, 0, "10.0.0.0/8"},
+		{"172.16.5.4", 32, 0, "172.16.5.4/32"},
+		{"2001:db8::1", 24, 64, "2001:db8::/64"},
+		{"192.168.1.100", 24, 64, "192.168.1.0/24"},
+		{"192.168.1.100", 0, 64, "192.168.1.100"},
+		{"2001:db8::1", 24, 0, "2001:db8::1"},
+		{"2001:db8::1", 0, 0, "2001:db8::1"},
+		{"static", 0, 64, "static"},
+		{"", 0, 64, ""},
+		{"::ffff:192.0.2.7", 24, 64, "192.0.2.0/24"}, // IPv4-mapped counts as IPv4
+	} {
+		if got := applyPrefix(c.key, c.v4, c.v6); got != c.want {
+			t.Errorf("applyPrefix(%q, %d, %d) = %q, want %q", c.key, c.v4, c.v6, got, c.want)
+		}
+	}
+}
+
+func TestRetryAfterAndRate(t *testing.T) {
+	for _, c := range []struct {
+		d    time.Duration
+		want string
+	}{{60 * time.Second, "60"}, {30 * time.Second, "30"}, {59200 * time.Millisecond, "60"}, {300 * time.Millisecond, "1"}, {0, "0"}} {
+		if got := retryAfter(c.d); got != c.want {
+			t.Errorf("retryAfter(%v) = %s, want %s", c.d, got, c.want)
+		}
+	}
+	if n, p, err := parseRate("30r/m"); err != nil || n != 30 || p != uint64(time.Minute) {
+		t.Errorf("30r/m: %d %d %v", n, p, err)
+	}
+	for _, bad := range []string{"r/s", "0r/s", "10r/w", "10/s", "x"} {
+		if _, _, err := parseRate(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}
+
+const benchPolicy = `[zones.g]
+size = "64m"
+algorithm = "gcra"
+rate = "1000000r/s"
+[[limit]]
+class = "*"
+zone = "g"
+key = "ip"
+burst = 100000
+nodelay = true
+`
+
+// BenchmarkPolicyEvaluate: one request through the policy engine as ServeHTTP does it
+// (header packing + one cgo call), 1024 client addresses.
+func BenchmarkPolicyEvaluate(b *testing.B) {
+	e, err := newEngine([]byte(benchPolicy), "bench.toml")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer e.free()
+	peers := make([]string, 1024)
+	for i := range peers {
+		peers[i] = "10.0." + strconv.Itoa(i/256) + "." + strconv.Itoa(i%256)
+	}
+	var hb []byte
+	v := new(verdict)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		hb = packHeaders(hb[:0], "User-Agent", "wrk")
+		hb = packHeaders(hb, "Accept", "*/*")
+		rv := reqView{method: "GET", target: "/api/items?page=2", peer: peers[i&1023], headers: hb}
+		e.evaluate(&rv, nowNS(), v)
+		if v.rc != 0 || v.action() != actPass {
+			b.Fatalf("rc %d action %d", v.rc, v.action())
+		}
+	}
+}
+
+// BenchmarkZoneCheck: one inline sliding-zone check (one cgo call), 1024 keys.
+func BenchmarkZoneCheck(b *testing.B) {
+	z, err := newZone(zoneParams{kind: kindSliding, bytes: 1 << 20, events: 1 << 19, windowNS: uint64(time.Hour)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer z.free()
+	keys := make([]string, 1024)
+	for i := range keys {
+		keys[i] = "client-" + strconv.Itoa(i)
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := z.check(keys[i&1023], nowNS()); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
