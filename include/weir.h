@@ -437,6 +437,12 @@ int weir_engine_limit_name(const struct weir_engine *e,
 int weir_engine_limit_queue_timeout(const struct weir_engine *e, size_t i, uint64_t *out_ns);
 
 /*
+ The log level limit `i` asks for its rejections (delays are logged one level lower):
+ 0 info, 1 notice, 2 warn, 3 error (the default); -1 for NULL or an index out of range.
+ */
+int weir_engine_limit_log_level(const struct weir_engine *e, size_t i);
+
+/*
  A snapshot of limit `i`'s counters.
  */
 int weir_engine_limit_counters(const struct weir_engine *e,

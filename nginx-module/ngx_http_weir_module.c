@@ -159,6 +159,10 @@ static ngx_http_weir_state_t *ngx_http_weir_state(ngx_http_request_t *r,
     ngx_uint_t create);
 static uint64_t ngx_http_weir_now(ngx_http_request_t *r);
 
+static ngx_uint_t ngx_http_weir_policy_log_level(ngx_http_weir_state_t *st,
+    weir_verdict *v, ngx_uint_t delay);
+static ngx_msec_t ngx_http_weir_queue_timeout(ngx_http_weir_state_t *st,
+    weir_verdict *v, ngx_http_weir_loc_conf_t *wlcf);
 static ngx_int_t ngx_http_weir_init_zone(ngx_shm_zone_t *shm_zone,
     void *data);
 static ngx_int_t ngx_http_weir_init_policy_zone(ngx_shm_zone_t *shm_zone,
@@ -945,7 +949,8 @@ ngx_http_weir_verdict(ngx_http_request_t *r, ngx_http_weir_loc_conf_t *wlcf,
     case WEIR_DELAY:
         st->policy_done = 1;
 
-        ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
+        ngx_log_error(ngx_http_weir_policy_log_level(st, v, 1),
+                      r->connection->log, 0,
                       "delaying request, %uLms, by weir limit \"%V\"",
                       v->wait_ns / 1000000, &lname);
 
@@ -969,7 +974,8 @@ ngx_http_weir_verdict(ngx_http_request_t *r, ngx_http_weir_loc_conf_t *wlcf,
     case WEIR_QUEUE:
         if (!st->queued) {
             st->queued = 1;
-            st->queue_deadline = ngx_current_msec + wlcf->queue_timeout;
+            st->queue_deadline = ngx_current_msec
+                                 + ngx_http_weir_queue_timeout(st, v, wlcf);
 
             ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
                           "queueing request by weir limit \"%V\"", &lname);
@@ -981,11 +987,68 @@ ngx_http_weir_verdict(ngx_http_request_t *r, ngx_http_weir_loc_conf_t *wlcf,
     default: /* WEIR_REJECT */
         st->policy_done = 1;
 
-        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+        ngx_log_error(ngx_http_weir_policy_log_level(st, v, 0),
+                      r->connection->log, 0,
                       "limiting requests by weir limit \"%V\"", &lname);
 
         return v->status ? v->status : NGX_HTTP_SERVICE_UNAVAILABLE;
     }
+}
+
+
+/*
+ * the log level the deciding policy limit asks for (its log_level); delays
+ * one level lower, as limit_req logs them
+ */
+
+static ngx_uint_t
+ngx_http_weir_policy_log_level(ngx_http_weir_state_t *st, weir_verdict *v,
+    ngx_uint_t delay)
+{
+    int                lvl;
+    static ngx_uint_t  levels[] = {
+        NGX_LOG_INFO, NGX_LOG_NOTICE, NGX_LOG_WARN, NGX_LOG_ERR
+    };
+
+    lvl = (v->limit >= 0)
+          ? weir_engine_limit_log_level(st->engine, (size_t) v->limit) : 3;
+
+    if (lvl < 0 || lvl > 3) {
+        lvl = 3;
+    }
+
+    if (delay && lvl > 0) {
+        lvl--;
+    }
+
+    return levels[lvl];
+}
+
+
+/*
+ * how long a queued request waits: weir_queue_timeout when set, else the
+ * deciding limit's timeout from the policy
+ */
+
+static ngx_msec_t
+ngx_http_weir_queue_timeout(ngx_http_weir_state_t *st, weir_verdict *v,
+    ngx_http_weir_loc_conf_t *wlcf)
+{
+    uint64_t  ns;
+
+    if (wlcf->queue_timeout != NGX_CONF_UNSET_MSEC) {
+        return wlcf->queue_timeout;
+    }
+
+    if (v->limit >= 0
+        && weir_engine_limit_queue_timeout(st->engine, (size_t) v->limit, &ns)
+           == WEIR_OK
+        && ns > 0)
+    {
+        return (ngx_msec_t) (ns / 1000000);
+    }
+
+    return 5000;
 }
 
 
@@ -1699,7 +1762,8 @@ ngx_http_weir_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
         }
     }
     ngx_conf_merge_value(conf->headers, prev->headers, 1);
-    ngx_conf_merge_msec_value(conf->queue_timeout, prev->queue_timeout, 5000);
+    ngx_conf_merge_msec_value(conf->queue_timeout, prev->queue_timeout,
+                              NGX_CONF_UNSET_MSEC);
     ngx_conf_merge_msec_value(conf->queue_poll, prev->queue_poll, 10);
 
     if (conf->queue_poll == 0) {

@@ -467,13 +467,20 @@ pub unsafe extern "C" fn weir_engine_attach(
         let mut tables = Vec::with_capacity(n);
         for (r, l) in regions.iter().zip(&layouts) {
             if r.ptr.is_null() {
-                return fail(err, WEIR_ERR_NULL, format_args!("zone {}: region is NULL", l.name));
+                return fail(
+                    err,
+                    WEIR_ERR_NULL,
+                    format_args!("zone {}: region is NULL", l.name),
+                );
             }
             if r.len < l.bytes {
                 return fail(
                     err,
                     WEIR_ERR_ZONE,
-                    format_args!("zone {}: region of {} bytes, needs {}", l.name, r.len, l.bytes),
+                    format_args!(
+                        "zone {}: region of {} bytes, needs {}",
+                        l.name, r.len, l.bytes
+                    ),
                 );
             }
             match Table::create_or_attach(r.ptr.cast(), l.bytes, l.schema, clock_base) {
@@ -836,6 +843,23 @@ pub unsafe extern "C" fn weir_engine_limit_queue_timeout(
         };
         WEIR_OK
     })
+}
+
+/// The log level limit `i` asks for its rejections (delays are logged one level lower):
+/// 0 info, 1 notice, 2 warn, 3 error (the default); -1 for NULL or an index out of range.
+#[no_mangle]
+pub unsafe extern "C" fn weir_engine_limit_log_level(e: *const weir_engine, i: usize) -> c_int {
+    use weir::policy::config::LogLevel;
+    if e.is_null() {
+        return -1;
+    }
+    match (*e).engine.policy().limits.get(i).map(|l| l.log_level) {
+        Some(LogLevel::Info) => 0,
+        Some(LogLevel::Notice) => 1,
+        Some(LogLevel::Warn) => 2,
+        Some(LogLevel::Error) => 3,
+        None => -1,
+    }
 }
 
 /// A snapshot of limit `i`'s counters.

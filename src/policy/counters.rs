@@ -58,9 +58,15 @@ impl Counters {
 
     /// A block in this process's memory.
     pub fn new(limits: usize) -> Counters {
-        let owned: Box<[AtomicU64]> = (0..Self::bytes_for(limits) / 8).map(|_| AtomicU64::new(0)).collect();
+        let owned: Box<[AtomicU64]> = (0..Self::bytes_for(limits) / 8)
+            .map(|_| AtomicU64::new(0))
+            .collect();
         let words = NonNull::from(&owned[0]);
-        Counters { words, limits, _owned: Some(owned) }
+        Counters {
+            words,
+            limits,
+            _owned: Some(owned),
+        }
     }
 
     /// Attaches to a block in a caller's region, keeping its counts when it was made for the
@@ -70,7 +76,12 @@ impl Counters {
     /// `ptr` must be 8-byte aligned and valid for `len` bytes for the handle's life; when the
     /// block is (re)initialised, no other process may be using it (nginx: the master's zone
     /// init, before workers start).
-    pub unsafe fn attach(ptr: *mut u8, len: usize, limits: usize, fingerprint: u64) -> Result<Counters, String> {
+    pub unsafe fn attach(
+        ptr: *mut u8,
+        len: usize,
+        limits: usize,
+        fingerprint: u64,
+    ) -> Result<Counters, String> {
         let need = Self::bytes_for(limits);
         if ptr.is_null() || (ptr as usize) % 8 != 0 {
             return Err("counters region must be non-NULL and 8-byte aligned".into());
@@ -79,7 +90,11 @@ impl Counters {
             return Err(format!("counters region of {len} bytes, needs {need}"));
         }
         let words = NonNull::new_unchecked(ptr.cast::<AtomicU64>());
-        let c = Counters { words, limits, _owned: None };
+        let c = Counters {
+            words,
+            limits,
+            _owned: None,
+        };
         let same = c.word(0).load(Relaxed) == MAGIC
             && c.word(1).load(Relaxed) == limits as u64
             && c.word(2).load(Relaxed) == fingerprint;
@@ -103,7 +118,13 @@ impl Counters {
     /// Engine-wide counters.
     pub fn totals(&self) -> &EngineCounters {
         // SAFETY: `EngineCounters` is `repr(C)` of 4 atomics, at words 4..8.
-        unsafe { &*self.words.as_ptr().add(HEADER_WORDS).cast::<EngineCounters>() }
+        unsafe {
+            &*self
+                .words
+                .as_ptr()
+                .add(HEADER_WORDS)
+                .cast::<EngineCounters>()
+        }
     }
 
     /// Counters of limit `i` (panics when `i` is out of range).
@@ -148,7 +169,8 @@ mod tests {
         let again = unsafe { Counters::attach(ptr, len, 2, fp) }.unwrap();
         assert_eq!(again.limit(1).rejected.load(Relaxed), 3);
         assert_eq!(again.totals().requests.load(Relaxed), 5);
-        let other = unsafe { Counters::attach(ptr, len, 2, fingerprint(["a", "c"].into_iter())) }.unwrap();
+        let other =
+            unsafe { Counters::attach(ptr, len, 2, fingerprint(["a", "c"].into_iter())) }.unwrap();
         assert_eq!(other.limit(1).rejected.load(Relaxed), 0);
         assert!(unsafe { Counters::attach(ptr, 8, 2, fp) }.is_err());
     }

@@ -17,8 +17,8 @@ use std::fmt::Write as _;
 use std::sync::atomic::Ordering::Relaxed;
 
 use super::config::{self, CompiledPolicy, Limit};
-pub use super::counters::{EngineCounters, LimitCounters};
 use super::counters::{fingerprint, Counters};
+pub use super::counters::{EngineCounters, LimitCounters};
 use super::key::KEY_BUF_LEN;
 use super::normalize::{self, UriError};
 use super::request::RequestView;

@@ -418,6 +418,8 @@ test_bad_inputs(void)
               &err) == WEIR_OK, "good policy: %s", weir_error_message(err));
     CHECK(weir_engine_new(p, &e, &err) == WEIR_OK, "engine");
     CHECK(weir_engine_fails_closed(e) == 0, "failure_mode defaults to open");
+    CHECK(weir_engine_limit_log_level(e, 0) == 3 && weir_engine_limit_log_level(e, 9) == -1
+          && weir_engine_limit_log_level(NULL, 0) == -1, "log level");
     memset(&r, 0, sizeof(r));
     r.method = (const uint8_t *) "GET";
     r.method_len = 3;

@@ -698,7 +698,8 @@ def test_bad_configs(module):
 
 def test_redirects_and_waits(module, env=None):
     """Internal redirects (index, try_files) charge once; delays and queues survive clients leaving;
-    a queue times out with the limit's status; weir_status serves the counters."""
+    a queue times out after the policy limit's timeout with its status; rejections are logged at
+    the limit's log_level; weir_status serves the counters."""
     policy = """[zones.c]
 size = "64k"
 algorithm = "concurrency"
@@ -717,12 +718,14 @@ class = "q"
 zone = "c"
 key = "global"
 queue = 1
+timeout = "300ms"
 status = 503
 [[limit]]
 name = "redirected"
 class = "r"
 zone = "g"
 key = "global"
+log_level = "warn"
 """
     http = """
     weir_req_zone $server_name zone=once:1m rate=1r/m;
@@ -742,7 +745,6 @@ key = "global"
         location /slow { weir_req zone=slow burst=5; try_files /index.html =404; }
         location /q {
             weir on;
-            weir_queue_timeout 300ms;
             proxy_pass http://held;
         }
     }
@@ -760,6 +762,8 @@ key = "global"
         st, hs = request(ngx.port, "GET", "/r/a")
         check(st == 200, f"try_files redirect charged twice (policy): {st}\n{ngx.error_log()[-1500:]}")
         check(request(ngx.port, "GET", "/r/a")[0] == 429, "second policy request not limited")
+        check(re.search(r'\[warn\].*limiting requests by weir limit "redirected"', ngx.error_log()),
+              "the policy limit's log_level (warn) was not used")
         # a delayed request whose client leaves; then one that waits it out
         for _ in range(3):
             request(ngx.port, "GET", "/slow")
