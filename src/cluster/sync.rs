@@ -166,9 +166,13 @@ impl Syncer {
             let totals: Vec<Option<u64>> = pipe.query(self.connection()?)?;
             let mut remote = [0u64; 2];
             for (i, (&(tag, win, mine, d), total)) in plan.iter().zip(totals).enumerate() {
-                self.pushed.insert((tag, win), mine);
+                let total = total.unwrap_or(0);
+                // A total below what this node pushed: Redis lost the counter (restarted
+                // without persistence, or evicted it). Push the whole local count next time.
+                self.pushed
+                    .insert((tag, win), if total < mine { total.min(d) } else { mine });
                 zone.stats.pushed_units.fetch_add(d, Relaxed);
-                remote[i % 2] = total.unwrap_or(0).saturating_sub(mine).min(MAX_COUNT);
+                remote[i % 2] = total.saturating_sub(mine).min(MAX_COUNT);
                 if i % 2 == 1 {
                     let state = packed::write(
                         id,
