@@ -19,6 +19,38 @@ use weir::policy::request::OwnedRequest;
 const S: u64 = 1_000_000_000;
 const NODES: usize = 3;
 
+/// Counts allocations made by threads that opted in (the syncer threads allocate freely).
+struct Counting;
+static ALLOCS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+thread_local! {
+    static COUNT_HERE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+fn note() {
+    if COUNT_HERE.try_with(|c| c.get()).unwrap_or(false) {
+        ALLOCS.fetch_add(1, Relaxed);
+    }
+}
+// SAFETY: forwards to the system allocator unchanged, counting calls.
+unsafe impl std::alloc::GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: std::alloc::Layout) -> *mut u8 {
+        note();
+        std::alloc::System.alloc(l)
+    }
+    unsafe fn alloc_zeroed(&self, l: std::alloc::Layout) -> *mut u8 {
+        note();
+        std::alloc::System.alloc_zeroed(l)
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: std::alloc::Layout) {
+        std::alloc::System.dealloc(p, l)
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: std::alloc::Layout, n: usize) -> *mut u8 {
+        note();
+        std::alloc::System.realloc(p, l, n)
+    }
+}
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
 fn realtime_ns() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -57,11 +89,18 @@ impl Redis {
         let dir = std::env::temp_dir().join(format!("weir-redis-{}-{port}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let mut cmd = Command::new("redis-server");
-        cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", ""])
-            .args(["--appendonly", "no", "--daemonize", "no", "--dir"])
-            .arg(&dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
+        cmd.args([
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+        ])
+        .args(["--appendonly", "no", "--daemonize", "no", "--dir"])
+        .arg(&dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
         if let Some(p) = pass {
             cmd.args(["--requirepass", p]);
         }
@@ -82,7 +121,10 @@ impl Redis {
                     return r;
                 }
             }
-            assert!(t0.elapsed() < Duration::from_secs(10), "redis-server did not start");
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "redis-server did not start"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -250,7 +292,10 @@ fn three_nodes_stay_within_the_bound() {
     let reports = collect(spawn_nodes(&url, secs, RATE, EVENTS, start));
     redis.kill();
     let m = per_window(&reports);
-    let full: Vec<_> = m.iter().filter(|(_, v)| v[1] == NODES as u64 * RATE).collect();
+    let full: Vec<_> = m
+        .iter()
+        .filter(|(_, v)| v[1] == NODES as u64 * RATE)
+        .collect();
     assert!(full.len() >= 4, "too few full windows: {m:?}");
     let admitted: Vec<u64> = full.iter().map(|(_, v)| v[0]).collect();
     let worst = *admitted.iter().max().unwrap();
@@ -305,13 +350,20 @@ fn redis_killed_then_restarted() {
     for r in &reports {
         let offered: u64 = r.windows.iter().map(|w| w.1[1]).sum();
         assert_eq!(offered, secs * RATE, "every request was evaluated");
-        assert!(r.max_lat_ns < 50_000_000, "a request waited {} ns", r.max_lat_ns);
+        assert!(
+            r.max_lat_ns < 50_000_000,
+            "a request waited {} ns",
+            r.max_lat_ns
+        );
         assert!(r.fallback > 0, "fallback decisions counted");
         assert!(r.sync_errors > 0, "sync errors counted");
         assert!(r.healthy_at_end, "sync resumed after the restart");
         assert!(
             r.prom.iter().any(|l| l
-                == &format!("weir_cluster_fallback_decisions_total{{zone=\"api\"}} {}", r.fallback)),
+                == &format!(
+                    "weir_cluster_fallback_decisions_total{{zone=\"api\"}} {}",
+                    r.fallback
+                )),
             "{:?}",
             r.prom
         );
@@ -329,9 +381,16 @@ fn redis_killed_then_restarted() {
             assert!(v[0] <= EVENTS, "second {w} on fallback admitted {}", v[0]);
         }
     }
-    assert!(m.values().any(|v| v[2] == v[1] && v[1] > 0), "no second wholly on fallback");
+    assert!(
+        m.values().any(|v| v[2] == v[1] && v[1] > 0),
+        "no second wholly on fallback"
+    );
     // The last second: synced again, nothing on fallback, within the bound.
-    let last = m.values().rev().find(|v| v[1] == NODES as u64 * RATE).unwrap();
+    let last = m
+        .values()
+        .rev()
+        .find(|v| v[1] == NODES as u64 * RATE)
+        .unwrap();
     assert_eq!(last[2], 0, "fallback after the restart: {m:?}");
     assert!(last[0] <= bound());
 }
@@ -339,7 +398,10 @@ fn redis_killed_then_restarted() {
 fn wait_for(what: &str, f: impl Fn() -> bool) {
     let t0 = Instant::now();
     while !f() {
-        assert!(t0.elapsed() < Duration::from_secs(5), "timed out waiting for {what}");
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "timed out waiting for {what}"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -389,33 +451,103 @@ fn requirepass_is_honoured() {
     println!("requirepass: wrong password → fallback ({passed} of 60 admitted) and counted errors; right password → synced");
 }
 
+/// The request path of a cluster zone (synced, and on the fallback) allocates nothing.
+fn request_path_allocates_nothing() {
+    let redis = Redis::start(free_port(), None);
+    let synced = engine(&policy(
+        &format!("redis://127.0.0.1:{}/0", redis.port),
+        "",
+        EVENTS,
+    ));
+    let down = engine(&policy("redis://127.0.0.1:1/0", "", EVENTS));
+    wait_for("a sync", || {
+        synced.cluster(0).unwrap().healthy(monotonic_ns())
+    });
+    let reqs: Vec<OwnedRequest> = (0..50)
+        .map(|i| {
+            OwnedRequest::new(
+                "GET",
+                &format!("/p/{i}"),
+                format!("192.0.2.{i}").parse().unwrap(),
+            )
+        })
+        .collect();
+    for (e, what) in [(&synced, "synced"), (&down, "fallback")] {
+        for r in &reqs {
+            e.evaluate(r, monotonic_ns()).unwrap();
+        }
+        COUNT_HERE.with(|c| c.set(true));
+        for i in 0..10_000 {
+            let out = e.evaluate(&reqs[i % reqs.len()], monotonic_ns()).unwrap();
+            std::hint::black_box(out);
+        }
+        COUNT_HERE.with(|c| c.set(false));
+        assert_eq!(
+            ALLOCS.load(Relaxed),
+            0,
+            "{what}: allocations on the request path"
+        );
+    }
+    assert!(
+        down.cluster(0)
+            .unwrap()
+            .stats()
+            .fallback_decisions
+            .load(Relaxed)
+            >= 10_000
+    );
+    drop((synced, down));
+    redis.kill();
+    println!("request path: 20,000 evaluations (synced and on fallback), 0 allocations");
+}
+
 fn validation() {
     let base = "[zones.z]\nsize = \"1m\"\n";
     let limit = "[[limit]]\nclass = \"*\"\nzone = \"z\"\n";
     let err = |body: &str| {
         let src = format!("{base}{body}{limit}");
-        let e = check_policy(&src, Some("p.toml")).err().expect("an error");
+        let e = check_policy(&src, Some("p.toml")).expect_err("an error");
         format!("{}:{}: {}", e[0].line, e[0].column, e[0].message)
     };
     let e = err("algorithm = \"gcra\"\nrate = \"1r/s\"\nscope = \"cluster\"\nredis = \"redis://x\"\nexpected_nodes = 2\n");
-    assert!(e.starts_with("5:9: ") && e.contains("needs algorithm = \"sliding\""), "{e}");
+    assert!(
+        e.starts_with("5:9: ") && e.contains("needs algorithm = \"sliding\""),
+        "{e}"
+    );
     let sliding = "algorithm = \"sliding\"\nevents = 10\nwindow = \"1s\"\n";
-    let e = err(&format!("{sliding}scope = \"cluster\"\nredis = \"redis://x\"\n"));
-    assert!(e.starts_with("6:9: ") && e.contains("needs `expected_nodes`"), "{e}");
+    let e = err(&format!(
+        "{sliding}scope = \"cluster\"\nredis = \"redis://x\"\n"
+    ));
+    assert!(
+        e.starts_with("6:9: ") && e.contains("needs `expected_nodes`"),
+        "{e}"
+    );
     let e = err(&format!("{sliding}redis = \"redis://x\"\n"));
-    assert!(e.starts_with("6:9: ") && e.contains("only to zones with scope"), "{e}");
+    assert!(
+        e.starts_with("6:9: ") && e.contains("only to zones with scope"),
+        "{e}"
+    );
     let e = err(&format!("{sliding}scope = \"global\"\n"));
     assert!(e.starts_with("6:9: ") && e.contains("unknown scope"), "{e}");
     let e = err(&format!(
         "{sliding}scope = \"cluster\"\nredis = \"ftp://x\"\nexpected_nodes = 2\n"
     ));
-    assert!(e.starts_with("7:9: ") && e.contains("invalid redis URL"), "{e}");
+    assert!(
+        e.starts_with("7:9: ") && e.contains("invalid redis URL"),
+        "{e}"
+    );
     let e = err(&format!(
         "{sliding}scope = \"cluster\"\nredis = \"redis://x\"\nexpected_nodes = 20\n"
     ));
-    assert!(e.starts_with("8:18: ") && e.contains("fallback share"), "{e}");
+    assert!(
+        e.starts_with("8:18: ") && e.contains("fallback share"),
+        "{e}"
+    );
     let e = err(&format!("{sliding}scope = \"cluster\"\nredis = \"redis://x\"\nexpected_nodes = 2\nsync_interval = \"1s\"\n"));
-    assert!(e.starts_with("9:17: ") && e.contains("quarter of the window"), "{e}");
+    assert!(
+        e.starts_with("9:17: ") && e.contains("quarter of the window"),
+        "{e}"
+    );
     let ok = format!("{base}{sliding}scope = \"cluster\"\nredis = \"redis://127.0.0.1:1/0\"\nexpected_nodes = 2\nfallback = \"local\"\n{limit}");
     let p = check_policy(&ok, None).unwrap();
     let c = p.zones[0].cluster.as_ref().unwrap();
@@ -429,10 +561,17 @@ fn main() {
         node();
         return;
     }
-    let tests: [(&str, fn()); 4] = [
+    let tests: [(&str, fn()); 5] = [
         ("validation", validation),
+        (
+            "request_path_allocates_nothing",
+            request_path_allocates_nothing,
+        ),
         ("requirepass_is_honoured", requirepass_is_honoured),
-        ("three_nodes_stay_within_the_bound", three_nodes_stay_within_the_bound),
+        (
+            "three_nodes_stay_within_the_bound",
+            three_nodes_stay_within_the_bound,
+        ),
         ("redis_killed_then_restarted", redis_killed_then_restarted),
     ];
     for (name, f) in tests {

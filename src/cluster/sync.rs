@@ -111,10 +111,8 @@ impl Syncer {
                 redis::RedisError::from((redis::ErrorKind::InvalidClientConfig, "bad redis URL"))
             })?;
             // Never longer than the zone tolerates before falling back anyway.
-            let t = (self.zone.spec.sync_interval * 2).clamp(
-                Duration::from_millis(50),
-                Duration::from_secs(2),
-            );
+            let t = (self.zone.spec.sync_interval * 2)
+                .clamp(Duration::from_millis(50), Duration::from_secs(2));
             let c = client.get_connection_with_timeout(t)?;
             c.set_read_timeout(Some(t))?;
             c.set_write_timeout(Some(t))?;

@@ -1057,7 +1057,10 @@ fn compile_cluster(
         ("redis", zs.redis.as_ref().map(|v| v.span())),
         ("password", zs.password.as_ref().map(|v| v.span())),
         ("sync_interval", zs.sync_interval.as_ref().map(|v| v.span())),
-        ("expected_nodes", zs.expected_nodes.as_ref().map(|v| v.span())),
+        (
+            "expected_nodes",
+            zs.expected_nodes.as_ref().map(|v| v.span()),
+        ),
         ("fallback", zs.fallback.as_ref().map(|v| v.span())),
     ];
     let scope = match &zs.scope {
@@ -1117,7 +1120,10 @@ fn compile_cluster(
         Some(r) => {
             use redis::IntoConnectionInfo;
             if let Err(e) = r.get_ref().as_str().into_connection_info() {
-                cx.err(&r.span(), format!("invalid redis URL {:?}: {e}", r.get_ref()));
+                cx.err(
+                    &r.span(),
+                    format!("invalid redis URL {:?}: {e}", r.get_ref()),
+                );
                 ok = false;
             }
             r.get_ref().clone()
@@ -1170,7 +1176,10 @@ fn compile_cluster(
         if f.get_ref() != "local" {
             cx.err(
                 &f.span(),
-                format!("unknown fallback {:?}; expected \"local\" (events ÷ expected_nodes per node)", f.get_ref()),
+                format!(
+                    "unknown fallback {:?}; expected \"local\" (events ÷ expected_nodes per node)",
+                    f.get_ref()
+                ),
             );
             ok = false;
         }

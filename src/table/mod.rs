@@ -437,12 +437,7 @@ impl Table {
     /// such as the cluster syncer filling a table of remote counts.
     pub fn store<A: Algorithm>(&self, alg: &A, key_hash: u64, state: u64, now: u64) {
         let now = now.saturating_sub(self.clock_base);
-        self.modify(
-            key_hash,
-            |s| alg.residual(s, now),
-            |_| (state, ()),
-            true,
-        );
+        self.modify(key_hash, |s| alg.residual(s, now), |_| (state, ()), true);
     }
 
     /// Calls `f(key_hash, state)` for every stored key whose state is not 0 (a snapshot per
