@@ -61,6 +61,8 @@ pub struct ClusterStats {
     pub pushed_units: AtomicU64,
     /// Keys pushed/pulled, summed over syncs.
     pub keys_synced: AtomicU64,
+    /// 1 while this process's syncer is the table's elected syncer (`Table::try_lead`).
+    pub leader: AtomicU64,
 }
 
 type LogHook = fn(&str);
@@ -321,7 +323,7 @@ pub fn render_prometheus<'a>(
     out: &mut impl std::fmt::Write,
 ) -> std::fmt::Result {
     type Field = fn(&ClusterZone, u64) -> u64;
-    let series: [(&str, &str, &str, Field); 6] = [
+    let series: [(&str, &str, &str, Field); 7] = [
         (
             "weir_cluster_syncs_total",
             "counter",
@@ -351,6 +353,12 @@ pub fn render_prometheus<'a>(
             "counter",
             "Remote counts evicted for lack of room (remote table overflow).",
             |z, _| z.remote.stats().evicted_active,
+        ),
+        (
+            "weir_cluster_leader",
+            "gauge",
+            "1 while this process's syncer is the zone's elected syncer.",
+            |z, _| z.stats.leader.load(Relaxed),
         ),
         (
             "weir_cluster_fallback_active",

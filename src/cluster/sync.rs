@@ -9,7 +9,7 @@
 //! zone falls back by itself once the last success is `3 × sync_interval` old.
 
 use std::collections::HashMap;
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -54,10 +54,34 @@ impl Syncer {
         }
     }
 
+    /// The I/O timeout: never longer than the zone tolerates before falling back anyway.
+    fn io_timeout(&self) -> Duration {
+        (self.zone.spec.sync_interval * 2).clamp(Duration::from_millis(50), Duration::from_secs(2))
+    }
+
+    /// Only one syncer per table syncs: several processes may share the zone's table (nginx
+    /// workers over one shared-memory zone), and each pushing the same local counts would
+    /// multiply them. The others wait, heartbeat-checking every interval, and take over when
+    /// the leader's heartbeat is stale (a connect and a query may each block one I/O timeout).
+    fn lead(&self, owner: u64) -> bool {
+        let interval = self.zone.spec.sync_interval.as_nanos() as u64;
+        let stale = 3 * interval + 2 * self.io_timeout().as_nanos() as u64;
+        let leads = self.local.try_lead(owner, monotonic_ns(), stale);
+        self.zone.stats.leader.store(u64::from(leads), Relaxed);
+        leads
+    }
+
     pub(super) fn run(mut self) {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        let owner = (u64::from(std::process::id()) << 32) | NEXT.fetch_add(1, Relaxed);
         let interval = self.zone.spec.sync_interval;
         while !self.zone.stop.load(Relaxed) {
             let started = Instant::now();
+            if !self.lead(owner) {
+                self.conn = None;
+                self.pause(started + interval, owner, false);
+                continue;
+            }
             let wait = match self.sync_once() {
                 Ok(keys) => {
                     let z = &self.zone.stats;
@@ -94,13 +118,23 @@ impl Syncer {
                     w
                 }
             };
-            let deadline = started + wait;
-            while !self.zone.stop.load(Relaxed) {
-                let left = deadline.saturating_duration_since(Instant::now());
-                if left.is_zero() {
-                    break;
-                }
-                std::thread::park_timeout(left);
+            self.pause(started + wait, owner, true);
+        }
+        self.local.resign(owner);
+    }
+
+    /// Sleeps until `deadline` or a stop; a leader keeps its heartbeat fresh meanwhile (backoff
+    /// waits are longer than the staleness limit).
+    fn pause(&self, deadline: Instant, owner: u64, leader: bool) {
+        let beat = self.zone.spec.sync_interval;
+        while !self.zone.stop.load(Relaxed) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            std::thread::park_timeout(left.min(beat));
+            if leader {
+                self.lead(owner);
             }
         }
     }
@@ -110,9 +144,7 @@ impl Syncer {
             let client = self.client.as_ref().ok_or_else(|| {
                 redis::RedisError::from((redis::ErrorKind::InvalidClientConfig, "bad redis URL"))
             })?;
-            // Never longer than the zone tolerates before falling back anyway.
-            let t = (self.zone.spec.sync_interval * 2)
-                .clamp(Duration::from_millis(50), Duration::from_secs(2));
+            let t = self.io_timeout();
             let c = client.get_connection_with_timeout(t)?;
             c.set_read_timeout(Some(t))?;
             c.set_write_timeout(Some(t))?;
