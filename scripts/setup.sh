@@ -13,15 +13,18 @@ command -v make >/dev/null 2>&1 || need+=(make)
 command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
 command -v valgrind >/dev/null 2>&1 || need+=(valgrind)
 [ -f /usr/include/cjson/cJSON.h ] || need+=(libcjson-dev)
+# Cluster-scope tests (tests/cluster.rs) start their own redis-server on a free port.
+command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 if [ ${#need[@]} -gt 0 ]; then
     echo "setup: installing ${need[*]}"
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
     apt-get install -y -qq "${need[@]}" >/dev/null
 fi
-# nginx from Debian starts a service on port 80 on install; the tests run their own.
+# nginx and redis-server from Debian start services on install; the tests run their own.
 if command -v systemctl >/dev/null 2>&1; then
     systemctl stop nginx >/dev/null 2>&1 || true
+    systemctl stop redis-server >/dev/null 2>&1 || true
 fi
 rustup component add rustfmt clippy >/dev/null 2>&1 || true
 # The Caddy plugin (make caddy / caddy-test): Go >= 1.26 with cgo (the machine image's

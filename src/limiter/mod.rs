@@ -7,7 +7,7 @@
 
 pub mod concurrency;
 pub mod gcra;
-mod packed;
+pub(crate) mod packed;
 pub mod rate;
 pub mod sliding;
 

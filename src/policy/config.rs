@@ -124,6 +124,13 @@ struct ZoneSpec {
     events: Option<Spanned<i64>>,
     window: Option<Spanned<Scalar>>,
     max: Option<Spanned<i64>>,
+    // Cluster scope (docs/CLUSTER.md).
+    scope: Option<Spanned<String>>,
+    redis: Option<Spanned<String>>,
+    password: Option<Spanned<String>>,
+    sync_interval: Option<Spanned<Scalar>>,
+    expected_nodes: Option<Spanned<i64>>,
+    fallback: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -491,6 +498,8 @@ pub struct Zone {
     pub size: u64,
     /// Algorithm and parameters.
     pub algorithm: Algorithm,
+    /// `scope = "cluster"`: counts shared between nodes through Redis (docs/CLUSTER.md).
+    pub cluster: Option<crate::cluster::ClusterSpec>,
 }
 
 /// How excess (burst) requests of a GCRA limit are paced.
@@ -1024,11 +1033,167 @@ fn compile_zone(cx: &mut Cx<'_>, name: &str, z: &Spanned<ZoneSpec>) -> Option<Zo
             max: positive(cx, zs.max.as_ref()?, "max", 1, 1 << 32)?,
         },
     };
+    let cluster = compile_cluster(cx, name, zs, &algorithm).ok()?;
     Some(Zone {
         name: name.to_owned(),
         size: size?,
         algorithm,
+        cluster,
     })
+}
+
+/// `scope = "cluster"` and its settings. Only sliding windows: their state is a pair of
+/// counters, which sum across nodes exactly (Redis `INCRBY` on one counter per window). A GCRA
+/// state is one theoretical arrival time; there is no sum of arrival times, and converting it
+/// into a window approximation would silently change the limit's meaning. Concurrency would
+/// need distributed leases. Both are refused with a pointer to `sliding`.
+fn compile_cluster(
+    cx: &mut Cx<'_>,
+    name: &str,
+    zs: &ZoneSpec,
+    algorithm: &Algorithm,
+) -> Result<Option<crate::cluster::ClusterSpec>, ()> {
+    let settings: [(&str, Option<Range<usize>>); 5] = [
+        ("redis", zs.redis.as_ref().map(|v| v.span())),
+        ("password", zs.password.as_ref().map(|v| v.span())),
+        ("sync_interval", zs.sync_interval.as_ref().map(|v| v.span())),
+        (
+            "expected_nodes",
+            zs.expected_nodes.as_ref().map(|v| v.span()),
+        ),
+        ("fallback", zs.fallback.as_ref().map(|v| v.span())),
+    ];
+    let scope = match &zs.scope {
+        None => None,
+        Some(s) => match s.get_ref().as_str() {
+            "local" => None,
+            "cluster" => Some(s.span()),
+            other => {
+                cx.err(
+                    &s.span(),
+                    format!("unknown scope {other:?}; expected \"local\" (default) or \"cluster\""),
+                );
+                return Err(());
+            }
+        },
+    };
+    let Some(scope) = scope else {
+        let mut ok = true;
+        for (field, span) in &settings {
+            if let Some(span) = span {
+                cx.err(
+                    span,
+                    format!("`{field}` applies only to zones with scope = \"cluster\"; zone {name:?} is local"),
+                );
+                ok = false;
+            }
+        }
+        return if ok { Ok(None) } else { Err(()) };
+    };
+    let (events, window) = match *algorithm {
+        Algorithm::Sliding { events, window } => (events, window),
+        Algorithm::Gcra { .. } => {
+            cx.err(
+                &scope,
+                format!("zone {name:?}: scope = \"cluster\" needs algorithm = \"sliding\" (events per window): a gcra state is one arrival time, which cannot be summed across nodes"),
+            );
+            return Err(());
+        }
+        Algorithm::Concurrency { .. } => {
+            cx.err(
+                &scope,
+                format!("zone {name:?}: scope = \"cluster\" supports sliding zones only; concurrency across nodes would need distributed leases"),
+            );
+            return Err(());
+        }
+    };
+    let mut ok = true;
+    let redis = match &zs.redis {
+        None => {
+            cx.err(
+                &scope,
+                format!("zone {name:?}: scope = \"cluster\" needs `redis` (e.g. redis = \"redis://127.0.0.1:6379/0\")"),
+            );
+            ok = false;
+            String::new()
+        }
+        Some(r) => {
+            use redis::IntoConnectionInfo;
+            if let Err(e) = r.get_ref().as_str().into_connection_info() {
+                cx.err(
+                    &r.span(),
+                    format!("invalid redis URL {:?}: {e}", r.get_ref()),
+                );
+                ok = false;
+            }
+            r.get_ref().clone()
+        }
+    };
+    let sync_interval = match &zs.sync_interval {
+        None => crate::cluster::DEFAULT_SYNC_INTERVAL,
+        Some(v) => match duration_value(cx, v) {
+            Some(d) if d >= Duration::from_millis(10) && d * 4 <= window => d,
+            Some(_) => {
+                cx.err(
+                    &v.span(),
+                    "sync_interval must be at least 10ms and at most a quarter of the window",
+                );
+                ok = false;
+                Duration::ZERO
+            }
+            None => {
+                ok = false;
+                Duration::ZERO
+            }
+        },
+    };
+    let expected_nodes = match &zs.expected_nodes {
+        None => {
+            cx.err(
+                &scope,
+                format!("zone {name:?}: scope = \"cluster\" needs `expected_nodes` (nodes sharing the limit; each admits events ÷ expected_nodes while Redis is unreachable)"),
+            );
+            ok = false;
+            1
+        }
+        Some(v) => match positive(cx, v, "expected_nodes", 1, 1024) {
+            Some(n) if n > events => {
+                cx.err(
+                    &v.span(),
+                    format!("expected_nodes ({n}) exceeds events ({events}): the fallback share events ÷ expected_nodes would be 0"),
+                );
+                ok = false;
+                n
+            }
+            Some(n) => n,
+            None => {
+                ok = false;
+                1
+            }
+        },
+    };
+    if let Some(f) = &zs.fallback {
+        if f.get_ref() != "local" {
+            cx.err(
+                &f.span(),
+                format!(
+                    "unknown fallback {:?}; expected \"local\" (events ÷ expected_nodes per node)",
+                    f.get_ref()
+                ),
+            );
+            ok = false;
+        }
+    }
+    if !ok {
+        return Err(());
+    }
+    Ok(Some(crate::cluster::ClusterSpec {
+        redis,
+        password: zs.password.as_ref().map(|p| p.get_ref().clone()),
+        sync_interval,
+        expected_nodes,
+        fallback: crate::cluster::Fallback::Local,
+    }))
 }
 
 fn fields(list: &[&str]) -> String {

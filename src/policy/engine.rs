@@ -15,6 +15,7 @@
 
 use std::fmt::Write as _;
 use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
 
 use super::config::{self, CompiledPolicy, Limit};
 use super::counters::{fingerprint, Counters};
@@ -22,6 +23,7 @@ pub use super::counters::{EngineCounters, LimitCounters};
 use super::key::KEY_BUF_LEN;
 use super::normalize::{self, UriError};
 use super::request::RequestView;
+use crate::cluster::ClusterZone;
 use crate::limiter::{
     concurrency::DEFAULT_LEASE_NS, Concurrency, Decision, Delay, Gcra, Permit, Rate, SlidingWindow,
     Verdict, NS_PER_SEC,
@@ -204,6 +206,8 @@ enum Limiter {
 enum RateAlg {
     Gcra(Gcra),
     Sliding(SlidingWindow),
+    /// A `scope = "cluster"` sliding zone: local counts plus the other nodes' (src/cluster).
+    Cluster(Arc<ClusterZone>),
 }
 
 impl RateAlg {
@@ -211,18 +215,21 @@ impl RateAlg {
         match self {
             RateAlg::Gcra(a) => t.predict(a, h, cost, now),
             RateAlg::Sliding(a) => t.predict(a, h, cost, now),
+            RateAlg::Cluster(c) => c.predict(t, h, cost, now),
         }
     }
     fn check(&self, t: &Table, h: u64, cost: u64, now: u64) -> Verdict {
         match self {
             RateAlg::Gcra(a) => t.check(a, h, cost, now),
             RateAlg::Sliding(a) => t.check(a, h, cost, now),
+            RateAlg::Cluster(c) => c.check(t, h, cost, now),
         }
     }
     fn refund(&self, t: &Table, h: u64, cost: u64, now: u64) {
         match self {
             RateAlg::Gcra(a) => t.refund(a, h, cost, now),
             RateAlg::Sliding(a) => t.refund(a, h, cost, now),
+            RateAlg::Cluster(c) => c.refund(t, h, cost, now),
         }
     }
     /// `w` of `RateLimit-Policy`: the time a full quota takes to refill.
@@ -230,6 +237,7 @@ impl RateAlg {
         match self {
             RateAlg::Gcra(g) => ((g.burst() + 1) * g.interval_ns()).div_ceil(NS_PER_SEC),
             RateAlg::Sliding(s) => s.window_ns().div_ceil(NS_PER_SEC),
+            RateAlg::Cluster(c) => c.window().window_ns().div_ceil(NS_PER_SEC),
         }
     }
 }
@@ -240,6 +248,17 @@ pub struct Engine {
     tables: Vec<Table>,
     limiters: Vec<Limiter>,
     counters: Counters,
+    /// Per zone: its cluster side when `scope = "cluster"`.
+    clusters: Vec<Option<Arc<ClusterZone>>>,
+}
+
+impl Drop for Engine {
+    /// Stops the cluster syncers before the tables they scan are freed.
+    fn drop(&mut self) {
+        for c in self.clusters.iter().flatten() {
+            c.shutdown();
+        }
+    }
 }
 
 /// What a zone's table must be created with (hosts that place tables in shared memory).
@@ -256,6 +275,10 @@ pub struct ZoneLayout {
 fn zone_schema(z: &config::Zone) -> u64 {
     let (kind, param) = match z.algorithm {
         config::Algorithm::Gcra { .. } => (1u64, 0u64),
+        // Cluster zones keep wall-clock window ids and cluster key hashes: another meaning.
+        config::Algorithm::Sliding { window, .. } if z.cluster.is_some() => {
+            (4, window.as_nanos() as u64)
+        }
         config::Algorithm::Sliding { window, .. } => (2, window.as_nanos() as u64),
         config::Algorithm::Concurrency { .. } => (3, DEFAULT_LEASE_NS),
     };
@@ -267,8 +290,24 @@ fn zone_schema(z: &config::Zone) -> u64 {
     h
 }
 
-fn limiter_for(zone: &config::Zone, limit: &Limit) -> Result<Limiter, String> {
+fn limiter_for(
+    zone: &config::Zone,
+    limit: &Limit,
+    cluster: Option<&Arc<ClusterZone>>,
+) -> Result<Limiter, String> {
     let err = |e: crate::limiter::ParamError| format!("limit {}: {e}", limit.name);
+    if let Some(c) = cluster {
+        if limit.cost > c.fallback_events() {
+            return Err(format!(
+                "limit {}: cost {} exceeds zone {}'s fallback share of {} events per node",
+                limit.name,
+                limit.cost,
+                c.name(),
+                c.fallback_events()
+            ));
+        }
+        return Ok(Limiter::Rate(RateAlg::Cluster(Arc::clone(c))));
+    }
     Ok(match zone.algorithm {
         config::Algorithm::Gcra { rate } => {
             let rate = Rate {
@@ -291,6 +330,25 @@ fn limiter_for(zone: &config::Zone, limit: &Limit) -> Result<Limiter, String> {
             Limiter::Concurrency(Concurrency::new(max, DEFAULT_LEASE_NS).map_err(err)?)
         }
     })
+}
+
+/// The cluster side of a `scope = "cluster"` zone, its syncer started over `table`.
+fn cluster_for(zone: &config::Zone, table: &Table) -> Result<Option<Arc<ClusterZone>>, String> {
+    let (Some(spec), config::Algorithm::Sliding { events, window }) =
+        (&zone.cluster, zone.algorithm)
+    else {
+        return Ok(None);
+    };
+    let c = Arc::new(ClusterZone::new(
+        &zone.name,
+        spec.clone(),
+        events,
+        window.as_nanos() as u64,
+        table,
+    )?);
+    // SAFETY: the engine owns `table` and stops the syncer (Engine::drop) before freeing it.
+    c.start(unsafe { table.alias() })?;
+    Ok(Some(c))
 }
 
 /// One matched limit during an evaluation.
@@ -347,16 +405,23 @@ impl Engine {
                 policy.zones.len()
             ));
         }
+        let clusters = policy
+            .zones
+            .iter()
+            .zip(&tables)
+            .map(|(z, t)| cluster_for(z, t))
+            .collect::<Result<Vec<_>, _>>()?;
         let limiters = policy
             .limits
             .iter()
-            .map(|l| limiter_for(&policy.zones[l.zone], l))
+            .map(|l| limiter_for(&policy.zones[l.zone], l, clusters[l.zone].as_ref()))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Engine {
             policy,
             tables,
             limiters,
             counters,
+            clusters,
         })
     }
 
@@ -366,6 +431,17 @@ impl Engine {
             Counters::bytes_for(policy.limits.len()),
             fingerprint(policy.limits.iter().map(|l| l.name.as_str())),
         )
+    }
+
+    /// The cluster side of zone `zone` (index in [`CompiledPolicy::zones`]), if it has
+    /// `scope = "cluster"`.
+    pub fn cluster(&self, zone: usize) -> Option<&ClusterZone> {
+        self.clusters.get(zone)?.as_deref()
+    }
+
+    /// The cluster zones.
+    pub fn clusters(&self) -> impl Iterator<Item = &ClusterZone> + Clone {
+        self.clusters.iter().flatten().map(|c| &**c)
     }
 
     pub fn policy(&self) -> &CompiledPolicy {
@@ -503,10 +579,11 @@ impl Engine {
         let mut key = [0u8; KEY_BUF_LEN];
         for (i, limit) in self.policy.matching_limits(&prepared).take(MAX_HITS) {
             let len = limit.key.build(&prepared, &mut key);
-            hits[n] = Hit {
-                limit: i,
-                key_hash: self.tables[limit.zone].key_hash(&key[..len]),
+            let key_hash = match &self.clusters[limit.zone] {
+                Some(c) => c.key_hash(&key[..len]),
+                None => self.tables[limit.zone].key_hash(&key[..len]),
             };
+            hits[n] = Hit { limit: i, key_hash };
             n += 1;
         }
         let hits = &hits[..n];

@@ -118,6 +118,7 @@ impl Engine {
                 writeln!(out, "\"}} {}", f(s))?;
             }
         }
+        crate::cluster::render_prometheus(self.clusters(), crate::clock::monotonic_ns(), out)?;
         Ok(())
     }
 }

@@ -24,7 +24,13 @@ pub(crate) struct Header {
     pub schema: AtomicU64,
     pub longest_probe: AtomicU64,
     /// Kept zero; reserved for later features without a layout change.
-    pub reserved: [AtomicU64; 5],
+    pub reserved: AtomicU64,
+    /// Syncer election (offset 96, 16-byte aligned): `owner (high 64) | heartbeat (low 64)`,
+    /// changed only by one 16-byte compare-exchange; all-zero = no leader. Was reserved (zero)
+    /// before, so older regions read as "no leader" and the layout version is unchanged.
+    pub leader: portable_atomic::AtomicU128,
+    /// Kept zero; reserved for later features without a layout change.
+    pub reserved_tail: [AtomicU64; 2],
     pub stripes: [Stripe; STRIPES],
 }
 
@@ -43,6 +49,7 @@ pub(crate) struct Stripe {
 
 pub(crate) const HEADER_BYTES: usize = std::mem::size_of::<Header>();
 const _: () = assert!(HEADER_BYTES == 1152);
+const _: () = assert!(std::mem::offset_of!(Header, leader) == 96);
 
 impl Header {
     /// This thread's counter stripe.

@@ -432,6 +432,75 @@ impl Table {
         Permit { key_hash, bucket }
     }
 
+    /// Stores `state` for `key_hash` whatever was there (inserting, or evicting the slot that
+    /// ranks lowest by `alg`'s residual at `now`). For writers that own a key's state outright,
+    /// such as the cluster syncer filling a table of remote counts.
+    pub fn store<A: Algorithm>(&self, alg: &A, key_hash: u64, state: u64, now: u64) {
+        let now = now.saturating_sub(self.clock_base);
+        self.modify(key_hash, |s| alg.residual(s, now), |_| (state, ()), true);
+    }
+
+    /// Calls `f(key_hash, state)` for every stored key whose state is not 0 (a snapshot per
+    /// slot, no lock; keys updated meanwhile may show either state). For background scans.
+    pub fn for_each(&self, mut f: impl FnMut(u64, u64)) {
+        for i in 0..self.capacity {
+            let w = self.slot(i).load(Acquire);
+            if slot::tag(w) != EMPTY && slot::state(w) != 0 {
+                f(slot::tag(w), slot::state(w));
+            }
+        }
+    }
+
+    /// A second handle on this table's region (for a background thread of the same process).
+    ///
+    /// # Safety
+    /// The returned handle must not be used after `self`'s region is freed (drop it, or stop
+    /// using it, before `self` is dropped).
+    pub unsafe fn alias(&self) -> Table {
+        Table::from_parts(self.header, self.slots, self.capacity)
+    }
+
+    /// Leader election through the header (e.g. one syncer among the nginx workers sharing a
+    /// zone): `owner` (non-zero, unique among the contenders, e.g. a process id) becomes or
+    /// stays leader and records `now` as its heartbeat when it already leads, when nobody leads,
+    /// or when the leader's heartbeat is more than `stale_after` ns old (the leader died or
+    /// hung). One 16-byte compare-exchange; lock-free, so a killed leader holds nothing. Call
+    /// it every interval; act as leader only while it returns true. Times are on one clock
+    /// (CLOCK_MONOTONIC in every process of a boot).
+    pub fn try_lead(&self, owner: u64, now: u64, stale_after: u64) -> bool {
+        assert!(owner != 0, "leader id 0 means no leader");
+        let leader = &self.header().leader;
+        let mut cur = leader.load(Acquire);
+        loop {
+            let (who, beat) = ((cur >> 64) as u64, cur as u64);
+            let stale = now.saturating_sub(beat) > stale_after;
+            if who != owner && who != 0 && !stale {
+                return false;
+            }
+            let next = ((owner as u128) << 64) | now as u128;
+            match leader.compare_exchange(cur, next, AcqRel, Acquire) {
+                Ok(_) => return true,
+                Err(seen) => cur = seen,
+            }
+        }
+    }
+
+    /// Gives up leadership if `owner` holds it (a clean shutdown; otherwise it lapses after
+    /// `stale_after`).
+    pub fn resign(&self, owner: u64) {
+        let leader = &self.header().leader;
+        let cur = leader.load(Acquire);
+        if (cur >> 64) as u64 == owner {
+            let _ = leader.compare_exchange(cur, 0, AcqRel, Acquire);
+        }
+    }
+
+    /// The current leader and its last heartbeat, if any.
+    pub fn leader(&self) -> Option<(u64, u64)> {
+        let cur = self.header().leader.load(Acquire);
+        ((cur >> 64) as u64 != 0).then_some(((cur >> 64) as u64, cur as u64))
+    }
+
     /// The state stored for `key_hash`, if any (for tests and diagnostics).
     pub fn peek(&self, key_hash: u64) -> Option<u64> {
         let home = self.home(key_hash);

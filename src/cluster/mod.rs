@@ -1,0 +1,417 @@
+//! Cluster-wide limits: `scope = "cluster"` sliding-window zones whose counts are shared
+//! between nodes through Redis/Valkey, without a network call on the request path.
+//!
+//! Each node decides from its own table plus the last known counts of the other nodes (the
+//! *remote table*: a second weir table, key hash → packed `(window, prev, cur)` of everybody
+//! else, written only by the syncer, read lock-free by requests). One background syncer thread
+//! per zone scans the local table every `sync_interval`, pushes what this node admitted since
+//! its last push (`INCRBY` + `PEXPIRE` on `weir:{zone}:{keyhash}:{window}`) and reads back the
+//! totals in the same pipeline. When Redis is down, slow or refuses us, the zone falls back to
+//! `events ÷ expected_nodes` per node after `3 × sync_interval` without a successful sync.
+//! docs/CLUSTER.md derives the over-admission bound and describes the host hooks.
+
+mod sync;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, RwLock};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use siphasher::sip::SipHasher13;
+
+use crate::limiter::packed::{self, Counts};
+use crate::limiter::{Algorithm, SlidingWindow, Verdict, MAX_COUNT};
+use crate::table::Table;
+
+/// Redis/Valkey settings of a cluster-scope zone (`scope = "cluster"`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClusterSpec {
+    /// `redis://[user:password@]host:port/db` (or `rediss://`, `redis+unix://`).
+    pub redis: String,
+    /// Overrides a password given in the URL.
+    pub password: Option<String>,
+    /// How often the syncer pushes and pulls (default 100 ms).
+    pub sync_interval: Duration,
+    /// Nodes sharing the limit; each admits `events ÷ expected_nodes` while Redis is away.
+    pub expected_nodes: u64,
+    /// What to do without Redis.
+    pub fallback: Fallback,
+}
+
+/// Behaviour while Redis cannot be reached.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fallback {
+    /// Each node enforces its share `events ÷ expected_nodes` on its own counts.
+    Local,
+}
+
+/// Default `sync_interval`.
+pub const DEFAULT_SYNC_INTERVAL: Duration = Duration::from_millis(100);
+
+/// Counters of one cluster zone (also rendered as Prometheus text).
+#[derive(Debug, Default)]
+pub struct ClusterStats {
+    /// CLOCK_MONOTONIC ns of the last successful sync (0 = never).
+    pub last_ok_ns: AtomicU64,
+    pub syncs_ok: AtomicU64,
+    pub sync_errors: AtomicU64,
+    /// Requests decided on the local fallback share (Redis down, slow or refusing us).
+    pub fallback_decisions: AtomicU64,
+    /// Cost units pushed to Redis.
+    pub pushed_units: AtomicU64,
+    /// Keys pushed/pulled, summed over syncs.
+    pub keys_synced: AtomicU64,
+    /// 1 while this process's syncer is the table's elected syncer (`Table::try_lead`).
+    pub leader: AtomicU64,
+}
+
+type LogHook = fn(&str);
+static LOG_HOOK: RwLock<Option<LogHook>> = RwLock::new(None);
+
+/// Where the syncers' messages go (default: standard error). Hosts route them to their log
+/// (nginx's error log, Caddy's zap logger). Messages come from syncer threads, at most one per
+/// sync attempt (so at most one per `sync_interval`).
+pub fn set_log_hook(hook: LogHook) {
+    *LOG_HOOK.write().unwrap_or_else(|e| e.into_inner()) = Some(hook);
+}
+
+pub(crate) fn log(msg: &str) {
+    match *LOG_HOOK.read().unwrap_or_else(|e| e.into_inner()) {
+        Some(h) => h(msg),
+        None => eprintln!("weir: {msg}"),
+    }
+}
+
+/// The cluster side of one zone: the remote table, the syncer's health and the fallback.
+pub struct ClusterZone {
+    name: String,
+    spec: ClusterSpec,
+    sw: SlidingWindow,
+    fallback: SlidingWindow,
+    remote: Table,
+    keys: SipHasher13,
+    /// Added to a CLOCK_MONOTONIC `now` so that the local table sees wall-clock time: window
+    /// ids are then the same on every node (`realtime − monotonic + the table's clock base`).
+    offset: u64,
+    stale_after: u64,
+    stats: ClusterStats,
+    stop: AtomicBool,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// The seed of the cluster key hash: the zone name and the Redis password (a secret every
+/// node shares; without one an attacker knowing the zone name could aim keys at one probe
+/// window). SipHash keys come from a fixed FNV-1a + splitmix64 mix, stable forever.
+fn key_seed(zone: &str, password: Option<&str>) -> (u64, u64) {
+    let mut h = 0xcbf2_9ce4_8422_2325u64;
+    for b in zone
+        .bytes()
+        .chain([0xff])
+        .chain(password.unwrap_or("").bytes())
+    {
+        h = (h ^ b as u64).wrapping_mul(0x0100_0000_01b3);
+    }
+    let mix = |mut z: u64| {
+        z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    };
+    (mix(h), mix(h ^ 0x5745_4952_434c_5553))
+}
+
+fn realtime_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+impl ClusterZone {
+    /// The cluster side of zone `name` (sliding `events` per `window_ns`) over `local`, the
+    /// zone's table. The syncer is not started yet (see [`ClusterZone::start`]).
+    pub fn new(
+        name: &str,
+        spec: ClusterSpec,
+        events: u64,
+        window_ns: u64,
+        local: &Table,
+    ) -> Result<ClusterZone, String> {
+        let sw = SlidingWindow::new(events, window_ns).map_err(|e| e.0)?;
+        let share = (events / spec.expected_nodes.max(1)).max(1);
+        let fallback = SlidingWindow::new(share, window_ns).map_err(|e| e.0)?;
+        // One remote entry per local key: the same number of slots.
+        let remote = Table::new(Table::bytes_for(local.capacity()), 0, 0)
+            .map_err(|e| format!("zone {name}: remote table: {e}"))?;
+        let password = spec.password.clone().or_else(|| url_password(&spec.redis));
+        let (k0, k1) = key_seed(name, password.as_deref());
+        let offset = realtime_ns()
+            .wrapping_sub(crate::clock::monotonic_ns())
+            .wrapping_add(local.clock_base());
+        let stale_after = 3 * spec.sync_interval.as_nanos() as u64;
+        Ok(ClusterZone {
+            name: name.to_owned(),
+            spec,
+            sw,
+            fallback,
+            remote,
+            keys: SipHasher13::new_with_keys(k0, k1),
+            offset,
+            stale_after,
+            stats: ClusterStats::default(),
+            stop: AtomicBool::new(false),
+            thread: Mutex::new(None),
+        })
+    }
+
+    /// Starts the zone's syncer thread over `local` (a handle on the zone's table that stays
+    /// valid until [`ClusterZone::shutdown`] returns).
+    pub fn start(self: &Arc<Self>, local: Table) -> Result<(), String> {
+        let zone = Arc::clone(self);
+        let h = std::thread::Builder::new()
+            .name(format!("weir-sync-{}", self.name))
+            .spawn(move || sync::Syncer::new(zone, local).run())
+            .map_err(|e| format!("zone {}: cannot start syncer: {e}", self.name))?;
+        *self.thread.lock().unwrap_or_else(|e| e.into_inner()) = Some(h);
+        Ok(())
+    }
+
+    /// Stops the syncer and waits for it (the engine does this when dropped).
+    pub fn shutdown(&self) {
+        self.stop.store(true, Relaxed);
+        let h = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(h) = h {
+            h.thread().unpark();
+            let _ = h.join();
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn spec(&self) -> &ClusterSpec {
+        &self.spec
+    }
+
+    pub fn stats(&self) -> &ClusterStats {
+        &self.stats
+    }
+
+    /// The sliding-window parameters (cluster-wide `events`).
+    pub fn window(&self) -> &SlidingWindow {
+        &self.sw
+    }
+
+    /// Events each node admits per window while Redis is away.
+    pub fn fallback_events(&self) -> u64 {
+        self.fallback.events()
+    }
+
+    /// The stable keyed hash a cluster zone's keys are stored under, on every node alike.
+    #[inline]
+    pub fn key_hash(&self, key: &[u8]) -> u64 {
+        self.keys.hash(key).max(1)
+    }
+
+    /// True while the last successful sync is recent (`now`: CLOCK_MONOTONIC ns).
+    #[inline]
+    pub fn healthy(&self, now: u64) -> bool {
+        let ok = self.stats.last_ok_ns.load(Relaxed);
+        ok != 0 && now.saturating_sub(ok) <= self.stale_after
+    }
+
+    /// What the others admitted for `key_hash`, as last pulled (packed `(window, prev, cur)`).
+    #[inline]
+    pub fn remote_state(&self, key_hash: u64) -> u64 {
+        self.remote.peek(key_hash).unwrap_or(0)
+    }
+
+    #[inline]
+    fn zone_now(&self, now: u64) -> u64 {
+        now.wrapping_add(self.offset)
+    }
+
+    /// [`Table::predict`] on the local table with the remote counts added (or on the fallback
+    /// share when Redis is away). Lock-free, allocation-free, no I/O.
+    #[inline]
+    pub fn predict(&self, t: &Table, h: u64, cost: u64, now: u64) -> Verdict {
+        let zn = self.zone_now(now);
+        if self.healthy(now) {
+            let alg = WithRemote {
+                sw: &self.sw,
+                remote: self.remote_state(h),
+            };
+            t.predict(&alg, h, cost, zn)
+        } else {
+            // Counted here: the engine predicts every request before charging any.
+            self.stats.fallback_decisions.fetch_add(1, Relaxed);
+            t.predict(&self.fallback, h, cost, zn)
+        }
+    }
+
+    /// [`Table::check`] likewise (fallback decisions are counted by [`ClusterZone::predict`],
+    /// which the engine calls first for every request).
+    #[inline]
+    pub fn check(&self, t: &Table, h: u64, cost: u64, now: u64) -> Verdict {
+        let zn = self.zone_now(now);
+        if self.healthy(now) {
+            let alg = WithRemote {
+                sw: &self.sw,
+                remote: self.remote_state(h),
+            };
+            t.check(&alg, h, cost, zn)
+        } else {
+            t.check(&self.fallback, h, cost, zn)
+        }
+    }
+
+    /// [`Table::refund`] (the local counts only; the syncer pushes no more than it sees).
+    #[inline]
+    pub fn refund(&self, t: &Table, h: u64, cost: u64, now: u64) {
+        t.refund(&self.sw, h, cost, self.zone_now(now));
+    }
+}
+
+/// A URL's password (`redis://:secret@host/` or `redis://user:secret@host/`).
+fn url_password(url: &str) -> Option<String> {
+    use redis::IntoConnectionInfo;
+    url.into_connection_info().ok()?.redis.password
+}
+
+/// The sliding window over local + remote counts; only the local counts are stored.
+struct WithRemote<'a> {
+    sw: &'a SlidingWindow,
+    remote: u64,
+}
+
+impl Algorithm for WithRemote<'_> {
+    #[inline]
+    fn step(&self, state: u64, now: u64, cost: u64) -> (u64, Verdict) {
+        let id = now / self.sw.window_ns();
+        let local = packed::read(state, id);
+        let remote = packed::read(self.remote, id);
+        let both = Counts {
+            prev: (local.prev + remote.prev).min(MAX_COUNT),
+            cur: (local.cur + remote.cur).min(MAX_COUNT),
+        };
+        let (_, v) = self.sw.step(packed::write(id, both), now, cost);
+        if !v.admitted() {
+            return (state, v);
+        }
+        let next = Counts {
+            prev: local.prev,
+            cur: (local.cur + cost).min(MAX_COUNT),
+        };
+        (packed::write(id, next), v)
+    }
+
+    #[inline]
+    fn residual(&self, state: u64, now: u64) -> u64 {
+        self.sw.residual(state, now)
+    }
+
+    #[inline]
+    fn refund(&self, state: u64, now: u64, cost: u64) -> u64 {
+        self.sw.refund(state, now, cost)
+    }
+}
+
+/// Prometheus text for the cluster zones (appended to the engine's).
+pub fn render_prometheus<'a>(
+    zones: impl Iterator<Item = &'a ClusterZone> + Clone,
+    now: u64,
+    out: &mut impl std::fmt::Write,
+) -> std::fmt::Result {
+    type Field = fn(&ClusterZone, u64) -> u64;
+    let series: [(&str, &str, &str, Field); 7] = [
+        (
+            "weir_cluster_syncs_total",
+            "counter",
+            "Successful syncs with Redis.",
+            |z, _| z.stats.syncs_ok.load(Relaxed),
+        ),
+        (
+            "weir_cluster_sync_errors_total",
+            "counter",
+            "Failed sync or connection attempts.",
+            |z, _| z.stats.sync_errors.load(Relaxed),
+        ),
+        (
+            "weir_cluster_fallback_decisions_total",
+            "counter",
+            "Requests decided on the local share while Redis was away.",
+            |z, _| z.stats.fallback_decisions.load(Relaxed),
+        ),
+        (
+            "weir_cluster_pushed_units_total",
+            "counter",
+            "Admitted cost units pushed to Redis.",
+            |z, _| z.stats.pushed_units.load(Relaxed),
+        ),
+        (
+            "weir_cluster_remote_evictions_active_total",
+            "counter",
+            "Remote counts evicted for lack of room (remote table overflow).",
+            |z, _| z.remote.stats().evicted_active,
+        ),
+        (
+            "weir_cluster_leader",
+            "gauge",
+            "1 while this process's syncer is the zone's elected syncer.",
+            |z, _| z.stats.leader.load(Relaxed),
+        ),
+        (
+            "weir_cluster_fallback_active",
+            "gauge",
+            "1 while the zone decides on the local fallback share.",
+            |z, now| u64::from(!z.healthy(now)),
+        ),
+    ];
+    for (name, kind, help, f) in series {
+        writeln!(out, "# HELP {name} {help}")?;
+        writeln!(out, "# TYPE {name} {kind}")?;
+        for z in zones.clone() {
+            writeln!(out, "{name}{{zone=\"{}\"}} {}", z.name, f(z, now))?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::limiter::NS_PER_SEC;
+
+    #[test]
+    fn remote_counts_take_room_but_are_not_stored() {
+        let sw = SlidingWindow::new(10, NS_PER_SEC).unwrap();
+        let now = 5 * NS_PER_SEC + 1;
+        let remote = packed::write(5, Counts { prev: 0, cur: 7 });
+        let alg = WithRemote { sw: &sw, remote };
+        let mut s = 0;
+        for _ in 0..3 {
+            let (n, v) = alg.step(s, now, 1);
+            assert!(v.admitted());
+            s = n;
+        }
+        assert_eq!(packed::read(s, 5), Counts { prev: 0, cur: 3 });
+        assert!(!alg.step(s, now, 1).1.admitted());
+        // The remote counts of an older window are not current any more.
+        let old = WithRemote {
+            sw: &sw,
+            remote: packed::write(3, Counts { prev: 0, cur: 10 }),
+        };
+        assert!(old.step(s, now, 1).1.admitted());
+    }
+
+    #[test]
+    fn key_hash_is_stable() {
+        // Pinned: every node, every build, names a key the same way.
+        let (k0, k1) = key_seed("api", None);
+        let h = SipHasher13::new_with_keys(k0, k1);
+        assert_eq!((k0, k1), (0x6466_3079_b316_e224, 0x49a5_f7a4_5b75_17df));
+        assert_eq!(h.hash(b"k"), 0xdd32_7c37_b66b_f56e);
+        let (p0, _) = key_seed("api", Some("secret"));
+        assert_ne!(k0, p0);
+    }
+}

@@ -1,0 +1,230 @@
+//! The syncer: one std thread per cluster zone and process. It may lock and allocate; the
+//! request path never waits for it.
+//!
+//! Every `sync_interval`: scan the local table; for each key with counts in the current or
+//! previous window, push the units admitted here since the last push (`INCRBY` + `PEXPIRE`)
+//! or just read the total (`GET`), all in one pipeline (one round trip per 512 keys); the
+//! others' counts are `total − what this node pushed`, stored into the remote table. On any
+//! error the connection is dropped and retried with exponential backoff (interval … 2 s); the
+//! zone falls back by itself once the last success is `3 × sync_interval` old.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::{log, ClusterZone};
+use crate::clock::monotonic_ns;
+use crate::limiter::packed::{self, Counts};
+use crate::limiter::MAX_COUNT;
+use crate::table::Table;
+
+const BATCH: usize = 512;
+const MAX_BACKOFF: Duration = Duration::from_secs(2);
+
+pub(super) struct Syncer {
+    zone: Arc<ClusterZone>,
+    local: Table,
+    client: Option<redis::Client>,
+    conn: Option<redis::Connection>,
+    /// Units this node has pushed, per (key hash, window id).
+    pushed: HashMap<(u64, u64), u64>,
+    backoff: Duration,
+    failing: bool,
+}
+
+impl Syncer {
+    pub(super) fn new(zone: Arc<ClusterZone>, local: Table) -> Syncer {
+        let client = match client_for(&zone) {
+            Ok(c) => Some(c),
+            Err(e) => {
+                log(&format!("cluster zone {}: bad redis URL: {e}", zone.name));
+                None
+            }
+        };
+        let backoff = zone.spec.sync_interval;
+        Syncer {
+            zone,
+            local,
+            client,
+            conn: None,
+            pushed: HashMap::new(),
+            backoff,
+            failing: false,
+        }
+    }
+
+    /// The I/O timeout: never longer than the zone tolerates before falling back anyway.
+    fn io_timeout(&self) -> Duration {
+        (self.zone.spec.sync_interval * 2).clamp(Duration::from_millis(50), Duration::from_secs(2))
+    }
+
+    /// Only one syncer per table syncs: several processes may share the zone's table (nginx
+    /// workers over one shared-memory zone), and each pushing the same local counts would
+    /// multiply them. The others wait, heartbeat-checking every interval, and take over when
+    /// the leader's heartbeat is stale (a connect and a query may each block one I/O timeout).
+    fn lead(&self, owner: u64) -> bool {
+        let interval = self.zone.spec.sync_interval.as_nanos() as u64;
+        let stale = 3 * interval + 2 * self.io_timeout().as_nanos() as u64;
+        let leads = self.local.try_lead(owner, monotonic_ns(), stale);
+        self.zone.stats.leader.store(u64::from(leads), Relaxed);
+        leads
+    }
+
+    pub(super) fn run(mut self) {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        let owner = (u64::from(std::process::id()) << 32) | NEXT.fetch_add(1, Relaxed);
+        let interval = self.zone.spec.sync_interval;
+        while !self.zone.stop.load(Relaxed) {
+            let started = Instant::now();
+            if !self.lead(owner) {
+                self.conn = None;
+                self.pause(started + interval, owner, false);
+                continue;
+            }
+            let wait = match self.sync_once() {
+                Ok(keys) => {
+                    let z = &self.zone.stats;
+                    z.last_ok_ns.store(monotonic_ns(), Relaxed);
+                    z.syncs_ok.fetch_add(1, Relaxed);
+                    z.keys_synced.fetch_add(keys as u64, Relaxed);
+                    if self.failing {
+                        log(&format!("cluster zone {}: sync resumed", self.zone.name));
+                        self.failing = false;
+                    }
+                    self.backoff = interval;
+                    interval
+                }
+                Err(e) => {
+                    self.conn = None;
+                    self.zone.stats.sync_errors.fetch_add(1, Relaxed);
+                    let fallback = !self.zone.healthy(monotonic_ns());
+                    log(&format!(
+                        "cluster zone {}: sync failed ({e}); {}; retrying in {:?}",
+                        self.zone.name,
+                        if fallback {
+                            format!(
+                                "deciding locally on {} per node",
+                                self.zone.fallback_events()
+                            )
+                        } else {
+                            "still on the last remote counts".to_owned()
+                        },
+                        self.backoff
+                    ));
+                    self.failing = true;
+                    let w = self.backoff;
+                    self.backoff = (self.backoff * 2).min(MAX_BACKOFF.max(interval));
+                    w
+                }
+            };
+            self.pause(started + wait, owner, true);
+        }
+        self.local.resign(owner);
+    }
+
+    /// Sleeps until `deadline` or a stop; a leader keeps its heartbeat fresh meanwhile (backoff
+    /// waits are longer than the staleness limit).
+    fn pause(&self, deadline: Instant, owner: u64, leader: bool) {
+        let beat = self.zone.spec.sync_interval;
+        while !self.zone.stop.load(Relaxed) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            std::thread::park_timeout(left.min(beat));
+            if leader {
+                self.lead(owner);
+            }
+        }
+    }
+
+    fn connection(&mut self) -> redis::RedisResult<&mut redis::Connection> {
+        if self.conn.is_none() {
+            let client = self.client.as_ref().ok_or_else(|| {
+                redis::RedisError::from((redis::ErrorKind::InvalidClientConfig, "bad redis URL"))
+            })?;
+            let t = self.io_timeout();
+            let c = client.get_connection_with_timeout(t)?;
+            c.set_read_timeout(Some(t))?;
+            c.set_write_timeout(Some(t))?;
+            self.conn = Some(c);
+        }
+        Ok(self.conn.as_mut().expect("just connected"))
+    }
+
+    /// One push + pull; returns the number of keys synced.
+    fn sync_once(&mut self) -> redis::RedisResult<usize> {
+        self.connection()?;
+        let zone = Arc::clone(&self.zone);
+        let w = zone.sw.window_ns();
+        let now = monotonic_ns()
+            .wrapping_add(zone.offset)
+            .saturating_sub(self.local.clock_base());
+        let id = now / w;
+        let mut keys: Vec<(u64, Counts)> = Vec::new();
+        self.local.for_each(|tag, state| {
+            let c = packed::read(state, id);
+            if c.prev != 0 || c.cur != 0 {
+                keys.push((tag, c));
+            }
+        });
+        if keys.is_empty() {
+            // Still prove Redis is there: the fallback should reflect reachability.
+            redis::cmd("PING").query::<()>(self.connection()?)?;
+        }
+        let ttl_ms = (2 * w + 2 * zone.spec.sync_interval.as_nanos() as u64) / 1_000_000 + 1000;
+        let prev_id = id.wrapping_sub(1);
+        for chunk in keys.chunks(BATCH) {
+            let mut pipe = redis::pipe();
+            // (key, window, units pushed after this batch, delta)
+            let mut plan = Vec::with_capacity(chunk.len() * 2);
+            for &(tag, c) in chunk {
+                for (win, n) in [(prev_id, c.prev), (id, c.cur)] {
+                    let p = self.pushed.get(&(tag, win)).copied().unwrap_or(0);
+                    let d = n.saturating_sub(p);
+                    let k = format!("weir:{}:{:016x}:{}", zone.name, tag, win);
+                    if d > 0 {
+                        pipe.cmd("INCRBY").arg(&k).arg(d);
+                        pipe.cmd("PEXPIRE").arg(&k).arg(ttl_ms).ignore();
+                    } else {
+                        pipe.cmd("GET").arg(&k);
+                    }
+                    plan.push((tag, win, p + d, d));
+                }
+            }
+            let totals: Vec<Option<u64>> = pipe.query(self.connection()?)?;
+            let mut remote = [0u64; 2];
+            for (i, (&(tag, win, mine, d), total)) in plan.iter().zip(totals).enumerate() {
+                let total = total.unwrap_or(0);
+                // A total below what this node pushed: Redis lost the counter (restarted
+                // without persistence, or evicted it). Push the whole local count next time.
+                self.pushed
+                    .insert((tag, win), if total < mine { total.min(d) } else { mine });
+                zone.stats.pushed_units.fetch_add(d, Relaxed);
+                remote[i % 2] = total.saturating_sub(mine).min(MAX_COUNT);
+                if i % 2 == 1 {
+                    let state = packed::write(
+                        id,
+                        Counts {
+                            prev: remote[0],
+                            cur: remote[1],
+                        },
+                    );
+                    zone.remote.store(&zone.sw, tag, state, now);
+                }
+            }
+        }
+        self.pushed.retain(|&(_, win), _| win.wrapping_add(1) >= id);
+        Ok(keys.len())
+    }
+}
+
+fn client_for(zone: &ClusterZone) -> redis::RedisResult<redis::Client> {
+    use redis::IntoConnectionInfo;
+    let mut info = zone.spec.redis.as_str().into_connection_info()?;
+    if let Some(p) = &zone.spec.password {
+        info.redis.password = Some(p.clone());
+    }
+    redis::Client::open(info)
+}
