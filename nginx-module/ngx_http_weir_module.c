@@ -170,9 +170,7 @@ static ngx_int_t ngx_http_weir_init_policy_zone(ngx_shm_zone_t *shm_zone,
 static void *ngx_http_weir_shm_region(ngx_shm_zone_t *shm_zone,
     ngx_uint_t reuse, size_t *len);
 
-static ngx_int_t ngx_http_weir_req_status_variable(ngx_http_request_t *r,
-    ngx_http_variable_value_t *v, uintptr_t data);
-static ngx_int_t ngx_http_weir_conn_status_variable(ngx_http_request_t *r,
+static ngx_int_t ngx_http_weir_status_variable(ngx_http_request_t *r,
     ngx_http_variable_value_t *v, uintptr_t data);
 #if (WEIR_TEST_HOOKS)
 static ngx_int_t ngx_http_weir_test_verdict_variable(ngx_http_request_t *r,
@@ -378,10 +376,10 @@ ngx_module_t  ngx_http_weir_module = {
 static ngx_http_variable_t  ngx_http_weir_vars[] = {
 
     { ngx_string("weir_req_status"), NULL,
-      ngx_http_weir_req_status_variable, 0, NGX_HTTP_VAR_NOCACHEABLE, 0 },
+      ngx_http_weir_status_variable, 0, NGX_HTTP_VAR_NOCACHEABLE, 0 },
 
     { ngx_string("weir_conn_status"), NULL,
-      ngx_http_weir_conn_status_variable, 0, NGX_HTTP_VAR_NOCACHEABLE, 0 },
+      ngx_http_weir_status_variable, 1, NGX_HTTP_VAR_NOCACHEABLE, 0 },
 
 #if (WEIR_TEST_HOOKS)
     { ngx_string("weir_test_verdict"), NULL,
@@ -1325,47 +1323,32 @@ ngx_http_weir_now(ngx_http_request_t *r)
 }
 
 
+/* $weir_req_status (data 0) and $weir_conn_status (data 1) */
+
 static ngx_int_t
-ngx_http_weir_req_status_variable(ngx_http_request_t *r,
+ngx_http_weir_status_variable(ngx_http_request_t *r,
     ngx_http_variable_value_t *v, uintptr_t data)
 {
+    ngx_str_t              *name;
+    ngx_uint_t              status;
     ngx_http_weir_state_t  *st;
 
     st = ngx_http_weir_state(r, 0);
+    status = (st == NULL) ? 0 : (data ? st->conn_status : st->req_status);
 
-    if (st == NULL || st->req_status == 0) {
+    if (status == 0) {
         v->not_found = 1;
         return NGX_OK;
     }
 
-    v->valid = 1;
-    v->no_cacheable = 0;
-    v->not_found = 0;
-    v->len = ngx_http_weir_req_status_names[st->req_status - 1].len;
-    v->data = ngx_http_weir_req_status_names[st->req_status - 1].data;
-
-    return NGX_OK;
-}
-
-
-static ngx_int_t
-ngx_http_weir_conn_status_variable(ngx_http_request_t *r,
-    ngx_http_variable_value_t *v, uintptr_t data)
-{
-    ngx_http_weir_state_t  *st;
-
-    st = ngx_http_weir_state(r, 0);
-
-    if (st == NULL || st->conn_status == 0) {
-        v->not_found = 1;
-        return NGX_OK;
-    }
+    name = data ? &ngx_http_weir_conn_status_names[status - 1]
+                : &ngx_http_weir_req_status_names[status - 1];
 
     v->valid = 1;
     v->no_cacheable = 0;
     v->not_found = 0;
-    v->len = ngx_http_weir_conn_status_names[st->conn_status - 1].len;
-    v->data = ngx_http_weir_conn_status_names[st->conn_status - 1].data;
+    v->len = name->len;
+    v->data = name->data;
 
     return NGX_OK;
 }

@@ -825,10 +825,14 @@ def test_directive_extras(module, env=None):
     weir_req_zone $http_x_k zone=win:1m events=3 window=1m;
     weir_req_zone $http_x_k zone=hourly:1m rate=2r/h;
     weir_req_zone {long_key} zone=long:1m rate=1r/m;
+    weir_conn_zone $http_x_k zone=cz:1m;
     server {{
         listen 127.0.0.1:%PORT%;
         root %DIR%/html;
+        add_header X-Req $weir_req_status always;
+        add_header X-Conn $weir_conn_status always;
         location = /win {{ weir_req zone=win; try_files /f =404; }}
+        location = /status {{ weir_req zone=hourly burst=1 nodelay; weir_conn cz 5; try_files /f =404; }}
         location = /hourly {{ weir_req zone=hourly burst=1 nodelay; try_files /f =404; }}
         location = /long {{ weir_req zone=long; try_files /f =404; }}
     }}
@@ -840,6 +844,10 @@ def test_directive_extras(module, env=None):
         check(got == [200, 200, 200, 503, 503], f"sliding window events=3: {got}")
         got = [request(ngx.port, "GET", "/hourly", [("X-K", "a")])[0] for _ in range(3)]
         check(got == [200, 200, 503], f"rate=2r/h burst=1: {got}")
+        got = [request(ngx.port, "GET", "/status", [("X-K", "s")]) for _ in range(3)]
+        got = [(st, hdr(hs, "x-req"), hdr(hs, "x-conn")) for st, hs in got]
+        check(got[0] == (200, "PASSED", "PASSED") and got[2] == (503, "REJECTED", None),
+              f"$weir_req_status / $weir_conn_status: {got}")
         got = [request(ngx.port, "GET", "/win")[0] for _ in range(5)]
         check(got == [200] * 5, f"empty key limited: {got}")
         big = [("X-K", "k" * 7000)]
@@ -847,7 +855,8 @@ def test_directive_extras(module, env=None):
         check(got == [200] * 3, f"70000-byte key limited: {got}")
         check("is more than 65535 bytes" in ngx.error_log(), "oversized key not logged")
         ngx.check_log()
-        return "sliding window, r/h, empty key and > 65535-byte key behave as documented"
+        return ("sliding window, r/h, empty key and > 65535-byte key behave as documented; "
+                "$weir_req_status and $weir_conn_status set")
     finally:
         ngx.cleanup()
 
