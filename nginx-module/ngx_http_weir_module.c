@@ -159,6 +159,7 @@ static ngx_http_weir_state_t *ngx_http_weir_state(ngx_http_request_t *r,
     ngx_uint_t create);
 static uint64_t ngx_http_weir_now(ngx_http_request_t *r);
 
+static void ngx_http_weir_resume(ngx_http_request_t *r);
 static ngx_uint_t ngx_http_weir_policy_log_level(ngx_http_weir_state_t *st,
     weir_verdict *v, ngx_uint_t delay);
 static ngx_msec_t ngx_http_weir_queue_timeout(ngx_http_weir_state_t *st,
@@ -1149,6 +1150,15 @@ ngx_http_weir_queue_handler(ngx_http_request_t *r)
         return;
     }
 
+    ngx_http_weir_resume(r);
+}
+
+
+/* continues the phases of a request that a delay or a queue held */
+
+static void
+ngx_http_weir_resume(ngx_http_request_t *r)
+{
     if (ngx_handle_read_event(r->connection->read, 0) != NGX_OK) {
         ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
         return;
@@ -1203,15 +1213,7 @@ ngx_http_weir_delay_handler(ngx_http_request_t *r)
         return;
     }
 
-    if (ngx_handle_read_event(r->connection->read, 0) != NGX_OK) {
-        ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
-        return;
-    }
-
-    r->read_event_handler = ngx_http_block_reading;
-    r->write_event_handler = ngx_http_core_run_phases;
-
-    ngx_http_core_run_phases(r);
+    ngx_http_weir_resume(r);
 }
 
 
