@@ -971,7 +971,7 @@ class Load:
         return [tuple(rows[k]) for k in sorted(rows) if k >= int(t0) + 1 and k + 1 <= t1]
 
 
-def test_cluster(module):
+def test_cluster(module, env=None):
     """Two nginx nodes (2 workers each), one cluster zone over a real redis-server."""
     events, interval = 100, 0.1
     redis = Redis().start()
@@ -1001,7 +1001,8 @@ status = 429
         location = /metrics { weir_status; }
     }
 """
-    nodes = [Nginx(module, http, workers=2, files={"policy.toml": policy, "html/f": "x"})
+    nodes = [Nginx(module, http, workers=2, env=env,
+                   files={"policy.toml": policy, "html/f": "x"})
              for _ in range(2)]
     ports = [n.port for n in nodes]
     res = []
@@ -1181,6 +1182,7 @@ def main():
             ("asan-workers", lambda: test_workers(args.asan_module, 2, asan_env())),
             ("asan-reload", lambda: test_reload(args.asan_module, asan_env())),
             ("asan-redirects-waits", lambda: test_redirects_and_waits(args.asan_module, asan_env())),
+            ("asan-cluster", lambda: test_cluster(args.asan_module, asan_env())),
         ]
     failed = 0
     for name, fn in checks:
