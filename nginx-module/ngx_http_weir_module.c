@@ -1666,9 +1666,10 @@ ngx_http_weir_init_process(ngx_cycle_t *cycle)
     sigfillset(&all);
 
     if (pthread_sigmask(SIG_BLOCK, &all, &old) != 0) {
+        /* the worker still serves requests, on the fallback share */
         ngx_log_error(NGX_LOG_ALERT, cycle->log, ngx_errno,
-                      "pthread_sigmask() failed");
-        return NGX_ERROR;
+                      "pthread_sigmask() failed, no weir cluster syncer");
+        return NGX_OK;
     }
 
     err = NULL;
@@ -1681,7 +1682,8 @@ ngx_http_weir_init_process(ngx_cycle_t *cycle)
                       "weir: cannot start the cluster syncers: %s",
                       weir_error_message(err));
         weir_error_free(err);
-        return NGX_ERROR;
+
+        /* those that started are stopped at exit and their messages drained */
     }
 
     ngx_http_weir_syncing = 1;

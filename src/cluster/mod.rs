@@ -8,6 +8,10 @@
 //! its last push (`INCRBY` + `PEXPIRE` on `weir:{zone}:{keyhash}:{window}`) and reads back the
 //! totals in the same pipeline. When Redis is down, slow or refuses us, the zone falls back to
 //! `events ÷ expected_nodes` per node after `3 × sync_interval` without a successful sync.
+//! The remote table, the *pushed table* (what this node already pushed) and the stats with the
+//! health word form the zone's cluster region ([`ClusterShared`]): in the process, or in
+//! shared memory that every process over the zone attaches (nginx workers), so that all of
+//! them decide with one cluster view and any of them can take over the syncing.
 //! docs/CLUSTER.md derives the over-admission bound and describes the host hooks.
 
 mod sync;
