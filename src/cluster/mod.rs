@@ -79,6 +79,7 @@ pub struct ClusterStats {
 const _: () = assert!(std::mem::size_of::<ClusterStats>() == 64);
 
 /// "WEIRCLS" + layout version byte: the head of a cluster zone's shared region.
+#[cfg(not(loom))]
 const SHARED_MAGIC: u64 = u64::from_le_bytes(*b"WEIRCLS\x01");
 /// Identity words, then [`ClusterStats`], then the two tables.
 const SHARED_HEAD: usize = 128;
