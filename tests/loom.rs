@@ -1,5 +1,5 @@
-//! loom models of the table's compare-exchange protocols. Run with
-//! `RUSTFLAGS="--cfg loom" cargo test --release --test loom`.
+//! loom models of the table's compare-exchange protocols. Run with `make loom`
+//! (`LOOM_MAX_PREEMPTIONS=4 RUSTFLAGS="--cfg loom" cargo test --release --test loom`).
 #![cfg(loom)]
 
 use loom::sync::Arc;
