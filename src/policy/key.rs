@@ -46,7 +46,7 @@ use std::hash::{BuildHasher, Hasher};
 use std::net::IpAddr;
 
 use super::matcher::mask_ip;
-use super::request::{cookie_values, PreparedRequest};
+use super::request::PreparedRequest;
 
 /// Recommended key buffer size.
 pub const KEY_BUF_LEN: usize = 256;
@@ -173,10 +173,10 @@ impl KeySpec {
                 },
                 KeyPart::Global => w.put(&[0x02]),
                 KeyPart::Header(name) => {
-                    put_named(w, 0x03, name, req.view.header(name));
+                    put_named(w, 0x03, name, req.header(name));
                 }
                 KeyPart::Cookie(name) => {
-                    put_named(w, 0x04, name, cookie_values(req.view, name).next());
+                    put_named(w, 0x04, name, req.cookie_values(name).next());
                 }
                 KeyPart::Path => {
                     w.put(&[0x05]);

@@ -517,12 +517,12 @@ impl Shape {
             return false;
         }
         for (name, m) in &self.headers {
-            if !m.matches_all(req.view.header_values(name)) {
+            if !m.matches_all(req.header_values(name)) {
                 return false;
             }
         }
         for (name, m) in &self.cookies {
-            if !m.matches_all(super::request::cookie_values(req.view, name)) {
+            if !m.matches_all(req.cookie_values(name)) {
                 return false;
             }
         }
