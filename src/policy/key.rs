@@ -149,7 +149,7 @@ impl KeySpec {
         cap
     }
 
-    fn encode(&self, req: &PreparedRequest<'_>, w: &mut dyn Sink) {
+    fn encode<S: Sink>(&self, req: &PreparedRequest<'_>, w: &mut S) {
         for part in self.parts.iter() {
             match part {
                 KeyPart::Ip {
@@ -191,7 +191,7 @@ impl KeySpec {
     }
 }
 
-fn put_named(w: &mut dyn Sink, kind: u8, name: &[u8], value: Option<&[u8]>) {
+fn put_named<S: Sink>(w: &mut S, kind: u8, name: &[u8], value: Option<&[u8]>) {
     // Names are validated at compile time to be at most 255 bytes.
     w.put(&[kind, name.len().min(255) as u8]);
     w.put(&name[..name.len().min(255)]);
@@ -204,7 +204,7 @@ fn put_named(w: &mut dyn Sink, kind: u8, name: &[u8], value: Option<&[u8]>) {
     }
 }
 
-fn put_len_bytes(w: &mut dyn Sink, v: &[u8]) {
+fn put_len_bytes<S: Sink>(w: &mut S, v: &[u8]) {
     let n = u32::try_from(v.len()).unwrap_or(u32::MAX);
     w.put(&n.to_be_bytes());
     w.put(v);

@@ -151,7 +151,8 @@ impl Glob {
         match &self.kind {
             GlobKind::Exact(l) => s == &l[..],
             GlobKind::Prefix(p) => s.starts_with(p),
-            GlobKind::Suffix(p) => s.ends_with(p),
+            // The last byte first: most paths end differently (`*.css` against `.php`).
+            GlobKind::Suffix(p) => s.len() >= p.len() && s.last() == p.last() && s.ends_with(p),
             GlobKind::General(t) => match_toks(t, s),
         }
     }

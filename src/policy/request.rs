@@ -126,6 +126,65 @@ impl<'a> Iterator for CookiePairs<'a> {
     }
 }
 
+/// The values of cookie `name` in one `Cookie` header value, in order: the same as
+/// [`CookiePairs`] filtered by name, but a pair whose name differs is only split off, not
+/// parsed.
+struct NamedCookie<'a> {
+    rest: &'a [u8],
+    name: &'a [u8],
+    /// `name` is non-empty, has no `=` or `;` and no surrounding whitespace, so a pair
+    /// `ws* name ws* = value` is exactly a pair named `name`.
+    plain: bool,
+}
+
+impl NamedCookie<'_> {
+    fn plain(name: &[u8]) -> bool {
+        !name.is_empty()
+            && trim(name).len() == name.len()
+            && !name.contains(&b'=')
+            && !name.contains(&b';')
+    }
+}
+
+impl<'a> Iterator for NamedCookie<'a> {
+    type Item = &'a [u8];
+    fn next(&mut self) -> Option<&'a [u8]> {
+        while !self.rest.is_empty() {
+            let (pair, rest) = match memchr::memchr(b';', self.rest) {
+                Some(i) => (&self.rest[..i], &self.rest[i + 1..]),
+                None => (self.rest, &self.rest[self.rest.len()..]),
+            };
+            self.rest = rest;
+            if !self.plain {
+                match CookiePairs::new(pair).next() {
+                    Some((n, v)) if n == self.name => return Some(v),
+                    _ => continue,
+                }
+            }
+            let p = trim_start(pair);
+            if p.len() > self.name.len() && p.starts_with(self.name) {
+                let after = trim_start(&p[self.name.len()..]);
+                if let Some(v) = after.strip_prefix(b"=") {
+                    let mut value = trim(v);
+                    if value.len() >= 2 && value[0] == b'"' && value[value.len() - 1] == b'"' {
+                        value = &value[1..value.len() - 1];
+                    }
+                    return Some(value);
+                }
+            }
+        }
+        None
+    }
+}
+
+fn trim_start(s: &[u8]) -> &[u8] {
+    let start = s
+        .iter()
+        .position(|&b| b != b' ' && b != b'\t')
+        .unwrap_or(s.len());
+    &s[start..]
+}
+
 /// Every value of cookie `name` across all `Cookie` headers, in order.
 pub fn cookie_values<'a>(
     view: &'a dyn RequestView,
@@ -169,15 +228,12 @@ struct NameMatcher {
 
 impl NameMatcher {
     fn new(lowercase: &[u8]) -> NameMatcher {
-        let words = lowercase
-            .chunks(8)
-            .map(|c| {
-                let mask: Vec<u8> = c
-                    .iter()
-                    .map(|b| if b.is_ascii_lowercase() { 0x20 } else { 0 })
-                    .collect();
-                (load_word(c), load_word(&mask))
-            })
+        let mask: Vec<u8> = lowercase
+            .iter()
+            .map(|b| if b.is_ascii_lowercase() { 0x20 } else { 0 })
+            .collect();
+        let words = (0..word_count(lowercase.len()))
+            .map(|k| (word_at(lowercase, k), word_at(&mask, k)))
             .collect();
         NameMatcher {
             len: lowercase.len(),
@@ -188,23 +244,34 @@ impl NameMatcher {
     #[inline]
     fn matches(&self, name: &[u8]) -> bool {
         name.len() == self.len
-            && name
-                .chunks(8)
-                .zip(self.words.iter())
-                .all(|(c, &(w, m))| load_word(c) | m == w)
+            && self
+                .words
+                .iter()
+                .enumerate()
+                .all(|(k, &(w, m))| word_at(name, k) | m == w)
     }
 }
 
-/// Up to 8 bytes as a little-endian word, zero-padded.
+/// How many words [`word_at`] cuts a string of `len` bytes into.
+fn word_count(len: usize) -> usize {
+    len.div_ceil(8).max(1)
+}
+
+/// Word `k` of `s`: for 8 bytes or more, the 8 bytes at `min(8k, len - 8)` (the last word
+/// overlaps the one before); for 4–7 bytes, the first 4 and the last 4; shorter strings byte
+/// by byte. Two strings of the same length are equal iff all their words are.
 #[inline]
-fn load_word(c: &[u8]) -> u64 {
-    match <[u8; 8]>::try_from(c) {
-        Ok(a) => u64::from_le_bytes(a),
-        Err(_) => c
-            .iter()
-            .take(8)
-            .rev()
-            .fold(0u64, |acc, &b| (acc << 8) | b as u64),
+fn word_at(s: &[u8], k: usize) -> u64 {
+    let n = s.len();
+    if n >= 8 {
+        let off = (8 * k).min(n - 8);
+        u64::from_le_bytes(s[off..off + 8].try_into().unwrap_or([0; 8]))
+    } else if n >= 4 {
+        let lo = u32::from_le_bytes(s[..4].try_into().unwrap_or([0; 4]));
+        let hi = u32::from_le_bytes(s[n - 4..].try_into().unwrap_or([0; 4]));
+        lo as u64 | (hi as u64) << 32
+    } else {
+        s.iter().rev().fold(0u64, |acc, &b| (acc << 8) | b as u64)
     }
 }
 
@@ -378,10 +445,13 @@ impl<'a> PreparedRequest<'a> {
 
     /// Every value of cookie `name` across all `Cookie` headers, in order.
     pub fn cookie_values<'s>(&'s self, name: &'s [u8]) -> impl Iterator<Item = &'s [u8]> + 's {
+        let plain = NamedCookie::plain(name);
         self.header_values(b"cookie")
-            .flat_map(CookiePairs::new)
-            .filter(move |(n, _)| *n == name)
-            .map(|(_, v)| v)
+            .flat_map(move |h| NamedCookie {
+                rest: h,
+                name,
+                plain,
+            })
     }
 }
 
@@ -918,6 +988,38 @@ mod tests {
                     c.as_bytes().eq_ignore_ascii_case(n.as_bytes()),
                     "{n:?} {c:?}"
                 );
+            }
+        }
+    }
+
+    #[test]
+    fn named_cookie_is_filtered_cookie_pairs() {
+        let headers = [
+            "a=1; session = \"xyz\" ;b",
+            "session=1; session=2",
+            " \tsession\t=\t3 ",
+            "sessionx=1; xsession=2; session",
+            "session=",
+            "session==x",
+            "=session=1; session=\"",
+            "a=b=c; a=b",
+            "s e=1; s e = 2",
+            ";;session=4;;",
+            "",
+        ];
+        for h in headers {
+            for name in ["session", "a", "a=b", " a", "s e", "", "b"] {
+                let fast: Vec<_> = NamedCookie {
+                    rest: h.as_bytes(),
+                    name: name.as_bytes(),
+                    plain: NamedCookie::plain(name.as_bytes()),
+                }
+                .collect();
+                let slow: Vec<_> = CookiePairs::new(h.as_bytes())
+                    .filter(|(n, _)| *n == name.as_bytes())
+                    .map(|(_, v)| v)
+                    .collect();
+                assert_eq!(fast, slow, "{h:?} {name:?}");
             }
         }
     }
