@@ -223,6 +223,12 @@ struct BufSink<'b> {
 impl Sink for BufSink<'_> {
     #[inline]
     fn put(&mut self, bytes: &[u8]) {
+        // Nearly always fits: a copy whose length the caller usually knows at compile time.
+        if let Some(dst) = self.buf.get_mut(self.len..self.len + bytes.len()) {
+            dst.copy_from_slice(bytes);
+            self.len += bytes.len();
+            return;
+        }
         let start = self.len.min(self.buf.len());
         let room = self.buf.len() - start;
         let n = bytes.len().min(room);

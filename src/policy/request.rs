@@ -785,6 +785,7 @@ fn parse_node(s: &[u8]) -> Option<IpAddr> {
 /// accepts (1–3 digits per octet, at most 255, no leading zero), and the bytes after it.
 #[inline]
 fn parse_v4_prefix(s: &[u8]) -> Option<(std::net::Ipv4Addr, &[u8])> {
+    let digit = |i: usize| s.get(i).map(|b| b.wrapping_sub(b'0')).filter(|d| *d <= 9);
     let mut octets = [0u8; 4];
     let mut i = 0;
     for (k, o) in octets.iter_mut().enumerate() {
@@ -794,20 +795,24 @@ fn parse_v4_prefix(s: &[u8]) -> Option<(std::net::Ipv4Addr, &[u8])> {
             }
             i += 1;
         }
-        let start = i;
-        let mut v: u32 = 0;
-        while i < s.len() && i - start < 3 && s[i].is_ascii_digit() {
-            v = v * 10 + (s[i] - b'0') as u32;
+        let d0 = digit(i)?;
+        let mut v = d0 as u32;
+        i += 1;
+        if let Some(d1) = digit(i) {
+            if d0 == 0 {
+                return None; // leading zero
+            }
+            v = v * 10 + d1 as u32;
             i += 1;
-        }
-        let digits = i - start;
-        if digits == 0 || v > 255 || (digits > 1 && s[start] == b'0') {
-            return None;
+            if let Some(d2) = digit(i) {
+                v = v * 10 + d2 as u32;
+                i += 1;
+                if v > 255 || digit(i).is_some() {
+                    return None;
+                }
+            }
         }
         *o = v as u8;
-    }
-    if s.get(i).is_some_and(u8::is_ascii_digit) {
-        return None;
     }
     Some((std::net::Ipv4Addr::from(octets), &s[i..]))
 }
