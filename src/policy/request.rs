@@ -777,8 +777,70 @@ fn parse_node(s: &[u8]) -> Option<IpAddr> {
         if rest.is_empty() || (rest[0] == b':' && is_port(&rest[1..])) {
             return Some(IpAddr::V4(a));
         }
+    } else if let Some(a) = parse_v6_plain(s) {
+        return Some(IpAddr::V6(a).to_canonical());
     }
     parse_node_slow(s)
+}
+
+/// A bare IPv6 address of hex groups with at most one `::` (no embedded IPv4, no brackets):
+/// accepts only what `Ipv6Addr`'s parser accepts, with the same value; `None` for anything
+/// else (the general parser then decides).
+#[inline]
+fn parse_v6_plain(s: &[u8]) -> Option<std::net::Ipv6Addr> {
+    let (mut groups, mut n) = ([0u16; 8], 0usize);
+    let mut gap: Option<usize> = None;
+    let mut i = 0;
+    if s.starts_with(b"::") {
+        gap = Some(0);
+        i = 2;
+    }
+    while i < s.len() {
+        let start = i;
+        let mut v = 0u16;
+        while i < s.len() && i - start < 4 {
+            let d = match s[i] {
+                b @ b'0'..=b'9' => b - b'0',
+                b @ b'a'..=b'f' => b - b'a' + 10,
+                b @ b'A'..=b'F' => b - b'A' + 10,
+                _ => break,
+            };
+            v = v << 4 | d as u16;
+            i += 1;
+        }
+        if i == start || n == 8 {
+            return None;
+        }
+        groups[n] = v;
+        n += 1;
+        if i == s.len() {
+            break;
+        }
+        if s[i] != b':' {
+            return None;
+        }
+        i += 1;
+        if s.get(i) == Some(&b':') {
+            if gap.is_some() {
+                return None;
+            }
+            gap = Some(n);
+            i += 1;
+        } else if i == s.len() {
+            return None;
+        }
+    }
+    let groups = match gap {
+        None if n == 8 => groups,
+        Some(g) if n <= 7 => {
+            let mut out = [0u16; 8];
+            out[..g].copy_from_slice(&groups[..g]);
+            out[8 - (n - g)..].copy_from_slice(&groups[g..n]);
+            out
+        }
+        _ => return None,
+    };
+    Some(std::net::Ipv6Addr::from(groups))
 }
 
 /// A dotted-quad IPv4 address at the start of `s`, accepting exactly what `Ipv4Addr`'s parser
@@ -923,6 +985,59 @@ mod tests {
                 "{c:?}"
             );
         }
+    }
+
+    #[test]
+    fn fast_parse_agrees_with_std_on_random_nodes() {
+        let fixed = [
+            "::",
+            "::1",
+            "1::",
+            ":::",
+            "::1:",
+            "1:2",
+            "1:2:3:4:5:6:7:8",
+            "1:2:3:4:5:6:7:8:9",
+            "1:2:3:4:5:6:7::",
+            "::2:3:4:5:6:7:8",
+            "1::2:3:4:5:6:7:8",
+            "2001:db8::17",
+            "2001:DB8:0:0:0:0:0:1",
+            "12345::",
+            "::ffff:192.0.2.1",
+            "::ffff:c000:201",
+            "1:::2",
+            "[2001:db8::1]:80",
+            "fe80::1%eth0",
+            "0:0:0:0:0:0:0:0",
+            "::ffff:0:0",
+        ];
+        for c in fixed {
+            assert_eq!(
+                parse_node(c.as_bytes()),
+                parse_node_slow(c.as_bytes()),
+                "{c:?}"
+            );
+        }
+        let alphabet = b"0123456789abcdefABCDEF0::::::::..[]% g";
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut valid = 0;
+        for _ in 0..300_000 {
+            let len = (next() % 26) as usize;
+            let s: Vec<u8> = (0..len)
+                .map(|_| alphabet[(next() % alphabet.len() as u64) as usize])
+                .collect();
+            let slow = parse_node_slow(&s);
+            valid += slow.is_some() as u32;
+            assert_eq!(parse_node(&s), slow, "{:?}", String::from_utf8_lossy(&s));
+        }
+        assert!(valid > 100, "{valid}");
     }
 
     #[test]
