@@ -176,7 +176,7 @@ impl KeySpec {
                     put_named(w, 0x03, name, req.header(name));
                 }
                 KeyPart::Cookie(name) => {
-                    put_named(w, 0x04, name, req.cookie_values(name).next());
+                    put_named(w, 0x04, name, req.cookie(name));
                 }
                 KeyPart::Path => {
                     w.put(&[0x05]);

@@ -129,15 +129,15 @@ impl<'a> Iterator for CookiePairs<'a> {
 /// The values of cookie `name` in one `Cookie` header value, in order: the same as
 /// [`CookiePairs`] filtered by name, but a pair whose name differs is only split off, not
 /// parsed.
-struct NamedCookie<'a> {
+struct NamedCookie<'a, 'n> {
     rest: &'a [u8],
-    name: &'a [u8],
+    name: &'n [u8],
     /// `name` is non-empty, has no `=` or `;` and no surrounding whitespace, so a pair
     /// `ws* name ws* = value` is exactly a pair named `name`.
     plain: bool,
 }
 
-impl NamedCookie<'_> {
+impl NamedCookie<'_, '_> {
     fn plain(name: &[u8]) -> bool {
         !name.is_empty()
             && trim(name).len() == name.len()
@@ -146,7 +146,7 @@ impl NamedCookie<'_> {
     }
 }
 
-impl<'a> Iterator for NamedCookie<'a> {
+impl<'a> Iterator for NamedCookie<'a, '_> {
     type Item = &'a [u8];
     fn next(&mut self) -> Option<&'a [u8]> {
         while !self.rest.is_empty() {
@@ -440,6 +440,24 @@ impl<'a> PreparedRequest<'a> {
                 one: None,
                 more: Some(self.view.header_values(lowercase_name)),
             },
+        }
+    }
+
+    /// The first value of cookie `name` across all `Cookie` headers.
+    #[inline]
+    pub fn cookie(&self, name: &[u8]) -> Option<&'a [u8]> {
+        let plain = NamedCookie::plain(name);
+        let find = |h: &'a [u8]| {
+            NamedCookie {
+                rest: h,
+                name,
+                plain,
+            }
+            .next()
+        };
+        match self.headers.single(b"cookie") {
+            Some(one) => one.and_then(find),
+            None => self.view.header_values(b"cookie").find_map(find),
         }
     }
 
@@ -1159,6 +1177,14 @@ mod tests {
         assert_eq!(p.header(b"x-seen"), Some(&b"1"[..]));
         assert_eq!(p.header_values(b"cookie").count(), 2);
         assert_eq!(p.cookie_values(b"b").collect::<Vec<_>>(), vec![&b"2"[..]]);
+        assert_eq!(
+            (p.cookie(b"a"), p.cookie(b"b")),
+            (Some(&b"1"[..]), Some(&b"2"[..]))
+        );
+        let one = OwnedRequest::new("GET", "/", ip("10.0.0.1")).header("Cookie", "x=1; s = 2");
+        let cache = HeaderCache::fill(&plan, &one);
+        let p = PreparedRequest::with_headers(&one, b"/", b"", ip("10.0.0.1"), cache);
+        assert_eq!((p.cookie(b"s"), p.cookie(b"y")), (Some(&b"2"[..]), None));
         assert_eq!(p.header_values(b"x-missing").count(), 0);
     }
 
