@@ -24,7 +24,7 @@ use super::key::KeyPart;
 use super::key::KEY_BUF_LEN;
 use super::normalize::{self, UriError};
 use super::request::{HeaderCache, HeaderPlan, PreparedRequest, RequestView};
-use crate::cluster::ClusterZone;
+use crate::cluster::{ClusterShared, ClusterZone};
 use crate::limiter::{
     concurrency::DEFAULT_LEASE_NS, Concurrency, Decision, Delay, Gcra, Permit, Rate, SlidingWindow,
     Verdict, NS_PER_SEC,
@@ -297,6 +297,10 @@ pub struct ZoneLayout {
     pub bytes: usize,
     /// Identifies the meaning of the zone's states; a reload that changes it is refused.
     pub schema: u64,
+    /// For a `scope = "cluster"` zone: bytes of its shared cluster region (remote counts,
+    /// pushed counts, health and stats; [`ClusterShared`]), 0 for a local zone. Hosts with
+    /// several processes over one table give it to [`Engine::with_shared`].
+    pub cluster_bytes: usize,
 }
 
 /// A stable fingerprint of what a zone's states mean (algorithm and the parameters that give
@@ -361,22 +365,31 @@ fn limiter_for(
     })
 }
 
-/// The cluster side of a `scope = "cluster"` zone, its syncer started over `table`.
-fn cluster_for(zone: &config::Zone, table: &Table) -> Result<Option<Arc<ClusterZone>>, String> {
+/// The cluster side of a `scope = "cluster"` zone (its remote counts in `shared` when given),
+/// its syncer started over `table` when `start`.
+fn cluster_for(
+    zone: &config::Zone,
+    table: &Table,
+    shared: Option<ClusterShared>,
+    start: bool,
+) -> Result<Option<Arc<ClusterZone>>, String> {
     let (Some(spec), config::Algorithm::Sliding { events, window }) =
         (&zone.cluster, zone.algorithm)
     else {
         return Ok(None);
     };
-    let c = Arc::new(ClusterZone::new(
+    let c = Arc::new(ClusterZone::with_shared(
         &zone.name,
         spec.clone(),
         events,
         window.as_nanos() as u64,
         table,
+        shared,
     )?);
-    // SAFETY: the engine owns `table` and stops the syncer (Engine::drop) before freeing it.
-    c.start(unsafe { table.alias() })?;
+    if start {
+        // SAFETY: the engine owns `table` and stops the syncer (Engine::drop) before freeing it.
+        c.start(unsafe { table.alias() })?;
+    }
     Ok(Some(c))
 }
 
@@ -409,6 +422,11 @@ impl Engine {
                 name: z.name.clone(),
                 bytes: z.size as usize,
                 schema: zone_schema(z),
+                cluster_bytes: if z.cluster.is_some() {
+                    crate::cluster::shared_bytes(Table::capacity_for(z.size as usize))
+                } else {
+                    0
+                },
             })
             .collect()
     }
@@ -427,10 +445,27 @@ impl Engine {
         tables: Vec<Table>,
         counters: Counters,
     ) -> Result<Engine, String> {
-        if tables.len() != policy.zones.len() {
+        let shared = (0..tables.len()).map(|_| None).collect();
+        Engine::with_shared(policy, tables, shared, counters, true)
+    }
+
+    /// The most general constructor, for hosts whose processes share the tables (nginx
+    /// workers): `shared` gives, per zone in zone order, the shared region of a cluster zone
+    /// (`None`: in this process; local zones take `None`). With `start_syncers` false the
+    /// cluster syncers wait for [`Engine::start_syncers`] (nginx builds the engine in its
+    /// master and starts the syncers in each worker: threads do not survive `fork`).
+    pub fn with_shared(
+        policy: CompiledPolicy,
+        tables: Vec<Table>,
+        shared: Vec<Option<ClusterShared>>,
+        counters: Counters,
+        start_syncers: bool,
+    ) -> Result<Engine, String> {
+        if tables.len() != policy.zones.len() || shared.len() != policy.zones.len() {
             return Err(format!(
-                "{} tables for {} zones",
+                "{} tables and {} cluster regions for {} zones",
                 tables.len(),
+                shared.len(),
                 policy.zones.len()
             ));
         }
@@ -438,7 +473,8 @@ impl Engine {
             .zones
             .iter()
             .zip(&tables)
-            .map(|(z, t)| cluster_for(z, t))
+            .zip(shared)
+            .map(|((z, t), s)| cluster_for(z, t, s, start_syncers))
             .collect::<Result<Vec<_>, _>>()?;
         let limiters = policy
             .limits
@@ -467,6 +503,25 @@ impl Engine {
     /// `scope = "cluster"`.
     pub fn cluster(&self, zone: usize) -> Option<&ClusterZone> {
         self.clusters.get(zone)?.as_deref()
+    }
+
+    /// Starts the cluster syncers that are not running (one thread per cluster zone).
+    pub fn start_syncers(&self) -> Result<(), String> {
+        for (c, t) in self.clusters.iter().zip(&self.tables) {
+            if let Some(c) = c {
+                // SAFETY: the engine owns `t` and stops the syncer (Engine::drop) before
+                // freeing it.
+                c.start(unsafe { t.alias() })?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Stops the cluster syncers and waits for them (each leader resigns); also done on drop.
+    pub fn stop_syncers(&self) {
+        for c in self.clusters.iter().flatten() {
+            c.shutdown();
+        }
     }
 
     /// The cluster zones.
