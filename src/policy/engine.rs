@@ -20,9 +20,10 @@ use std::sync::Arc;
 use super::config::{self, CompiledPolicy, Limit};
 use super::counters::{fingerprint, Counters};
 pub use super::counters::{EngineCounters, LimitCounters};
+use super::key::KeyPart;
 use super::key::KEY_BUF_LEN;
 use super::normalize::{self, UriError};
-use super::request::RequestView;
+use super::request::{HeaderCache, HeaderPlan, PreparedRequest, RequestView};
 use crate::cluster::{ClusterShared, ClusterZone};
 use crate::limiter::{
     concurrency::DEFAULT_LEASE_NS, Concurrency, Decision, Delay, Gcra, Permit, Rate, SlidingWindow,
@@ -250,6 +251,34 @@ pub struct Engine {
     counters: Counters,
     /// Per zone: its cluster side when `scope = "cluster"`.
     clusters: Vec<Option<Arc<ClusterZone>>>,
+    /// The headers the policy reads, looked up in one pass per request.
+    headers: HeaderPlan,
+}
+
+/// Every header name `policy` reads: the forwarding header, header and cookie tests of classes
+/// and exemptions, header and cookie key parts.
+fn header_plan(policy: &CompiledPolicy) -> HeaderPlan {
+    let mut names: Vec<&[u8]> = Vec::new();
+    names.extend(policy.client_ip.header_name());
+    for shape in policy
+        .classes
+        .iter()
+        .chain(&policy.exemptions)
+        .flat_map(|c| &c.shapes)
+    {
+        names.extend(shape.headers.iter().map(|(n, _)| &n[..]));
+        if !shape.cookies.is_empty() {
+            names.push(b"cookie");
+        }
+    }
+    for part in policy.limits.iter().flat_map(|l| l.key.parts.iter()) {
+        match part {
+            KeyPart::Header(n) => names.push(n),
+            KeyPart::Cookie(_) => names.push(b"cookie"),
+            _ => {}
+        }
+    }
+    HeaderPlan::new(names)
 }
 
 impl Drop for Engine {
@@ -453,6 +482,7 @@ impl Engine {
             .map(|l| limiter_for(&policy.zones[l.zone], l, clusters[l.zone].as_ref()))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Engine {
+            headers: header_plan(&policy),
             policy,
             tables,
             limiters,
@@ -609,7 +639,9 @@ impl Engine {
         now: u64,
         mut ticket: Option<QueueTicket>,
     ) -> Outcome {
-        let prepared = self.policy.prepare(req, path, query);
+        let headers = HeaderCache::fill(&self.headers, req);
+        let client = self.policy.client_ip.resolve_cached(req, &headers);
+        let prepared = PreparedRequest::with_headers(req, path, query, client, headers);
 
         let mut out = Outcome::new();
         if let Some(i) = self
