@@ -180,10 +180,62 @@ fn gov_direct<C: Clock>(w: &Workload, clock: C) -> GovDirect<C> {
     RateLimiter::direct_with_clock(quota(w), clock)
 }
 
+/// Zeroed `AtomicU64`s, optionally on transparent huge pages.
+struct Slots {
+    ptr: *mut AtomicU64,
+    len: usize,
+    layout: std::alloc::Layout,
+}
+
+// SAFETY: the slots are atomics; the allocation is owned.
+unsafe impl Sync for Slots {}
+
+impl Slots {
+    fn new(len: usize, huge: bool) -> Slots {
+        let bytes = len * 8;
+        let align = if huge { 2 << 20 } else { 64 };
+        let layout = std::alloc::Layout::from_size_align(bytes, align).unwrap();
+        // SAFETY: non-zero size; zeroed below before use.
+        let ptr = unsafe { std::alloc::alloc(layout) };
+        assert!(!ptr.is_null());
+        if huge {
+            // SAFETY: advice on this allocation only.
+            unsafe { libc::madvise(ptr.cast(), bytes, libc::MADV_HUGEPAGE) };
+        }
+        // SAFETY: `bytes` writable bytes; all-zero is a valid AtomicU64.
+        unsafe { std::ptr::write_bytes(ptr, 0, bytes) };
+        Slots {
+            ptr: ptr.cast(),
+            len,
+            layout,
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+}
+
+impl std::ops::Index<usize> for Slots {
+    type Output = AtomicU64;
+    fn index(&self, i: usize) -> &AtomicU64 {
+        assert!(i < self.len);
+        // SAFETY: in bounds, initialised above.
+        unsafe { &*self.ptr.add(i) }
+    }
+}
+
+impl Drop for Slots {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with this layout.
+        unsafe { std::alloc::dealloc(self.ptr.cast(), self.layout) };
+    }
+}
+
 /// The floor: one `AtomicU64` per slot, hash → index → load + compare-exchange of a GCRA TAT.
 /// No tags, no probing, no counters: colliding keys simply share a state.
 struct Floor {
-    slots: Vec<AtomicU64>,
+    slots: Slots,
     hasher: ahash::RandomState,
     interval_ns: u64,
     tolerance_ns: u64,
@@ -191,10 +243,12 @@ struct Floor {
 
 impl Floor {
     /// `slots_per_key` 2 gives 16 B/key; 4 gives weir's footprint (2 slots of 16 B per key).
-    fn new(w: &Workload, slots_per_key: usize) -> Floor {
+    /// `huge`: allocated like a weir table of 2 MiB or more (aligned, advised to use huge
+    /// pages), to separate TLB reach from per-check work.
+    fn new(w: &Workload, slots_per_key: usize, huge: bool) -> Floor {
         let n = (w.keys.len() * slots_per_key).max(64);
         Floor {
-            slots: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            slots: Slots::new(n, huge),
             hasher: ahash::RandomState::new(),
             interval_ns: w.interval_ns(),
             tolerance_ns: (BURST + 1) * w.interval_ns(),
@@ -248,7 +302,7 @@ fn gcra_group(c: &mut Criterion, name: &str, keys: usize) {
         NOW.with(|c| c.set(now));
         black_box(gk.check_key(&k).is_ok());
     };
-    let floor = Floor::new(&w, 2);
+    let floor = Floor::new(&w, 2, false);
     let fl = |k: u64, now: u64| {
         black_box(floor.check(k, now));
     };
@@ -269,17 +323,23 @@ fn gcra_group(c: &mut Criterion, name: &str, keys: usize) {
     }
 
     if keys == 1_000_000 {
-        // The floor with weir's memory footprint (32 B/key): separates cache/TLB reach from
-        // per-check work.
-        let wide = Floor::new(&w, 4);
-        let fw = |k: u64, now: u64| {
-            black_box(wide.check(k, now));
-        };
-        prime(&w, fw);
-        for threads in [1, 2] {
-            g.bench_function(BenchmarkId::new("floor_same_bytes", threads), |b| {
-                b.iter_custom(|n| w.run(threads, n, fw))
-            });
+        // The floor with weir's memory footprint (32 B/key) and, like weir's table, on huge
+        // pages, at 16 and 32 B/key: separates cache and TLB reach from per-check work.
+        for (name, per_key, huge) in [
+            ("floor_same_bytes", 4, false),
+            ("floor_huge_pages", 2, true),
+            ("floor_same_bytes_huge_pages", 4, true),
+        ] {
+            let f = Floor::new(&w, per_key, huge);
+            let check = |k: u64, now: u64| {
+                black_box(f.check(k, now));
+            };
+            prime(&w, check);
+            for threads in [1, 2] {
+                g.bench_function(BenchmarkId::new(name, threads), |b| {
+                    b.iter_custom(|n| w.run(threads, n, check))
+                });
+            }
         }
     }
 

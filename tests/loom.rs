@@ -1,5 +1,5 @@
-//! loom models of the table's compare-exchange protocols. Run with
-//! `RUSTFLAGS="--cfg loom" cargo test --release --test loom`.
+//! loom models of the table's compare-exchange protocols. Run with `make loom`
+//! (`LOOM_MAX_PREEMPTIONS=4 RUSTFLAGS="--cfg loom" cargo test --release --test loom`).
 #![cfg(loom)]
 
 use loom::sync::Arc;
@@ -13,7 +13,8 @@ fn gcra(burst: u64) -> Gcra {
     Gcra::new(Rate::per_second(1), burst, Delay::NoDelay).unwrap()
 }
 
-/// A table of exactly one probe window (8 slots).
+/// A table of 8 slots (two buckets of 4): smaller than one probe window, so every key may use
+/// every slot.
 fn small_table() -> Arc<Table> {
     Arc::new(Table::new(Table::bytes_for(8), 1, 0).unwrap())
 }
@@ -50,8 +51,8 @@ fn two_keys_race_for_one_empty_slot() {
     loom::model(|| {
         let t = small_table();
         let g = gcra(0);
-        // Two keys with the same home slot (multiply-shift onto 8 slots).
-        let home = |h: u64| (h as u128 * 8) >> 64;
+        // Two keys with the same home bucket (multiply-shift onto 2 buckets of 4 slots).
+        let home = |h: u64| (h as u128 * 2) >> 64;
         let a = t.key_hash(b"a");
         let b = (0u64..)
             .map(|i| t.key_hash(&i.to_le_bytes()))

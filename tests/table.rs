@@ -161,7 +161,7 @@ fn a_different_layout_is_refused_with_a_clear_error() {
         e,
         TableError::LayoutVersion {
             found: 99,
-            expected: 1
+            expected: weir::table::LAYOUT_VERSION
         }
     );
     let blank = SharedRegion::new(1 << 16);

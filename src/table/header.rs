@@ -8,9 +8,9 @@ use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 
 /// "WEIRTBL" + layout version byte.
-pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"WEIRTBL\x01");
+pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"WEIRTBL\x02");
 /// Bumped whenever the meaning of any byte in the region changes.
-pub const LAYOUT_VERSION: u64 = 1;
+pub const LAYOUT_VERSION: u64 = 2;
 pub(crate) const STRIPES: usize = 16;
 
 #[repr(C, align(64))]

@@ -19,12 +19,18 @@ use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
 
 /// Bytes per slot (one key).
 pub const SLOT_BYTES: usize = 16;
-/// Slots examined for one key: its home slot and the next ones, wrapping.
+/// Slots per bucket: one 64-byte cache line. A key hashes to a bucket, not to a slot, so that
+/// finding it costs one cache line and a branch-free comparison of four tags.
+pub const BUCKET_SLOTS: usize = 4;
+/// Slots examined for one key: its home bucket and the next buckets, wrapping.
 pub const PROBE_WINDOW: usize = 16;
-/// Fewest slots a table may have.
+/// Fewest slots a table may have (two buckets); capacities are whole buckets.
 pub const MIN_CAPACITY: usize = 8;
 /// Alignment a caller-given region must have.
 pub const REGION_ALIGN: usize = 64;
+/// A transparent huge page on x86-64 (the alignment of large in-process tables).
+#[cfg(not(loom))]
+const HUGE_PAGE: usize = 2 << 20;
 
 /// Why a table could not be created or attached.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -127,8 +133,16 @@ pub struct Table {
     header: NonNull<Header>,
     slots: NonNull<SlotWord>,
     capacity: usize,
+    /// `capacity / BUCKET_SLOTS`.
+    buckets: usize,
+    /// Buckets examined for one key: `PROBE_WINDOW / BUCKET_SLOTS`, at most `buckets`.
+    window: usize,
     hasher: ahash::RandomState,
     clock_base: u64,
+    /// The CPU has AVX, so an aligned 16-byte `vmovdqa` is an atomic load (see
+    /// [`atomic_load_x4`]).
+    #[cfg_attr(loom, allow(dead_code))]
+    avx: bool,
     owner: Owner,
 }
 
@@ -150,7 +164,7 @@ impl Drop for Table {
 impl Table {
     /// Slots that fit in a region of `bytes` (0 when it is too small for a table).
     pub fn capacity_for(bytes: usize) -> usize {
-        let cap = bytes.saturating_sub(HEADER_BYTES) / SLOT_BYTES;
+        let cap = bytes.saturating_sub(HEADER_BYTES) / SLOT_BYTES / BUCKET_SLOTS * BUCKET_SLOTS;
         if cap < MIN_CAPACITY {
             0
         } else {
@@ -160,7 +174,7 @@ impl Table {
 
     /// Bytes a region needs for `capacity` slots.
     pub fn bytes_for(capacity: usize) -> usize {
-        HEADER_BYTES + capacity.max(MIN_CAPACITY) * SLOT_BYTES
+        HEADER_BYTES + capacity.max(MIN_CAPACITY).next_multiple_of(BUCKET_SLOTS) * SLOT_BYTES
     }
 
     /// A table in this process's memory, within a budget of `bytes`. `schema` names what the
@@ -171,12 +185,27 @@ impl Table {
         if bytes < minimum {
             return Err(TableError::TooSmall { bytes, minimum });
         }
-        let layout = std::alloc::Layout::from_size_align(bytes, REGION_ALIGN)
+        // Tables of a huge page or more are aligned to one and advised to use huge pages: a
+        // random key then costs one cache miss and rarely a TLB miss.
+        let align = if bytes >= HUGE_PAGE {
+            HUGE_PAGE
+        } else {
+            REGION_ALIGN
+        };
+        let layout = std::alloc::Layout::from_size_align(bytes, align)
             .map_err(|_| TableError::Alloc { bytes })?;
+        // Not `alloc_zeroed`: that may write the pages before the advice below; `create`
+        // zeroes the region anyway.
         // SAFETY: the layout has a non-zero size.
-        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        let ptr = unsafe { std::alloc::alloc(layout) };
         if ptr.is_null() {
             return Err(TableError::Alloc { bytes });
+        }
+        if align == HUGE_PAGE {
+            // Advice only: where transparent huge pages are off, this fails and nothing changes.
+            // SAFETY: `[ptr, ptr + bytes)` is this allocation; the advice does not change its
+            // contents.
+            unsafe { libc::madvise(ptr.cast(), bytes, libc::MADV_HUGEPAGE) };
         }
         // SAFETY: fresh, exclusive, aligned, `bytes` long.
         let mut table =
@@ -301,8 +330,14 @@ impl Table {
             header,
             slots,
             capacity,
+            buckets: capacity / BUCKET_SLOTS,
+            window: (PROBE_WINDOW / BUCKET_SLOTS).min(capacity / BUCKET_SLOTS),
             hasher: ahash::RandomState::with_seeds(seed[0], seed[1], seed[2], seed[3]),
             clock_base: h.clock_base.load(Relaxed),
+            #[cfg(target_arch = "x86_64")]
+            avx: std::arch::is_x86_feature_detected!("avx"),
+            #[cfg(not(target_arch = "x86_64"))]
+            avx: false,
             owner: Owner::Borrowed,
         }
     }
@@ -504,9 +539,10 @@ impl Table {
     /// The state stored for `key_hash`, if any (for tests and diagnostics).
     pub fn peek(&self, key_hash: u64) -> Option<u64> {
         let home = self.home(key_hash);
-        (0..self.window()).find_map(|i| {
-            let w = self.slot(self.wrap(home + i)).load(Acquire);
-            (slot::tag(w) == key_hash).then(|| slot::state(w))
+        (0..self.window).find_map(|b| {
+            let words = self.load_bucket(self.wrap(home + b));
+            let (hit, _) = matches(&words, key_hash);
+            (hit != 0).then(|| slot::state(words[hit.trailing_zeros() as usize]))
         })
     }
 
@@ -539,24 +575,34 @@ impl Table {
         .fetch_add(1, Relaxed);
     }
 
-    #[inline]
-    fn window(&self) -> usize {
-        PROBE_WINDOW.min(self.capacity)
-    }
-
-    /// Home slot: the hash mapped onto `[0, capacity)` by multiply-shift.
+    /// Home bucket: the hash mapped onto `[0, buckets)` by multiply-shift.
     #[inline]
     fn home(&self, key_hash: u64) -> usize {
-        ((key_hash as u128 * self.capacity as u128) >> 64) as usize
+        ((key_hash as u128 * self.buckets as u128) >> 64) as usize
     }
 
     #[inline]
-    fn wrap(&self, i: usize) -> usize {
-        if i >= self.capacity {
-            i - self.capacity
+    fn wrap(&self, bucket: usize) -> usize {
+        if bucket >= self.buckets {
+            bucket - self.buckets
         } else {
-            i
+            bucket
         }
+    }
+
+    /// The four words of `bucket`, each loaded atomically (one cache line; the words need not
+    /// be one snapshot: every decision below is confirmed by a compare-exchange).
+    #[inline]
+    fn load_bucket(&self, bucket: usize) -> [u128; BUCKET_SLOTS] {
+        let first = bucket * BUCKET_SLOTS;
+        #[cfg(all(target_arch = "x86_64", not(loom)))]
+        if self.avx {
+            // SAFETY: `bucket < buckets`, so the four slots are inside the region and valid
+            // for reads; they are 16-byte aligned (the region is 64-byte aligned and the slots
+            // start at a multiple of 64). With AVX present, `self.avx`, each load is atomic.
+            return unsafe { atomic_load_x4(self.slots.as_ptr().add(first).cast()) };
+        }
+        std::array::from_fn(|j| self.slot(first + j).load(Acquire))
     }
 
     /// The one update protocol. Finds `key_hash` in its probe window and replaces its state by
@@ -564,6 +610,10 @@ impl Table {
     /// changed underneath. An absent key has state 0; it is stored only when `step` yields a
     /// non-zero state and `insert` is set: into the first empty slot of the window, else over
     /// the slot whose state ranks lowest by `residual` (0 = expired, a lossless eviction).
+    ///
+    /// The window is scanned a bucket (cache line) at a time: its four tags are compared
+    /// without branches, a match wins over an empty slot, and only a bucket with neither is
+    /// ranked for eviction.
     ///
     /// Invariant: a slot, once filled, is never emptied, and a key is only ever stored in the
     /// first empty slot of its window or over another key. So a key never sits after an empty
@@ -576,17 +626,53 @@ impl Table {
         step: impl Fn(u64) -> (u64, R),
         insert: bool,
     ) -> R {
+        // Fast path, the common case: the key is in its home bucket and nobody changes its
+        // word between the load and the compare-exchange. Everything else takes the full scan.
         let home = self.home(key_hash);
-        let window = self.window();
+        let words = self.load_bucket(home);
+        let (hit, _) = matches(&words, key_hash);
+        if hit != 0 {
+            let j = hit.trailing_zeros() as usize;
+            let word = words[j];
+            let (next, out) = step(slot::state(word));
+            if next == slot::state(word) {
+                return out;
+            }
+            let slot = self.slot(home * BUCKET_SLOTS + j);
+            if slot
+                .compare_exchange(word, pack(key_hash, next), AcqRel, Acquire)
+                .is_ok()
+            {
+                self.header().note_probe(j as u64);
+                return out;
+            }
+        }
+        self.modify_scan(key_hash, residual, step, insert)
+    }
+
+    /// [`Table::modify`]'s full protocol, described there.
+    #[inline(never)]
+    fn modify_scan<R>(
+        &self,
+        key_hash: u64,
+        residual: impl Fn(u64) -> u64,
+        step: impl Fn(u64) -> (u64, R),
+        insert: bool,
+    ) -> R {
+        let home = self.home(key_hash);
+        let window = self.window;
         'scan: loop {
             // (index, word, residual) of the best eviction candidate so far.
             let mut victim: Option<(usize, u128, u64)> = None;
-            for i in 0..window {
-                let index = self.wrap(home + i);
-                let slot = self.slot(index);
-                let mut word = slot.load(Acquire);
-                let tag = slot::tag(word);
-                if tag == key_hash {
+            for b in 0..window {
+                let bucket = self.wrap(home + b);
+                let first = bucket * BUCKET_SLOTS;
+                let words = self.load_bucket(bucket);
+                let (hit, empty) = matches(&words, key_hash);
+                if hit != 0 {
+                    let j = hit.trailing_zeros() as usize;
+                    let slot = self.slot(first + j);
+                    let mut word = words[j];
                     loop {
                         let (next, out) = step(slot::state(word));
                         if next == slot::state(word) {
@@ -594,7 +680,7 @@ impl Table {
                         }
                         match slot.compare_exchange(word, pack(key_hash, next), AcqRel, Acquire) {
                             Ok(_) => {
-                                self.header().note_probe(i as u64);
+                                self.header().note_probe((b * BUCKET_SLOTS + j) as u64);
                                 return out;
                             }
                             Err(now_word) if slot::tag(now_word) == key_hash => word = now_word,
@@ -603,25 +689,29 @@ impl Table {
                         }
                     }
                 }
-                if tag == EMPTY {
+                if empty != 0 {
+                    let j = empty.trailing_zeros() as usize;
                     let (next, out) = step(0);
                     if next == 0 || !insert {
                         return out;
                     }
-                    if slot
-                        .compare_exchange(word, pack(key_hash, next), AcqRel, Acquire)
+                    if self
+                        .slot(first + j)
+                        .compare_exchange(words[j], pack(key_hash, next), AcqRel, Acquire)
                         .is_ok()
                     {
                         self.header().stripe().inserts.fetch_add(1, Relaxed);
-                        self.header().note_probe(i as u64);
+                        self.header().note_probe((b * BUCKET_SLOTS + j) as u64);
                         return out;
                     }
                     // Someone filled it (maybe with this key): look again.
                     continue 'scan;
                 }
-                let r = residual(slot::state(word));
-                if victim.is_none_or(|(_, _, best)| r < best) {
-                    victim = Some((index, word, r));
+                for (j, &word) in words.iter().enumerate() {
+                    let r = residual(slot::state(word));
+                    if victim.is_none_or(|(_, _, best)| r < best) {
+                        victim = Some((first + j, word, r));
+                    }
                 }
             }
             let (next, out) = step(0);
@@ -646,6 +736,52 @@ impl Table {
             }
         }
     }
+}
+
+/// Four atomic 16-byte loads of consecutive slots, inlined (portable-atomic makes each
+/// `AtomicU128::load` an indirect call that picks the instruction at run time).
+///
+/// # Safety
+/// `p` must be 16-byte aligned and valid for reads of 64 bytes, and the CPU must have AVX:
+/// Intel and AMD document that an aligned 16-byte SSE/AVX load is a single atomic access on
+/// processors with AVX (Intel SDM vol. 3A §9.1.1, AMD APM vol. 1 §3.9.1.3), which is also
+/// how portable-atomic implements `AtomicU128::load` on them. The asm block is a compiler
+/// barrier (it may read and write memory), and x86 loads are not reordered with later loads,
+/// so each load has Acquire ordering.
+#[cfg(all(target_arch = "x86_64", not(loom)))]
+#[inline]
+unsafe fn atomic_load_x4(p: *const u8) -> [u128; BUCKET_SLOTS] {
+    use std::arch::x86_64::__m128i;
+    let (a, b, c, d): (__m128i, __m128i, __m128i, __m128i);
+    // SAFETY: the caller's contract above.
+    unsafe {
+        std::arch::asm!(
+            "vmovdqa {a}, xmmword ptr [{p}]",
+            "vmovdqa {b}, xmmword ptr [{p} + 16]",
+            "vmovdqa {c}, xmmword ptr [{p} + 32]",
+            "vmovdqa {d}, xmmword ptr [{p} + 48]",
+            p = in(reg) p,
+            a = out(xmm_reg) a,
+            b = out(xmm_reg) b,
+            c = out(xmm_reg) c,
+            d = out(xmm_reg) d,
+            options(nostack, preserves_flags),
+        );
+    }
+    // SAFETY: __m128i and u128 are both 16 plain bytes.
+    [a, b, c, d].map(|x| unsafe { std::mem::transmute::<__m128i, u128>(x) })
+}
+
+/// Bit masks of the bucket's slots whose tag is `key_hash` and of its empty slots (bit j =
+/// slot j), computed without branches.
+#[inline]
+fn matches(words: &[u128; BUCKET_SLOTS], key_hash: u64) -> (u32, u32) {
+    let (mut hit, mut empty) = (0, 0);
+    for (j, &w) in words.iter().enumerate() {
+        hit |= u32::from(slot::tag(w) == key_hash) << j;
+        empty |= u32::from(slot::tag(w) == EMPTY) << j;
+    }
+    (hit, empty)
 }
 
 fn init_header(
