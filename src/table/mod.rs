@@ -7,9 +7,11 @@
 //! table wedged. See docs/ARCHITECTURE.md for the protocols and their invariants.
 
 mod header;
+mod log;
 mod slot;
 
 pub use header::LAYOUT_VERSION;
+pub use log::{LogTable, SlidingLog, LOG_PROBE_WINDOW, MAX_LOG_EVENTS};
 
 use crate::limiter::{Algorithm, Concurrency, Decision, Permit, Verdict};
 use header::{Header, Stripe, HEADER_BYTES, MAGIC};
