@@ -331,6 +331,14 @@ impl Table {
         self.clock_base
     }
 
+    /// The region's start and length. A log zone (src/policy/engine.rs) keeps its
+    /// [`LogTable`] in the slot area of a table whose slots it never uses.
+    #[cfg(not(loom))]
+    pub(crate) fn region(&self) -> (*mut u8, usize) {
+        let len = self.header().region_len.load(Relaxed) as usize;
+        (self.header.as_ptr().cast(), len)
+    }
+
     /// The table's keyed 64-bit hash of `key` (seeded per table; never 0).
     #[inline]
     pub fn key_hash(&self, key: &[u8]) -> u64 {
