@@ -7,6 +7,15 @@ package weir
 #include <string.h>
 #include "weir.h"
 
+// The library's hash (CGO_CFLAGS, see the Makefile) compiled into this package's object, so
+// that a changed libweir_caddy.a changes the package's output and Go relinks the binary (the
+// build cache hashes neither the archive named in LDFLAGS nor an unused -D).
+#ifdef WEIR_LIB_SHA
+#define WGO_STR2(x) #x
+#define WGO_STR(x) WGO_STR2(x)
+__attribute__((used)) static const char wgo_lib_sha[] = WGO_STR(WEIR_LIB_SHA);
+#endif
+
 // Request headers packed by Go into one buffer: for each header line,
 // [u32 name_len][lowercase name][u32 value_len][value], native byte order.
 // The lookup runs in C so that one evaluation is exactly one cgo call.
