@@ -19,7 +19,9 @@
 
 use super::header::{Header, Stripe, HEADER_BYTES};
 use super::slot::{pack, tag, SlotWord, EMPTY};
-use super::{TableError, TableStats, REGION_ALIGN};
+#[cfg(not(loom))]
+use super::REGION_ALIGN;
+use super::{TableError, TableStats};
 use crate::limiter::{Decision, ParamError, Verdict};
 use std::ptr::NonNull;
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
@@ -132,8 +134,10 @@ enum Owner {
 /// each process attaches its own handle to a shared region.
 pub struct LogTable {
     header: NonNull<Header>,
+    #[cfg_attr(loom, allow(dead_code))]
     records: NonNull<u8>,
     capacity: usize,
+    #[cfg_attr(loom, allow(dead_code))]
     stride: usize,
     n: u64,
     log: SlidingLog,
