@@ -43,7 +43,7 @@ unit:
 
 loom:
 	RUSTFLAGS="--cfg loom -C target-feature=+cmpxchg16b" CARGO_TARGET_DIR=target/loom \
-		$(CARGO) test --release --test loom
+		$(CARGO) test --release --test loom --test loom_log
 
 fuzz:
 	bash fuzz/run.sh normalize $(FUZZ_SECONDS)

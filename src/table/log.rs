@@ -552,9 +552,16 @@ impl LogTable {
                     .compare_exchange(e, entry(h, t), AcqRel, Acquire)
                     .is_ok()
                 {
-                    // Linearization point: the event is in the log. Advance the head (or
-                    // somebody already helped), then make sure the record still is this key's.
-                    let _ = hdr.compare_exchange(w, pack(key, h + 1), AcqRel, Acquire);
+                    // Linearization point: the event is in the log. Advance the head; if that
+                    // succeeds the record was still this key's (same incarnation: a re-tag
+                    // moves the head by 2N) after the write. If it fails (somebody helped, or
+                    // the record was taken), make sure the record still is this key's.
+                    if hdr
+                        .compare_exchange(w, pack(key, h + 1), AcqRel, Acquire)
+                        .is_ok()
+                    {
+                        return self.passed(Some(r), h + 1, now);
+                    }
                     if tag(hdr.load(Acquire)) != key {
                         // Evicted meanwhile: the event went into another key's record, where
                         // it is invisible (its seq is behind that key's bumped head). Undo it
