@@ -1,6 +1,6 @@
 // Package weir is a Caddy v2 HTTP handler (http.handlers.weir) running the weir rate-limit
 // engine through its C ABI: a weir policy file, and/or inline zones shaped like
-// caddy-ratelimit's (sliding window), plus GCRA and concurrency zones.
+// caddy-ratelimit's (exact sliding log), plus GCRA and concurrency zones.
 package weir
 
 import (
