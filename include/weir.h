@@ -88,6 +88,13 @@
 #define WEIR_MAX_PERMITS 4
 
 /*
+ `weir_engine_attach_shared` flag: do not start the cluster syncer threads yet (call
+ `weir_engine_start_sync` later, e.g. in each process after `fork`: threads do not survive
+ it).
+ */
+#define WEIR_ATTACH_DEFER_SYNC 1
+
+/*
  A policy with its zones' tables: evaluates requests. Thread-safe.
  */
 typedef struct weir_engine weir_engine;
@@ -137,6 +144,12 @@ typedef struct weir_zone_info {
    Pass to `weir_zone_attach`; a reload that changes it is refused.
    */
   uint64_t schema;
+  /*
+   For a `scope = "cluster"` zone: bytes of its shared cluster region (the other nodes'
+   counts, what this node pushed, sync health and cluster stats), to give to
+   `weir_engine_attach_shared` when several processes share the zone; 0 for a local zone.
+   */
+  size_t cluster_bytes;
 } weir_zone_info;
 
 /*
@@ -377,6 +390,54 @@ int weir_engine_attach(const struct weir_policy *p,
                        uint64_t clock_base,
                        struct weir_engine **out,
                        struct weir_error **err);
+
+/*
+ Like `weir_engine_attach`, for processes sharing the zones (nginx workers): `cluster` (may
+ be NULL when the policy has no `scope = "cluster"` zone, or to keep cluster state in this
+ process) holds `n` regions in zone order; for each cluster zone one of at least its
+ `cluster_bytes` (64-byte aligned, outliving the engine, formatted by the first attach as
+ `regions` are: attach it first in one process), for local zones `{NULL, 0}`. Every process
+ attached to the same cluster regions decides with the same view of the other nodes' counts
+ and sync health, and any of them can take over the syncing. `flags`: 0 or
+ `WEIR_ATTACH_DEFER_SYNC`.
+ */
+int weir_engine_attach_shared(const struct weir_policy *p,
+                              const struct weir_region *regions,
+                              size_t n,
+                              const struct weir_region *cluster,
+                              const struct weir_region *counters,
+                              uint64_t clock_base,
+                              uint32_t flags,
+                              struct weir_engine **out,
+                              struct weir_error **err);
+
+/*
+ Starts the engine's cluster syncer threads that are not running (see
+ `WEIR_ATTACH_DEFER_SYNC`); WEIR_OK when the policy has no cluster zone.
+ */
+int weir_engine_start_sync(const struct weir_engine *e, struct weir_error **err);
+
+/*
+ Stops the engine's cluster syncers and waits for them (at most one Redis I/O timeout,
+ ≤ 2 s); a leading syncer resigns so that another process takes over at once. Also done by
+ `weir_engine_free`. NULL is ignored.
+ */
+void weir_engine_stop_sync(const struct weir_engine *e);
+
+/*
+ Queues the cluster syncers' messages (which come from their threads) for
+ `weir_cluster_log_pop` instead of writing them to standard error: for hosts whose logger
+ must not be called from a foreign thread (nginx). At most 64 are kept; older ones are
+ dropped. Call before the syncers start.
+ */
+void weir_cluster_log_queue(void);
+
+/*
+ Takes the oldest queued cluster message: copies at most `cap` bytes of it into `buf` (not
+ NUL-terminated; a longer message is cut) and returns the number of bytes copied, 0 when
+ the queue is empty (or `buf` is NULL or `cap` 0). Call it from the host's own thread.
+ */
+size_t weir_cluster_log_pop(uint8_t *buf, size_t cap);
 
 /*
  Frees an engine (NULL is ignored). Caller regions are left as they are.

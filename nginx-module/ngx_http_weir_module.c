@@ -12,6 +12,7 @@
 #include <ngx_config.h>
 #include <ngx_core.h>
 #include <ngx_http.h>
+#include <pthread.h>
 
 #include <weir.h>
 
@@ -63,12 +64,17 @@ typedef struct {
 
 /* a policy zone placed in shared memory */
 
-typedef struct {
+typedef struct ngx_http_weir_pzone_s  ngx_http_weir_pzone_t;
+
+struct ngx_http_weir_pzone_s {
     ngx_shm_zone_t              *shm_zone;
     size_t                       bytes;
     uint64_t                     schema;
     void                        *region;
-} ngx_http_weir_pzone_t;
+
+    /* a cluster zone's shared remote counts, sync health and stats */
+    ngx_http_weir_pzone_t       *cluster;
+};
 
 
 typedef struct {
@@ -200,6 +206,9 @@ static void ngx_http_weir_free_conf(void *data);
 static ngx_int_t ngx_http_weir_add_variables(ngx_conf_t *cf);
 static ngx_int_t ngx_http_weir_init(ngx_conf_t *cf);
 static ngx_int_t ngx_http_weir_init_module(ngx_cycle_t *cycle);
+static ngx_int_t ngx_http_weir_init_process(ngx_cycle_t *cycle);
+static void ngx_http_weir_exit_process(ngx_cycle_t *cycle);
+static void ngx_http_weir_cluster_log(ngx_event_t *ev);
 
 
 static ngx_conf_enum_t  ngx_http_weir_log_levels[] = {
@@ -365,10 +374,10 @@ ngx_module_t  ngx_http_weir_module = {
     NGX_HTTP_MODULE,                       /* module type */
     NULL,                                  /* init master */
     ngx_http_weir_init_module,             /* init module */
-    NULL,                                  /* init process */
+    ngx_http_weir_init_process,            /* init process */
     NULL,                                  /* init thread */
     NULL,                                  /* exit thread */
-    NULL,                                  /* exit process */
+    ngx_http_weir_exit_process,            /* exit process */
     NULL,                                  /* exit master */
     NGX_MODULE_V1_PADDING
 };
@@ -1551,9 +1560,9 @@ ngx_http_weir_init_policy_zone(ngx_shm_zone_t *shm_zone, void *data)
 static ngx_int_t
 ngx_http_weir_init_module(ngx_cycle_t *cycle)
 {
-    ngx_uint_t                  i;
+    ngx_uint_t                  i, n;
     weir_error                 *err;
-    weir_region                *regions, counters;
+    weir_region                *regions, *cluster, counters;
     ngx_http_weir_pzone_t     **pz;
     ngx_http_weir_main_conf_t  *wmcf;
 
@@ -1563,17 +1572,25 @@ ngx_http_weir_init_module(ngx_cycle_t *cycle)
         return NGX_OK;
     }
 
-    regions = ngx_pcalloc(cycle->pool,
-                          (wmcf->pzones.nelts + 1) * sizeof(weir_region));
+    n = wmcf->pzones.nelts;
+
+    regions = ngx_pcalloc(cycle->pool, 2 * (n + 1) * sizeof(weir_region));
     if (regions == NULL) {
         return NGX_ERROR;
     }
 
+    cluster = regions + n + 1;
+
     pz = wmcf->pzones.elts;
 
-    for (i = 0; i < wmcf->pzones.nelts; i++) {
+    for (i = 0; i < n; i++) {
         regions[i].ptr = pz[i]->region;
         regions[i].len = pz[i]->bytes;
+
+        if (pz[i]->cluster) {
+            cluster[i].ptr = pz[i]->cluster->region;
+            cluster[i].len = pz[i]->cluster->bytes;
+        }
     }
 
     counters.ptr = wmcf->counters->region;
@@ -1581,8 +1598,15 @@ ngx_http_weir_init_module(ngx_cycle_t *cycle)
 
     err = NULL;
 
-    if (weir_engine_attach(wmcf->policy, regions, wmcf->pzones.nelts,
-                           &counters, 0, &wmcf->engine, &err)
+    /*
+     * the master attaches (and on first start formats) the regions; the
+     * cluster syncer threads start in each worker: threads do not survive
+     * fork(), and the workers elect one syncer among themselves
+     */
+
+    if (weir_engine_attach_shared(wmcf->policy, regions, n, cluster,
+                                  &counters, 0, WEIR_ATTACH_DEFER_SYNC,
+                                  &wmcf->engine, &err)
         != WEIR_OK)
     {
         ngx_log_error(NGX_LOG_EMERG, cycle->log, 0,
@@ -1593,6 +1617,128 @@ ngx_http_weir_init_module(ngx_cycle_t *cycle)
     }
 
     return NGX_OK;
+}
+
+
+/*
+ * Cluster zones: each worker runs a syncer thread (one of them, elected
+ * through the zone's table, talks to Redis).  The syncers' messages are not
+ * logged from their threads, as nginx's logging is not thread-safe: weir
+ * queues them and a timer of the worker drains the queue into the error log.
+ */
+
+static ngx_event_t  ngx_http_weir_log_ev;
+static ngx_uint_t   ngx_http_weir_syncing;
+
+
+static ngx_int_t
+ngx_http_weir_init_process(ngx_cycle_t *cycle)
+{
+    sigset_t                    all, old;
+    ngx_int_t                   rc;
+    ngx_uint_t                  i;
+    weir_error                 *err;
+    ngx_http_weir_pzone_t     **pz;
+    ngx_http_weir_main_conf_t  *wmcf;
+
+    wmcf = ngx_http_cycle_get_module_main_conf(cycle, ngx_http_weir_module);
+
+    if (wmcf == NULL || wmcf->engine == NULL) {
+        return NGX_OK;
+    }
+
+    pz = wmcf->pzones.elts;
+
+    for (i = 0; i < wmcf->pzones.nelts; i++) {
+        if (pz[i]->cluster) {
+            break;
+        }
+    }
+
+    if (i == wmcf->pzones.nelts) {
+        return NGX_OK;
+    }
+
+    weir_cluster_log_queue();
+
+    /* the syncer threads must not take the worker's signals */
+
+    sigfillset(&all);
+
+    if (pthread_sigmask(SIG_BLOCK, &all, &old) != 0) {
+        /* the worker still serves requests, on the fallback share */
+        ngx_log_error(NGX_LOG_ALERT, cycle->log, ngx_errno,
+                      "pthread_sigmask() failed, no weir cluster syncer");
+        return NGX_OK;
+    }
+
+    err = NULL;
+    rc = weir_engine_start_sync(wmcf->engine, &err);
+
+    (void) pthread_sigmask(SIG_SETMASK, &old, NULL);
+
+    if (rc != WEIR_OK) {
+        ngx_log_error(NGX_LOG_ALERT, cycle->log, 0,
+                      "weir: cannot start the cluster syncers: %s",
+                      weir_error_message(err));
+        weir_error_free(err);
+
+        /* those that started are stopped at exit and their messages drained */
+    }
+
+    ngx_http_weir_syncing = 1;
+
+    ngx_http_weir_log_ev.handler = ngx_http_weir_cluster_log;
+    ngx_http_weir_log_ev.log = cycle->log;
+    ngx_http_weir_log_ev.data = cycle;
+    ngx_http_weir_log_ev.cancelable = 1;
+
+    ngx_add_timer(&ngx_http_weir_log_ev, 200);
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_weir_exit_process(ngx_cycle_t *cycle)
+{
+    ngx_http_weir_main_conf_t  *wmcf;
+
+    if (!ngx_http_weir_syncing) {
+        return;
+    }
+
+    wmcf = ngx_http_cycle_get_module_main_conf(cycle, ngx_http_weir_module);
+
+    if (wmcf && wmcf->engine) {
+        /* the leader resigns: another worker takes over at once */
+        weir_engine_stop_sync(wmcf->engine);
+    }
+
+    ngx_http_weir_syncing = 0;
+
+    ngx_http_weir_cluster_log(NULL);
+}
+
+
+static void
+ngx_http_weir_cluster_log(ngx_event_t *ev)
+{
+    size_t  n;
+    u_char  buf[512];
+
+    for ( ;; ) {
+        n = weir_cluster_log_pop(buf, sizeof(buf));
+        if (n == 0) {
+            break;
+        }
+
+        ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, 0, "weir: %*s", n, buf);
+    }
+
+    if (ev && !ngx_exiting && !ngx_quit && !ngx_terminate) {
+        ngx_add_timer(ev, 200);
+    }
 }
 
 
@@ -2313,9 +2459,50 @@ ngx_http_weir_policy_directive(ngx_conf_t *cf, ngx_command_t *cmd,
         pz->bytes = zi.bytes;
         pz->schema = zi.schema;
         pz->region = NULL;
+        pz->cluster = NULL;
 
         shm_zone->init = ngx_http_weir_init_policy_zone;
         shm_zone->data = pz;
+
+        if (zi.cluster_bytes == 0) {
+            continue;
+        }
+
+        /*
+         * a cluster zone's second region: the other nodes' counts, what
+         * this node pushed and the sync health, read by every worker
+         */
+
+        name.len = sizeof("weir-cluster:") - 1 + zi.name_len;
+        name.data = ngx_pnalloc(cf->pool, name.len);
+        if (name.data == NULL) {
+            return NGX_CONF_ERROR;
+        }
+
+        ngx_memcpy(ngx_cpymem(name.data, "weir-cluster:",
+                              sizeof("weir-cluster:") - 1),
+                   zi.name, zi.name_len);
+
+        shm_zone = ngx_shared_memory_add(cf, &name,
+                                         ngx_align(zi.cluster_bytes
+                                                   + zi.cluster_bytes / 32
+                                                   + 16 * ngx_pagesize,
+                                                   ngx_pagesize),
+                                         &ngx_http_weir_module);
+        if (shm_zone == NULL) {
+            return NGX_CONF_ERROR;
+        }
+
+        pz->cluster = ngx_pcalloc(cf->pool, sizeof(ngx_http_weir_pzone_t));
+        if (pz->cluster == NULL) {
+            return NGX_CONF_ERROR;
+        }
+
+        pz->cluster->shm_zone = shm_zone;
+        pz->cluster->bytes = zi.cluster_bytes;
+
+        shm_zone->init = ngx_http_weir_init_policy_zone;
+        shm_zone->data = pz->cluster;
     }
 
     /*

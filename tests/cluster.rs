@@ -12,7 +12,9 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
 use weir::clock::monotonic_ns;
+use weir::cluster::ClusterShared;
 use weir::policy::config::{check_policy, CompiledPolicy};
+use weir::policy::counters::Counters;
 use weir::policy::engine::{Action, Engine};
 use weir::policy::request::OwnedRequest;
 use weir::table::Table;
@@ -555,6 +557,114 @@ fn shared_table_syncs_once() {
     println!("shared table: two engines, one elected syncer, 30 admitted → 30 in Redis");
 }
 
+/// Two engines over one shared table and one shared cluster region (two nginx workers over a
+/// cluster zone): both decide with the same remote counts and health, the non-elected one
+/// included; when the leader goes, the other continues from the pushed counts it left.
+fn shared_region_one_view_and_handover() {
+    let redis = Redis::start(free_port(), None);
+    let url = format!("redis://127.0.0.1:{}/0", redis.port);
+    let p = CompiledPolicy::parse(&policy(&url, "", EVENTS), None).unwrap();
+    let l = &Engine::layouts(&p)[0];
+    assert!(l.cluster_bytes > 0);
+    let (r, cr) = (
+        common::SharedRegion::new(l.bytes),
+        common::SharedRegion::new(l.cluster_bytes),
+    );
+    let nlimits = p.limits.len();
+    // SAFETY: the mappings outlive both engines (dropped at the end of this function, after
+    // them); created before they are attached by the second engine.
+    let engine = |first: bool| unsafe {
+        let (t, _) = Table::create_or_attach(r.ptr, l.bytes, l.schema, 0).unwrap();
+        let (c, kept) =
+            ClusterShared::create_or_attach(cr.ptr, l.cluster_bytes, t.capacity(), l.schema)
+                .unwrap();
+        assert_eq!(kept, !first);
+        Engine::with_shared(
+            p.clone(),
+            vec![t],
+            vec![Some(c)],
+            Counters::new(nlimits),
+            true,
+        )
+        .unwrap()
+    };
+    let (a, b) = (engine(true), engine(false));
+    let other = engine_of(&url);
+    let (za, zb) = (a.cluster(0).unwrap(), b.cluster(0).unwrap());
+    wait_for("an elected syncer, both healthy", || {
+        u64::from(za.is_leader()) + u64::from(zb.is_leader()) == 1
+            && za.healthy(monotonic_ns())
+            && zb.healthy(monotonic_ns())
+            && other.cluster(0).unwrap().healthy(monotonic_ns())
+    });
+    let req = OwnedRequest::new("GET", "/x", "192.0.2.1".parse().unwrap());
+    // Early in a fresh second: the other node admits 40, then this node's two processes take
+    // turns; both see the other's 40 once synced, so the node admits exactly 60 (a process on
+    // the fallback share would stop at 33 of the node's own counts, one deciding on its own
+    // counts alone would admit 100).
+    let w = realtime_ns() / S + 1;
+    std::thread::sleep(Duration::from_nanos((w * S).saturating_sub(realtime_ns())));
+    for _ in 0..40 {
+        assert_eq!(
+            other.evaluate(&req, monotonic_ns()).unwrap().action,
+            Action::Pass
+        );
+    }
+    // A key this node has not counted yet has no remote counts (docs/CLUSTER.md): count it
+    // once, then let a sync pull the other's 40.
+    let fb = za.stats().fallback_decisions.load(Relaxed);
+    let mut passed = u64::from(a.evaluate(&req, monotonic_ns()).unwrap().action == Action::Pass);
+    std::thread::sleep(Duration::from_millis(350));
+    for i in 0..100 {
+        let e = if i % 2 == 0 { &a } else { &b };
+        passed += u64::from(e.evaluate(&req, monotonic_ns()).unwrap().action == Action::Pass);
+    }
+    assert!(realtime_ns() / S == w, "the test ran past its window");
+    assert_eq!(
+        passed,
+        EVENTS - 40,
+        "both processes decide with the cluster view"
+    );
+    assert_eq!(za.stats().fallback_decisions.load(Relaxed), fb);
+    // One set of stats: both processes read the same words.
+    assert_eq!(
+        za.stats().syncs_ok.load(Relaxed),
+        zb.stats().syncs_ok.load(Relaxed)
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    let pushed = za.stats().pushed_units.load(Relaxed);
+    assert_eq!(pushed, 60, "the node's 60 pushed once");
+    // The leader goes (an nginx worker exits); the other takes over and pushes nothing again.
+    let (gone, stays) = if za.is_leader() { (a, b) } else { (b, a) };
+    let syncs = gone.cluster(0).unwrap().stats().syncs_ok.load(Relaxed);
+    drop(gone);
+    let zs = stays.cluster(0).unwrap();
+    wait_for("the other process syncing", || {
+        zs.is_leader() && zs.stats().syncs_ok.load(Relaxed) > syncs + 2
+    });
+    assert_eq!(zs.stats().pushed_units.load(Relaxed), 60, "no re-push");
+    let mut c = redis::Client::open(url.as_str())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS").arg("weir:api:*").query(&mut c).unwrap();
+    let total: u64 = keys
+        .iter()
+        .map(|k| redis::cmd("GET").arg(k).query::<u64>(&mut c).unwrap())
+        .sum();
+    assert_eq!(total, EVENTS, "Redis holds 40 + 60: {keys:?}");
+    drop((stays, other));
+    redis.kill();
+    println!(
+        "shared cluster region: 2 processes admit {passed} beside the other node's 40 (0 \
+         fallback); leader gone → the other syncs on, 0 units re-pushed"
+    );
+}
+
+fn engine_of(url: &str) -> Engine {
+    engine(&policy(url, "", EVENTS))
+}
+
 fn validation() {
     let base = "[zones.z]\nsize = \"1m\"\n";
     let limit = "[[limit]]\nclass = \"*\"\nzone = \"z\"\n";
@@ -615,9 +725,13 @@ fn main() {
         node();
         return;
     }
-    let tests: [(&str, fn()); 6] = [
+    let tests: [(&str, fn()); 7] = [
         ("validation", validation),
         ("shared_table_syncs_once", shared_table_syncs_once),
+        (
+            "shared_region_one_view_and_handover",
+            shared_region_one_view_and_handover,
+        ),
         (
             "request_path_allocates_nothing",
             request_path_allocates_nothing,

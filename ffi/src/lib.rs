@@ -18,6 +18,7 @@ use std::net::IpAddr;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr;
 
+use weir::cluster::ClusterShared;
 use weir::limiter::{Concurrency, Decision, Delay, Gcra, Permit, Rate, SlidingWindow};
 use weir::policy::counters::Counters;
 use weir::policy::engine::{Action, Permits, QueueTicket, MAX_PERMITS};
@@ -202,6 +203,10 @@ pub struct weir_zone_info {
     pub bytes: usize,
     /// Pass to `weir_zone_attach`; a reload that changes it is refused.
     pub schema: u64,
+    /// For a `scope = "cluster"` zone: bytes of its shared cluster region (the other nodes'
+    /// counts, what this node pushed, sync health and cluster stats), to give to
+    /// `weir_engine_attach_shared` when several processes share the zone; 0 for a local zone.
+    pub cluster_bytes: usize,
 }
 
 /// A caller-provided memory region (e.g. an nginx shared-memory zone), 64-byte aligned.
@@ -389,6 +394,7 @@ pub unsafe extern "C" fn weir_policy_zone(
             name_len: z.name.len(),
             bytes: layout.bytes,
             schema: layout.schema,
+            cluster_bytes: layout.cluster_bytes,
         };
         WEIR_OK
     })
@@ -445,6 +451,44 @@ pub unsafe extern "C" fn weir_engine_attach(
     out: *mut *mut weir_engine,
     err: *mut *mut weir_error,
 ) -> c_int {
+    weir_engine_attach_shared(
+        p,
+        regions,
+        n,
+        ptr::null(),
+        counters,
+        clock_base,
+        0,
+        out,
+        err,
+    )
+}
+
+/// `weir_engine_attach_shared` flag: do not start the cluster syncer threads yet (call
+/// `weir_engine_start_sync` later, e.g. in each process after `fork`: threads do not survive
+/// it).
+pub const WEIR_ATTACH_DEFER_SYNC: u32 = 1;
+
+/// Like `weir_engine_attach`, for processes sharing the zones (nginx workers): `cluster` (may
+/// be NULL when the policy has no `scope = "cluster"` zone, or to keep cluster state in this
+/// process) holds `n` regions in zone order; for each cluster zone one of at least its
+/// `cluster_bytes` (64-byte aligned, outliving the engine, formatted by the first attach as
+/// `regions` are: attach it first in one process), for local zones `{NULL, 0}`. Every process
+/// attached to the same cluster regions decides with the same view of the other nodes' counts
+/// and sync health, and any of them can take over the syncing. `flags`: 0 or
+/// `WEIR_ATTACH_DEFER_SYNC`.
+#[no_mangle]
+pub unsafe extern "C" fn weir_engine_attach_shared(
+    p: *const weir_policy,
+    regions: *const weir_region,
+    n: usize,
+    cluster: *const weir_region,
+    counters: *const weir_region,
+    clock_base: u64,
+    flags: u32,
+    out: *mut *mut weir_engine,
+    err: *mut *mut weir_error,
+) -> c_int {
     guard(|| {
         if p.is_null() || out.is_null() || (regions.is_null() && n > 0) {
             return fail(err, WEIR_ERR_NULL, "policy, regions or out is NULL");
@@ -488,21 +532,133 @@ pub unsafe extern "C" fn weir_engine_attach(
                 Err(e) => return fail(err, WEIR_ERR_ZONE, format_args!("zone {}: {e}", l.name)),
             }
         }
-        let made = if counters.is_null() {
-            Engine::with_tables(policy.clone(), tables)
+        let mut shared = Vec::with_capacity(n);
+        for (i, (l, t)) in layouts.iter().zip(&tables).enumerate() {
+            let r = if cluster.is_null() {
+                None
+            } else {
+                Some(&*cluster.add(i))
+            };
+            match r {
+                Some(r) if l.cluster_bytes > 0 && !r.ptr.is_null() => {
+                    match ClusterShared::create_or_attach(
+                        r.ptr.cast(),
+                        r.len,
+                        t.capacity(),
+                        l.schema,
+                    ) {
+                        Ok((s, _)) => shared.push(Some(s)),
+                        Err(e) => {
+                            return fail(err, WEIR_ERR_ZONE, format_args!("zone {}: {e}", l.name))
+                        }
+                    }
+                }
+                Some(r) if l.cluster_bytes > 0 || !r.ptr.is_null() => {
+                    return fail(
+                        err,
+                        WEIR_ERR_INVALID,
+                        format_args!(
+                            "zone {}: a cluster region is needed for cluster zones only",
+                            l.name
+                        ),
+                    )
+                }
+                _ => shared.push(None),
+            }
+        }
+        let start = flags & WEIR_ATTACH_DEFER_SYNC == 0;
+        let block = if counters.is_null() {
+            Counters::new(policy.limits.len())
         } else {
             let (_, fp) = Engine::counters_layout(policy);
             let c = &*counters;
             match Counters::attach(c.ptr.cast(), c.len, policy.limits.len(), fp) {
-                Ok(block) => Engine::with_tables_and_counters(policy.clone(), tables, block),
+                Ok(block) => block,
                 Err(e) => return fail(err, WEIR_ERR_ZONE, format_args!("counters: {e}")),
             }
         };
+        let made = Engine::with_shared(policy.clone(), tables, shared, block, start);
         match made {
             Ok(engine) => give(out, weir_engine { engine }),
             Err(e) => fail(err, WEIR_ERR_ZONE, e),
         }
     })
+}
+
+/// Starts the engine's cluster syncer threads that are not running (see
+/// `WEIR_ATTACH_DEFER_SYNC`); WEIR_OK when the policy has no cluster zone.
+#[no_mangle]
+pub unsafe extern "C" fn weir_engine_start_sync(
+    e: *const weir_engine,
+    err: *mut *mut weir_error,
+) -> c_int {
+    guard(|| {
+        if e.is_null() {
+            return fail(err, WEIR_ERR_NULL, "engine is NULL");
+        }
+        match (*e).engine.start_syncers() {
+            Ok(()) => WEIR_OK,
+            Err(m) => fail(err, WEIR_ERR_ZONE, m),
+        }
+    })
+}
+
+/// Stops the engine's cluster syncers and waits for them (at most one Redis I/O timeout,
+/// ≤ 2 s); a leading syncer resigns so that another process takes over at once. Also done by
+/// `weir_engine_free`. NULL is ignored.
+#[no_mangle]
+pub unsafe extern "C" fn weir_engine_stop_sync(e: *const weir_engine) {
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        if let Some(e) = e.as_ref() {
+            e.engine.stop_syncers();
+        }
+    }));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Cluster log
+
+/// Messages of the cluster syncers (sync failed / resumed) queued for the host, at most this
+/// many; older ones are dropped when the host does not drain them.
+const LOG_QUEUE: usize = 64;
+
+static LOG: std::sync::Mutex<std::collections::VecDeque<String>> =
+    std::sync::Mutex::new(std::collections::VecDeque::new());
+
+fn queue_log(msg: &str) {
+    let mut q = LOG.lock().unwrap_or_else(|e| e.into_inner());
+    if q.len() == LOG_QUEUE {
+        q.pop_front();
+    }
+    q.push_back(msg.to_owned());
+}
+
+/// Queues the cluster syncers' messages (which come from their threads) for
+/// `weir_cluster_log_pop` instead of writing them to standard error: for hosts whose logger
+/// must not be called from a foreign thread (nginx). At most 64 are kept; older ones are
+/// dropped. Call before the syncers start.
+#[no_mangle]
+pub extern "C" fn weir_cluster_log_queue() {
+    weir::cluster::set_log_hook(queue_log);
+}
+
+/// Takes the oldest queued cluster message: copies at most `cap` bytes of it into `buf` (not
+/// NUL-terminated; a longer message is cut) and returns the number of bytes copied, 0 when
+/// the queue is empty (or `buf` is NULL or `cap` 0). Call it from the host's own thread.
+#[no_mangle]
+pub unsafe extern "C" fn weir_cluster_log_pop(buf: *mut u8, cap: usize) -> usize {
+    if buf.is_null() || cap == 0 {
+        return 0;
+    }
+    catch_unwind(AssertUnwindSafe(|| {
+        let Some(m) = LOG.lock().unwrap_or_else(|e| e.into_inner()).pop_front() else {
+            return 0;
+        };
+        let n = m.len().min(cap);
+        ptr::copy_nonoverlapping(m.as_ptr(), buf, n);
+        n
+    }))
+    .unwrap_or(0)
 }
 
 /// Frees an engine (NULL is ignored). Caller regions are left as they are.

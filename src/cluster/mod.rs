@@ -8,10 +8,15 @@
 //! its last push (`INCRBY` + `PEXPIRE` on `weir:{zone}:{keyhash}:{window}`) and reads back the
 //! totals in the same pipeline. When Redis is down, slow or refuses us, the zone falls back to
 //! `events ÷ expected_nodes` per node after `3 × sync_interval` without a successful sync.
+//! The remote table, the *pushed table* (what this node already pushed) and the stats with the
+//! health word form the zone's cluster region ([`ClusterShared`]): in the process, or in
+//! shared memory that every process over the zone attaches (nginx workers), so that all of
+//! them decide with one cluster view and any of them can take over the syncing.
 //! docs/CLUSTER.md derives the over-admission bound and describes the host hooks.
 
 mod sync;
 
+use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
@@ -48,8 +53,11 @@ pub enum Fallback {
 /// Default `sync_interval`.
 pub const DEFAULT_SYNC_INTERVAL: Duration = Duration::from_millis(100);
 
-/// Counters of one cluster zone (also rendered as Prometheus text).
+/// Counters of one cluster zone (also rendered as Prometheus text). In a zone's shared region
+/// (nginx: one per cluster zone, every worker reads and adds to the same words) or in the
+/// process (`#[repr(C)]`: its layout is part of the shared region's, see [`ClusterShared`]).
 #[derive(Debug, Default)]
+#[repr(C)]
 pub struct ClusterStats {
     /// CLOCK_MONOTONIC ns of the last successful sync (0 = never).
     pub last_ok_ns: AtomicU64,
@@ -61,8 +69,128 @@ pub struct ClusterStats {
     pub pushed_units: AtomicU64,
     /// Keys pushed/pulled, summed over syncs.
     pub keys_synced: AtomicU64,
-    /// 1 while this process's syncer is the table's elected syncer (`Table::try_lead`).
+    /// 1 while this process's syncer is the table's elected syncer (`Table::try_lead`); in a
+    /// shared region it is not written (see [`ClusterZone::is_leader`]).
     pub leader: AtomicU64,
+    /// Process id of the syncer that synced last (any process sharing the zone).
+    pub leader_pid: AtomicU64,
+}
+
+const _: () = assert!(std::mem::size_of::<ClusterStats>() == 64);
+
+/// "WEIRCLS" + layout version byte: the head of a cluster zone's shared region.
+#[cfg(not(loom))]
+const SHARED_MAGIC: u64 = u64::from_le_bytes(*b"WEIRCLS\x01");
+/// Identity words, then [`ClusterStats`], then the two tables.
+const SHARED_HEAD: usize = 128;
+
+/// Bytes of one table of the shared region, rounded so the next one stays 64-byte aligned.
+fn shared_table_bytes(capacity: usize) -> usize {
+    Table::bytes_for(capacity).next_multiple_of(crate::table::REGION_ALIGN)
+}
+
+/// Bytes of the shared region of a cluster zone whose local table has `capacity` slots
+/// (see [`ClusterShared`]).
+pub fn shared_bytes(capacity: usize) -> usize {
+    SHARED_HEAD + 2 * shared_table_bytes(capacity)
+}
+
+/// What every process sharing a cluster zone must see alike, in one caller-given region
+/// (nginx: a shared-memory zone per cluster zone), position-independent:
+///
+/// ```text
+/// [0, 64)     magic "WEIRCLS\x01", region length, schema, capacity, reserved (zero)
+/// [64, 128)   ClusterStats: last successful sync (the health word), counters, leader pid
+/// [128, …)    remote table: the other nodes' counts per key (a weir table)
+/// […, end)    pushed table: what this node has already pushed per key, for the current and
+///             previous window (packed like a sliding state), so that a newly elected syncer
+///             continues where the previous one stopped
+/// ```
+pub struct ClusterShared {
+    stats: NonNull<ClusterStats>,
+    remote: Table,
+    pushed: Table,
+}
+
+// SAFETY: the region is shared memory made of atomics; the caller of `create_or_attach`
+// guarantees it outlives the handle.
+unsafe impl Send for ClusterShared {}
+unsafe impl Sync for ClusterShared {}
+
+impl ClusterShared {
+    /// Attaches to the shared region of a cluster zone (local table of `capacity` slots,
+    /// zone `schema`), or formats it when it holds none of this layout (first start; a reload
+    /// with the same zone keeps it). Returns whether the state was kept.
+    ///
+    /// # Safety
+    /// `ptr` must be 64-byte aligned and valid for reads and writes of `len` bytes for as long
+    /// as any engine using it lives; formatting must not race with users of the region (nginx
+    /// formats it in the master before forking workers).
+    #[cfg(not(loom))]
+    pub unsafe fn create_or_attach(
+        ptr: *mut u8,
+        len: usize,
+        capacity: usize,
+        schema: u64,
+    ) -> Result<(ClusterShared, bool), String> {
+        let need = shared_bytes(capacity);
+        if ptr.is_null() || (ptr as usize) % crate::table::REGION_ALIGN != 0 {
+            return Err("cluster region is NULL or not 64-byte aligned".into());
+        }
+        if len < need {
+            return Err(format!("cluster region of {len} bytes, needs {need}"));
+        }
+        // SAFETY: aligned and at least SHARED_HEAD bytes (caller); atomics of any bit pattern.
+        let words = unsafe { std::slice::from_raw_parts(ptr.cast::<AtomicU64>(), 8) };
+        let ident = [SHARED_MAGIC, need as u64, schema, capacity as u64];
+        let kept = words.iter().zip(ident).all(|(w, v)| w.load(Relaxed) == v);
+        let tb = shared_table_bytes(capacity);
+        let (remote_at, pushed_at) = (ptr.add(SHARED_HEAD), ptr.add(SHARED_HEAD + tb));
+        let tables = if kept {
+            Table::attach(remote_at, tb, 0).and_then(|r| Ok((r, Table::attach(pushed_at, tb, 0)?)))
+        } else {
+            Err(crate::table::TableError::NotATable)
+        };
+        let (remote, pushed, kept) = match tables {
+            Ok((r, p)) => (r, p, true),
+            Err(_) => {
+                std::ptr::write_bytes(ptr, 0, need);
+                let r = Table::create(remote_at, tb, 0, 0).map_err(|e| e.to_string())?;
+                let p = Table::create(pushed_at, tb, 0, 0).map_err(|e| e.to_string())?;
+                for (w, v) in words.iter().zip(ident) {
+                    w.store(v, Relaxed);
+                }
+                (r, p, false)
+            }
+        };
+        let stats = NonNull::new_unchecked(ptr.add(64).cast::<ClusterStats>());
+        Ok((
+            ClusterShared {
+                stats,
+                remote,
+                pushed,
+            },
+            kept,
+        ))
+    }
+}
+
+/// The zone's stats: in its shared region, or owned by the process.
+struct StatsRef {
+    ptr: NonNull<ClusterStats>,
+    _own: Option<Box<ClusterStats>>,
+}
+
+// SAFETY: points at atomics that live as long as the zone (its box or its region).
+unsafe impl Send for StatsRef {}
+unsafe impl Sync for StatsRef {}
+
+impl std::ops::Deref for StatsRef {
+    type Target = ClusterStats;
+    fn deref(&self) -> &ClusterStats {
+        // SAFETY: see above.
+        unsafe { self.ptr.as_ref() }
+    }
 }
 
 type LogHook = fn(&str);
@@ -89,12 +217,17 @@ pub struct ClusterZone {
     sw: SlidingWindow,
     fallback: SlidingWindow,
     remote: Table,
+    pushed: Table,
+    /// True when remote, pushed and stats live in a region shared with other processes.
+    shared: bool,
+    /// 1 while this process's syncer leads (per process, whatever `stats` lives in).
+    leads: AtomicU64,
     keys: SipHasher13,
     /// Added to a CLOCK_MONOTONIC `now` so that the local table sees wall-clock time: window
     /// ids are then the same on every node (`realtime − monotonic + the table's clock base`).
     offset: u64,
     stale_after: u64,
-    stats: ClusterStats,
+    stats: StatsRef,
     stop: AtomicBool,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
@@ -128,7 +261,8 @@ fn realtime_ns() -> u64 {
 
 impl ClusterZone {
     /// The cluster side of zone `name` (sliding `events` per `window_ns`) over `local`, the
-    /// zone's table. The syncer is not started yet (see [`ClusterZone::start`]).
+    /// zone's table, with its remote counts, pushed counts and stats in this process. The
+    /// syncer is not started yet (see [`ClusterZone::start`]).
     pub fn new(
         name: &str,
         spec: ClusterSpec,
@@ -136,12 +270,51 @@ impl ClusterZone {
         window_ns: u64,
         local: &Table,
     ) -> Result<ClusterZone, String> {
+        ClusterZone::with_shared(name, spec, events, window_ns, local, None)
+    }
+
+    /// Like [`ClusterZone::new`], with the remote counts, pushed counts and stats in `shared`
+    /// (a region every process over the same local table attaches: they all decide with one
+    /// cluster view, and any of them can take over syncing).
+    pub fn with_shared(
+        name: &str,
+        spec: ClusterSpec,
+        events: u64,
+        window_ns: u64,
+        local: &Table,
+        shared: Option<ClusterShared>,
+    ) -> Result<ClusterZone, String> {
         let sw = SlidingWindow::new(events, window_ns).map_err(|e| e.0)?;
         let share = (events / spec.expected_nodes.max(1)).max(1);
         let fallback = SlidingWindow::new(share, window_ns).map_err(|e| e.0)?;
-        // One remote entry per local key: the same number of slots.
-        let remote = Table::new(Table::bytes_for(local.capacity()), 0, 0)
-            .map_err(|e| format!("zone {name}: remote table: {e}"))?;
+        let is_shared = shared.is_some();
+        let (remote, pushed, stats) = match shared {
+            Some(s) => (
+                s.remote,
+                s.pushed,
+                StatsRef {
+                    ptr: s.stats,
+                    _own: None,
+                },
+            ),
+            None => {
+                // One remote (and pushed) entry per local key: the same number of slots.
+                let table = || {
+                    Table::new(Table::bytes_for(local.capacity()), 0, 0)
+                        .map_err(|e| format!("zone {name}: remote table: {e}"))
+                };
+                let own = Box::<ClusterStats>::default();
+                let ptr = NonNull::from(&*own);
+                (
+                    table()?,
+                    table()?,
+                    StatsRef {
+                        ptr,
+                        _own: Some(own),
+                    },
+                )
+            }
+        };
         let password = spec.password.clone().or_else(|| url_password(&spec.redis));
         let (k0, k1) = key_seed(name, password.as_deref());
         let offset = realtime_ns()
@@ -154,24 +327,32 @@ impl ClusterZone {
             sw,
             fallback,
             remote,
+            pushed,
+            shared: is_shared,
+            leads: AtomicU64::new(0),
             keys: SipHasher13::new_with_keys(k0, k1),
             offset,
             stale_after,
-            stats: ClusterStats::default(),
+            stats,
             stop: AtomicBool::new(false),
             thread: Mutex::new(None),
         })
     }
 
     /// Starts the zone's syncer thread over `local` (a handle on the zone's table that stays
-    /// valid until [`ClusterZone::shutdown`] returns).
+    /// valid until [`ClusterZone::shutdown`] returns). Does nothing while one runs.
     pub fn start(self: &Arc<Self>, local: Table) -> Result<(), String> {
+        let mut slot = self.thread.lock().unwrap_or_else(|e| e.into_inner());
+        if slot.is_some() {
+            return Ok(());
+        }
+        self.stop.store(false, Relaxed);
         let zone = Arc::clone(self);
         let h = std::thread::Builder::new()
             .name(format!("weir-sync-{}", self.name))
             .spawn(move || sync::Syncer::new(zone, local).run())
             .map_err(|e| format!("zone {}: cannot start syncer: {e}", self.name))?;
-        *self.thread.lock().unwrap_or_else(|e| e.into_inner()) = Some(h);
+        *slot = Some(h);
         Ok(())
     }
 
@@ -195,6 +376,16 @@ impl ClusterZone {
 
     pub fn stats(&self) -> &ClusterStats {
         &self.stats
+    }
+
+    /// True while this process's syncer is the zone's elected syncer.
+    pub fn is_leader(&self) -> bool {
+        self.leads.load(Relaxed) != 0
+    }
+
+    /// True when the zone's remote counts and stats live in a shared region.
+    pub fn is_shared(&self) -> bool {
+        self.shared
     }
 
     /// The sliding-window parameters (cluster-wide `events`).
@@ -323,7 +514,7 @@ pub fn render_prometheus<'a>(
     out: &mut impl std::fmt::Write,
 ) -> std::fmt::Result {
     type Field = fn(&ClusterZone, u64) -> u64;
-    let series: [(&str, &str, &str, Field); 7] = [
+    let series: [(&str, &str, &str, Field); 8] = [
         (
             "weir_cluster_syncs_total",
             "counter",
@@ -358,7 +549,13 @@ pub fn render_prometheus<'a>(
             "weir_cluster_leader",
             "gauge",
             "1 while this process's syncer is the zone's elected syncer.",
-            |z, _| z.stats.leader.load(Relaxed),
+            |z, _| u64::from(z.is_leader()),
+        ),
+        (
+            "weir_cluster_leader_pid",
+            "gauge",
+            "Process id of the syncer that synced last.",
+            |z, _| z.stats.leader_pid.load(Relaxed),
         ),
         (
             "weir_cluster_fallback_active",

@@ -8,7 +8,6 @@
 //! error the connection is dropped and retried with exponential backoff (interval … 2 s); the
 //! zone falls back by itself once the last success is `3 × sync_interval` old.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -27,8 +26,6 @@ pub(super) struct Syncer {
     local: Table,
     client: Option<redis::Client>,
     conn: Option<redis::Connection>,
-    /// Units this node has pushed, per (key hash, window id).
-    pushed: HashMap<(u64, u64), u64>,
     backoff: Duration,
     failing: bool,
 }
@@ -48,7 +45,6 @@ impl Syncer {
             local,
             client,
             conn: None,
-            pushed: HashMap::new(),
             backoff,
             failing: false,
         }
@@ -67,7 +63,10 @@ impl Syncer {
         let interval = self.zone.spec.sync_interval.as_nanos() as u64;
         let stale = 3 * interval + 2 * self.io_timeout().as_nanos() as u64;
         let leads = self.local.try_lead(owner, monotonic_ns(), stale);
-        self.zone.stats.leader.store(u64::from(leads), Relaxed);
+        self.zone.leads.store(u64::from(leads), Relaxed);
+        if !self.zone.shared {
+            self.zone.stats.leader.store(u64::from(leads), Relaxed);
+        }
         leads
     }
 
@@ -88,6 +87,7 @@ impl Syncer {
                     z.last_ok_ns.store(monotonic_ns(), Relaxed);
                     z.syncs_ok.fetch_add(1, Relaxed);
                     z.keys_synced.fetch_add(keys as u64, Relaxed);
+                    z.leader_pid.store(u64::from(std::process::id()), Relaxed);
                     if self.failing {
                         log(&format!("cluster zone {}: sync resumed", self.zone.name));
                         self.failing = false;
@@ -175,13 +175,16 @@ impl Syncer {
         }
         let ttl_ms = (2 * w + 2 * zone.spec.sync_interval.as_nanos() as u64) / 1_000_000 + 1000;
         let prev_id = id.wrapping_sub(1);
+        // What this node pushed per key, as (previous, current) window of `id`: in the zone's
+        // pushed table, which a newly elected syncer (another process) continues from.
+        let pushed = &zone.pushed;
         for chunk in keys.chunks(BATCH) {
             let mut pipe = redis::pipe();
-            // (key, window, units pushed after this batch, delta)
+            // per key and window: units pushed after this batch, delta
             let mut plan = Vec::with_capacity(chunk.len() * 2);
             for &(tag, c) in chunk {
-                for (win, n) in [(prev_id, c.prev), (id, c.cur)] {
-                    let p = self.pushed.get(&(tag, win)).copied().unwrap_or(0);
+                let p = packed::read(pushed.peek(tag).unwrap_or(0), id);
+                for (win, n, p) in [(prev_id, c.prev, p.prev), (id, c.cur, p.cur)] {
                     let d = n.saturating_sub(p);
                     let k = format!("weir:{}:{:016x}:{}", zone.name, tag, win);
                     if d > 0 {
@@ -190,17 +193,17 @@ impl Syncer {
                     } else {
                         pipe.cmd("GET").arg(&k);
                     }
-                    plan.push((tag, win, p + d, d));
+                    plan.push((tag, p + d, d));
                 }
             }
             let totals: Vec<Option<u64>> = pipe.query(self.connection()?)?;
             let mut remote = [0u64; 2];
-            for (i, (&(tag, win, mine, d), total)) in plan.iter().zip(totals).enumerate() {
+            let mut mine_now = [0u64; 2];
+            for (i, (&(tag, mine, d), total)) in plan.iter().zip(totals).enumerate() {
                 let total = total.unwrap_or(0);
                 // A total below what this node pushed: Redis lost the counter (restarted
                 // without persistence, or evicted it). Push the whole local count next time.
-                self.pushed
-                    .insert((tag, win), if total < mine { total.min(d) } else { mine });
+                mine_now[i % 2] = if total < mine { total.min(d) } else { mine };
                 zone.stats.pushed_units.fetch_add(d, Relaxed);
                 remote[i % 2] = total.saturating_sub(mine).min(MAX_COUNT);
                 if i % 2 == 1 {
@@ -212,10 +215,17 @@ impl Syncer {
                         },
                     );
                     zone.remote.store(&zone.sw, tag, state, now);
+                    let mine = packed::write(
+                        id,
+                        Counts {
+                            prev: mine_now[0].min(MAX_COUNT),
+                            cur: mine_now[1].min(MAX_COUNT),
+                        },
+                    );
+                    pushed.store(&zone.sw, tag, mine, now);
                 }
             }
         }
-        self.pushed.retain(|&(_, win), _| win.wrapping_add(1) >= id);
         Ok(keys.len())
     }
 }

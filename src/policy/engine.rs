@@ -20,10 +20,11 @@ use std::sync::Arc;
 use super::config::{self, CompiledPolicy, Limit};
 use super::counters::{fingerprint, Counters};
 pub use super::counters::{EngineCounters, LimitCounters};
+use super::key::KeyPart;
 use super::key::KEY_BUF_LEN;
 use super::normalize::{self, UriError};
-use super::request::RequestView;
-use crate::cluster::ClusterZone;
+use super::request::{HeaderCache, HeaderPlan, PreparedRequest, RequestView};
+use crate::cluster::{ClusterShared, ClusterZone};
 use crate::limiter::{
     concurrency::DEFAULT_LEASE_NS, Concurrency, Decision, Delay, Gcra, Permit, Rate, SlidingWindow,
     Verdict, NS_PER_SEC,
@@ -258,6 +259,34 @@ pub struct Engine {
     clusters: Vec<Option<Arc<ClusterZone>>>,
     /// Per zone: its exact sliding log when `algorithm = "log"`.
     logs: Vec<Option<Arc<LogTable>>>,
+    /// The headers the policy reads, looked up in one pass per request.
+    headers: HeaderPlan,
+}
+
+/// Every header name `policy` reads: the forwarding header, header and cookie tests of classes
+/// and exemptions, header and cookie key parts.
+fn header_plan(policy: &CompiledPolicy) -> HeaderPlan {
+    let mut names: Vec<&[u8]> = Vec::new();
+    names.extend(policy.client_ip.header_name());
+    for shape in policy
+        .classes
+        .iter()
+        .chain(&policy.exemptions)
+        .flat_map(|c| &c.shapes)
+    {
+        names.extend(shape.headers.iter().map(|(n, _)| &n[..]));
+        if !shape.cookies.is_empty() {
+            names.push(b"cookie");
+        }
+    }
+    for part in policy.limits.iter().flat_map(|l| l.key.parts.iter()) {
+        match part {
+            KeyPart::Header(n) => names.push(n),
+            KeyPart::Cookie(_) => names.push(b"cookie"),
+            _ => {}
+        }
+    }
+    HeaderPlan::new(names)
 }
 
 impl Drop for Engine {
@@ -276,6 +305,10 @@ pub struct ZoneLayout {
     pub bytes: usize,
     /// Identifies the meaning of the zone's states; a reload that changes it is refused.
     pub schema: u64,
+    /// For a `scope = "cluster"` zone: bytes of its shared cluster region (remote counts,
+    /// pushed counts, health and stats; [`ClusterShared`]), 0 for a local zone. Hosts with
+    /// several processes over one table give it to [`Engine::with_shared`].
+    pub cluster_bytes: usize,
 }
 
 /// A stable fingerprint of what a zone's states mean (algorithm and the parameters that give
@@ -391,22 +424,31 @@ fn log_for(zone: &config::Zone, table: &Table) -> Result<Option<Arc<LogTable>>, 
     }
 }
 
-/// The cluster side of a `scope = "cluster"` zone, its syncer started over `table`.
-fn cluster_for(zone: &config::Zone, table: &Table) -> Result<Option<Arc<ClusterZone>>, String> {
+/// The cluster side of a `scope = "cluster"` zone (its remote counts in `shared` when given),
+/// its syncer started over `table` when `start`.
+fn cluster_for(
+    zone: &config::Zone,
+    table: &Table,
+    shared: Option<ClusterShared>,
+    start: bool,
+) -> Result<Option<Arc<ClusterZone>>, String> {
     let (Some(spec), config::Algorithm::Sliding { events, window }) =
         (&zone.cluster, zone.algorithm)
     else {
         return Ok(None);
     };
-    let c = Arc::new(ClusterZone::new(
+    let c = Arc::new(ClusterZone::with_shared(
         &zone.name,
         spec.clone(),
         events,
         window.as_nanos() as u64,
         table,
+        shared,
     )?);
-    // SAFETY: the engine owns `table` and stops the syncer (Engine::drop) before freeing it.
-    c.start(unsafe { table.alias() })?;
+    if start {
+        // SAFETY: the engine owns `table` and stops the syncer (Engine::drop) before freeing it.
+        c.start(unsafe { table.alias() })?;
+    }
     Ok(Some(c))
 }
 
@@ -439,6 +481,11 @@ impl Engine {
                 name: z.name.clone(),
                 bytes: z.size as usize,
                 schema: zone_schema(z),
+                cluster_bytes: if z.cluster.is_some() {
+                    crate::cluster::shared_bytes(Table::capacity_for(z.size as usize))
+                } else {
+                    0
+                },
             })
             .collect()
     }
@@ -457,10 +504,27 @@ impl Engine {
         tables: Vec<Table>,
         counters: Counters,
     ) -> Result<Engine, String> {
-        if tables.len() != policy.zones.len() {
+        let shared = (0..tables.len()).map(|_| None).collect();
+        Engine::with_shared(policy, tables, shared, counters, true)
+    }
+
+    /// The most general constructor, for hosts whose processes share the tables (nginx
+    /// workers): `shared` gives, per zone in zone order, the shared region of a cluster zone
+    /// (`None`: in this process; local zones take `None`). With `start_syncers` false the
+    /// cluster syncers wait for [`Engine::start_syncers`] (nginx builds the engine in its
+    /// master and starts the syncers in each worker: threads do not survive `fork`).
+    pub fn with_shared(
+        policy: CompiledPolicy,
+        tables: Vec<Table>,
+        shared: Vec<Option<ClusterShared>>,
+        counters: Counters,
+        start_syncers: bool,
+    ) -> Result<Engine, String> {
+        if tables.len() != policy.zones.len() || shared.len() != policy.zones.len() {
             return Err(format!(
-                "{} tables for {} zones",
+                "{} tables and {} cluster regions for {} zones",
                 tables.len(),
+                shared.len(),
                 policy.zones.len()
             ));
         }
@@ -468,7 +532,8 @@ impl Engine {
             .zones
             .iter()
             .zip(&tables)
-            .map(|(z, t)| cluster_for(z, t))
+            .zip(shared)
+            .map(|((z, t), s)| cluster_for(z, t, s, start_syncers))
             .collect::<Result<Vec<_>, _>>()?;
         let logs = policy
             .zones
@@ -485,6 +550,7 @@ impl Engine {
             })
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Engine {
+            headers: header_plan(&policy),
             policy,
             tables,
             limiters,
@@ -506,6 +572,25 @@ impl Engine {
     /// `scope = "cluster"`.
     pub fn cluster(&self, zone: usize) -> Option<&ClusterZone> {
         self.clusters.get(zone)?.as_deref()
+    }
+
+    /// Starts the cluster syncers that are not running (one thread per cluster zone).
+    pub fn start_syncers(&self) -> Result<(), String> {
+        for (c, t) in self.clusters.iter().zip(&self.tables) {
+            if let Some(c) = c {
+                // SAFETY: the engine owns `t` and stops the syncer (Engine::drop) before
+                // freeing it.
+                c.start(unsafe { t.alias() })?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Stops the cluster syncers and waits for them (each leader resigns); also done on drop.
+    pub fn stop_syncers(&self) {
+        for c in self.clusters.iter().flatten() {
+            c.shutdown();
+        }
     }
 
     /// The cluster zones.
@@ -631,7 +716,9 @@ impl Engine {
         now: u64,
         mut ticket: Option<QueueTicket>,
     ) -> Outcome {
-        let prepared = self.policy.prepare(req, path, query);
+        let headers = HeaderCache::fill(&self.headers, req);
+        let client = self.policy.client_ip.resolve_cached(req, &headers);
+        let prepared = PreparedRequest::with_headers(req, path, query, client, headers);
 
         let mut out = Outcome::new();
         if let Some(i) = self

@@ -46,7 +46,7 @@ use std::hash::{BuildHasher, Hasher};
 use std::net::IpAddr;
 
 use super::matcher::mask_ip;
-use super::request::{cookie_values, PreparedRequest};
+use super::request::PreparedRequest;
 
 /// Recommended key buffer size.
 pub const KEY_BUF_LEN: usize = 256;
@@ -149,7 +149,7 @@ impl KeySpec {
         cap
     }
 
-    fn encode(&self, req: &PreparedRequest<'_>, w: &mut dyn Sink) {
+    fn encode<S: Sink>(&self, req: &PreparedRequest<'_>, w: &mut S) {
         for part in self.parts.iter() {
             match part {
                 KeyPart::Ip {
@@ -173,10 +173,10 @@ impl KeySpec {
                 },
                 KeyPart::Global => w.put(&[0x02]),
                 KeyPart::Header(name) => {
-                    put_named(w, 0x03, name, req.view.header(name));
+                    put_named(w, 0x03, name, req.header(name));
                 }
                 KeyPart::Cookie(name) => {
-                    put_named(w, 0x04, name, cookie_values(req.view, name).next());
+                    put_named(w, 0x04, name, req.cookie(name));
                 }
                 KeyPart::Path => {
                     w.put(&[0x05]);
@@ -191,7 +191,7 @@ impl KeySpec {
     }
 }
 
-fn put_named(w: &mut dyn Sink, kind: u8, name: &[u8], value: Option<&[u8]>) {
+fn put_named<S: Sink>(w: &mut S, kind: u8, name: &[u8], value: Option<&[u8]>) {
     // Names are validated at compile time to be at most 255 bytes.
     w.put(&[kind, name.len().min(255) as u8]);
     w.put(&name[..name.len().min(255)]);
@@ -204,7 +204,7 @@ fn put_named(w: &mut dyn Sink, kind: u8, name: &[u8], value: Option<&[u8]>) {
     }
 }
 
-fn put_len_bytes(w: &mut dyn Sink, v: &[u8]) {
+fn put_len_bytes<S: Sink>(w: &mut S, v: &[u8]) {
     let n = u32::try_from(v.len()).unwrap_or(u32::MAX);
     w.put(&n.to_be_bytes());
     w.put(v);
@@ -223,6 +223,12 @@ struct BufSink<'b> {
 impl Sink for BufSink<'_> {
     #[inline]
     fn put(&mut self, bytes: &[u8]) {
+        // Nearly always fits: a copy whose length the caller usually knows at compile time.
+        if let Some(dst) = self.buf.get_mut(self.len..self.len + bytes.len()) {
+            dst.copy_from_slice(bytes);
+            self.len += bytes.len();
+            return;
+        }
         let start = self.len.min(self.buf.len());
         let room = self.buf.len() - start;
         let n = bytes.len().min(room);

@@ -151,7 +151,8 @@ impl Glob {
         match &self.kind {
             GlobKind::Exact(l) => s == &l[..],
             GlobKind::Prefix(p) => s.starts_with(p),
-            GlobKind::Suffix(p) => s.ends_with(p),
+            // The last byte first: most paths end differently (`*.css` against `.php`).
+            GlobKind::Suffix(p) => s.len() >= p.len() && s.last() == p.last() && s.ends_with(p),
             GlobKind::General(t) => match_toks(t, s),
         }
     }
@@ -517,12 +518,12 @@ impl Shape {
             return false;
         }
         for (name, m) in &self.headers {
-            if !m.matches_all(req.view.header_values(name)) {
+            if !m.matches_all(req.header_values(name)) {
                 return false;
             }
         }
         for (name, m) in &self.cookies {
-            if !m.matches_all(super::request::cookie_values(req.view, name)) {
+            if !m.matches_all(req.cookie_values(name)) {
                 return false;
             }
         }
@@ -561,7 +562,7 @@ use super::normalize::{decode_component, query_args};
 /// Decode `raw` (on the stack when short) and hand the result to `f`.
 #[inline]
 fn with_decoded<R>(raw: &[u8], f: impl FnOnce(&[u8]) -> R) -> R {
-    if !raw.iter().any(|&b| b == b'%' || b == b'+') {
+    if memchr::memchr2(b'%', b'+', raw).is_none() {
         return f(raw);
     }
     if raw.len() <= QUERY_STACK_BUF {

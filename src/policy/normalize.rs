@@ -601,13 +601,25 @@ pub fn normalize_target(target: &[u8], out: &mut [u8]) -> Result<usize, UriError
 /// empty value; empty arguments (`a&&b`) are skipped. Feed the parts to
 /// [`decode_component`] before comparing.
 pub fn query_args(query: &[u8]) -> impl Iterator<Item = (&[u8], &[u8])> {
-    query
-        .split(|&b| b == b'&')
-        .filter(|arg| !arg.is_empty())
-        .map(|arg| match arg.iter().position(|&b| b == b'=') {
-            Some(eq) => (&arg[..eq], &arg[eq + 1..]),
-            None => (arg, &arg[arg.len()..]),
+    let mut rest = Some(query);
+    std::iter::from_fn(move || {
+        let r = rest?;
+        Some(match memchr::memchr(b'&', r) {
+            Some(i) => {
+                rest = Some(&r[i + 1..]);
+                &r[..i]
+            }
+            None => {
+                rest = None;
+                r
+            }
         })
+    })
+    .filter(|arg| !arg.is_empty())
+    .map(|arg| match memchr::memchr(b'=', arg) {
+        Some(eq) => (&arg[..eq], &arg[eq + 1..]),
+        None => (arg, &arg[arg.len()..]),
+    })
 }
 
 /// Decodes a query name or value for matching: `%XX` becomes the byte, `+`

@@ -30,6 +30,15 @@ pub trait RequestView {
     /// The `nth` (0-based) occurrence of header `lowercase_name`, raw value.
     fn header_nth(&self, lowercase_name: &[u8], nth: usize) -> Option<&[u8]>;
 
+    /// Calls `f(name, value)` for every header line, in the order received (names in any
+    /// case), and returns `true`; or returns `false` without calling `f` when the host cannot
+    /// enumerate its headers (the default). Hosts that implement it let the engine read every
+    /// header a policy needs in one pass instead of one `header_nth` lookup per use.
+    fn for_each_header<'s>(&'s self, f: &mut dyn FnMut(&'s [u8], &'s [u8])) -> bool {
+        let _ = f;
+        false
+    }
+
     /// First occurrence of a header.
     fn header(&self, lowercase_name: &[u8]) -> Option<&[u8]> {
         self.header_nth(lowercase_name, 0)
@@ -97,12 +106,12 @@ impl<'a> Iterator for CookiePairs<'a> {
     type Item = (&'a [u8], &'a [u8]);
     fn next(&mut self) -> Option<Self::Item> {
         while !self.rest.is_empty() {
-            let (pair, rest) = match self.rest.iter().position(|&b| b == b';') {
+            let (pair, rest) = match memchr::memchr(b';', self.rest) {
                 Some(i) => (&self.rest[..i], &self.rest[i + 1..]),
                 None => (self.rest, &self.rest[self.rest.len()..]),
             };
             self.rest = rest;
-            if let Some(eq) = pair.iter().position(|&b| b == b'=') {
+            if let Some(eq) = memchr::memchr(b'=', pair) {
                 let name = trim(&pair[..eq]);
                 let mut value = trim(&pair[eq + 1..]);
                 if value.len() >= 2 && value[0] == b'"' && value[value.len() - 1] == b'"' {
@@ -115,6 +124,65 @@ impl<'a> Iterator for CookiePairs<'a> {
         }
         None
     }
+}
+
+/// The values of cookie `name` in one `Cookie` header value, in order: the same as
+/// [`CookiePairs`] filtered by name, but a pair whose name differs is only split off, not
+/// parsed.
+struct NamedCookie<'a, 'n> {
+    rest: &'a [u8],
+    name: &'n [u8],
+    /// `name` is non-empty, has no `=` or `;` and no surrounding whitespace, so a pair
+    /// `ws* name ws* = value` is exactly a pair named `name`.
+    plain: bool,
+}
+
+impl NamedCookie<'_, '_> {
+    fn plain(name: &[u8]) -> bool {
+        !name.is_empty()
+            && trim(name).len() == name.len()
+            && !name.contains(&b'=')
+            && !name.contains(&b';')
+    }
+}
+
+impl<'a> Iterator for NamedCookie<'a, '_> {
+    type Item = &'a [u8];
+    fn next(&mut self) -> Option<&'a [u8]> {
+        while !self.rest.is_empty() {
+            let (pair, rest) = match memchr::memchr(b';', self.rest) {
+                Some(i) => (&self.rest[..i], &self.rest[i + 1..]),
+                None => (self.rest, &self.rest[self.rest.len()..]),
+            };
+            self.rest = rest;
+            if !self.plain {
+                match CookiePairs::new(pair).next() {
+                    Some((n, v)) if n == self.name => return Some(v),
+                    _ => continue,
+                }
+            }
+            let p = trim_start(pair);
+            if p.len() > self.name.len() && p.starts_with(self.name) {
+                let after = trim_start(&p[self.name.len()..]);
+                if let Some(v) = after.strip_prefix(b"=") {
+                    let mut value = trim(v);
+                    if value.len() >= 2 && value[0] == b'"' && value[value.len() - 1] == b'"' {
+                        value = &value[1..value.len() - 1];
+                    }
+                    return Some(value);
+                }
+            }
+        }
+        None
+    }
+}
+
+fn trim_start(s: &[u8]) -> &[u8] {
+    let start = s
+        .iter()
+        .position(|&b| b != b' ' && b != b'\t')
+        .unwrap_or(s.len());
+    &s[start..]
 }
 
 /// Every value of cookie `name` across all `Cookie` headers, in order.
@@ -135,6 +203,178 @@ fn trim(s: &[u8]) -> &[u8] {
     &s[start..end]
 }
 
+/// Most header names a [`HeaderPlan`] reads in its one pass (further names are looked up
+/// through the host's view each time).
+pub const MAX_PLANNED_HEADERS: usize = 8;
+
+/// The header names (lowercase) a policy reads, fixed when the engine is built, so that one
+/// pass over the request's headers finds all of them.
+#[derive(Clone, Debug, Default)]
+pub struct HeaderPlan {
+    names: Vec<Box<[u8]>>,
+    /// Per name, the matcher that finds it among the host's header names.
+    quick: Vec<NameMatcher>,
+}
+
+/// A lowercase header name prepared for case-insensitive comparison 8 bytes at a time: a byte
+/// `x` of the candidate matches the name's byte `w` iff `x | m == w`, where `m` is `0x20` for
+/// a letter (either case matches) and `0` otherwise (exact).
+#[derive(Clone, Debug)]
+struct NameMatcher {
+    len: usize,
+    /// (name word, mask word) per 8 bytes, zero-padded.
+    words: Box<[(u64, u64)]>,
+}
+
+impl NameMatcher {
+    fn new(lowercase: &[u8]) -> NameMatcher {
+        let mask: Vec<u8> = lowercase
+            .iter()
+            .map(|b| if b.is_ascii_lowercase() { 0x20 } else { 0 })
+            .collect();
+        let words = (0..word_count(lowercase.len()))
+            .map(|k| (word_at(lowercase, k), word_at(&mask, k)))
+            .collect();
+        NameMatcher {
+            len: lowercase.len(),
+            words,
+        }
+    }
+
+    #[inline]
+    fn matches(&self, name: &[u8]) -> bool {
+        name.len() == self.len
+            && self
+                .words
+                .iter()
+                .enumerate()
+                .all(|(k, &(w, m))| word_at(name, k) | m == w)
+    }
+}
+
+/// How many words [`word_at`] cuts a string of `len` bytes into.
+fn word_count(len: usize) -> usize {
+    len.div_ceil(8).max(1)
+}
+
+/// Word `k` of `s`: for 8 bytes or more, the 8 bytes at `min(8k, len - 8)` (the last word
+/// overlaps the one before); for 4–7 bytes, the first 4 and the last 4; shorter strings byte
+/// by byte. Two strings of the same length are equal iff all their words are.
+#[inline]
+fn word_at(s: &[u8], k: usize) -> u64 {
+    let n = s.len();
+    if n >= 8 {
+        let off = (8 * k).min(n - 8);
+        u64::from_le_bytes(s[off..off + 8].try_into().unwrap_or([0; 8]))
+    } else if n >= 4 {
+        let lo = u32::from_le_bytes(s[..4].try_into().unwrap_or([0; 4]));
+        let hi = u32::from_le_bytes(s[n - 4..].try_into().unwrap_or([0; 4]));
+        lo as u64 | (hi as u64) << 32
+    } else {
+        s.iter().rev().fold(0u64, |acc, &b| (acc << 8) | b as u64)
+    }
+}
+
+impl HeaderPlan {
+    /// A plan for these names (lowercased, duplicates dropped, the first
+    /// [`MAX_PLANNED_HEADERS`] kept).
+    pub fn new<'n>(names: impl IntoIterator<Item = &'n [u8]>) -> HeaderPlan {
+        let mut plan = HeaderPlan::default();
+        for n in names {
+            let n = n.to_ascii_lowercase();
+            if plan.names.len() < MAX_PLANNED_HEADERS && !plan.names.iter().any(|p| **p == *n) {
+                plan.quick.push(NameMatcher::new(&n));
+                plan.names.push(n.into_boxed_slice());
+            }
+        }
+        plan
+    }
+
+    /// The planned names.
+    pub fn names(&self) -> impl Iterator<Item = &[u8]> {
+        self.names.iter().map(|n| &n[..])
+    }
+}
+
+/// The planned headers of one request, read in one pass over the host's headers: the first
+/// value of each and whether it occurs more than once (then every lookup of it goes to the
+/// host's view, which has all occurrences).
+#[derive(Clone, Copy)]
+pub struct HeaderCache<'a> {
+    /// The plan's names; empty when the host cannot enumerate its headers.
+    names: &'a [Box<[u8]>],
+    first: [Option<&'a [u8]>; MAX_PLANNED_HEADERS],
+    multi: u8,
+}
+
+impl<'a> HeaderCache<'a> {
+    /// No cache: every lookup goes to the host's view.
+    pub const NONE: HeaderCache<'static> = HeaderCache {
+        names: &[],
+        first: [None; MAX_PLANNED_HEADERS],
+        multi: 0,
+    };
+
+    /// Reads the planned headers of `view` in one pass (if the host can enumerate them).
+    pub fn fill(plan: &'a HeaderPlan, view: &'a dyn RequestView) -> HeaderCache<'a> {
+        let mut c = HeaderCache::NONE;
+        if plan.names.is_empty() {
+            return c;
+        }
+        let names = &plan.names[..];
+        let quick = &plan.quick[..];
+        let (mut first, mut multi) = ([None; MAX_PLANNED_HEADERS], 0u8);
+        let enumerated = view.for_each_header(&mut |n, v| {
+            for (i, want) in quick.iter().enumerate() {
+                if want.matches(n) {
+                    if first[i].is_none() {
+                        first[i] = Some(v);
+                    } else {
+                        multi |= 1 << i;
+                    }
+                    break;
+                }
+            }
+        });
+        if enumerated {
+            c = HeaderCache {
+                names,
+                first,
+                multi,
+            };
+        }
+        c
+    }
+
+    /// `Some(first value)` when `name` is cached with at most one occurrence.
+    #[inline]
+    fn single(&self, lowercase_name: &[u8]) -> Option<Option<&'a [u8]>> {
+        let i = self.names.iter().position(|n| **n == *lowercase_name)?;
+        if self.multi & (1 << i) != 0 {
+            return None;
+        }
+        Some(self.first[i])
+    }
+}
+
+/// The occurrences of one header: from the [`HeaderCache`] when it has them, else from the
+/// host's view.
+pub struct Values<'a> {
+    one: Option<&'a [u8]>,
+    more: Option<HeaderValues<'a>>,
+}
+
+impl<'a> Iterator for Values<'a> {
+    type Item = &'a [u8];
+    #[inline]
+    fn next(&mut self) -> Option<&'a [u8]> {
+        match &mut self.more {
+            Some(m) => m.next(),
+            None => self.one.take(),
+        }
+    }
+}
+
 /// What the matchers and key builders read: the host's view plus the parts
 /// the engine has already worked out.
 #[derive(Clone, Copy)]
@@ -151,6 +391,8 @@ pub struct PreparedRequest<'a> {
     /// Client address after trusted-proxy resolution, canonical (IPv4-mapped
     /// IPv6 turned into IPv4).
     pub client: IpAddr,
+    /// The policy's headers, read in one pass ([`HeaderCache::NONE`] if not).
+    pub headers: HeaderCache<'a>,
 }
 
 impl<'a> PreparedRequest<'a> {
@@ -162,7 +404,72 @@ impl<'a> PreparedRequest<'a> {
             path,
             query,
             client: client.to_canonical(),
+            headers: HeaderCache::NONE,
         }
+    }
+
+    /// Like [`PreparedRequest::new`], with the headers already read in one pass.
+    pub fn with_headers(
+        view: &'a dyn RequestView,
+        path: &'a [u8],
+        query: &'a [u8],
+        client: IpAddr,
+        headers: HeaderCache<'a>,
+    ) -> Self {
+        PreparedRequest {
+            headers,
+            ..PreparedRequest::new(view, path, query, client)
+        }
+    }
+
+    /// First occurrence of a header (lowercase name).
+    #[inline]
+    pub fn header(&self, lowercase_name: &[u8]) -> Option<&'a [u8]> {
+        match self.headers.single(lowercase_name) {
+            Some(v) => v,
+            None => self.view.header(lowercase_name),
+        }
+    }
+
+    /// Every occurrence of a header (lowercase name), in order.
+    #[inline]
+    pub fn header_values<'s>(&'s self, lowercase_name: &'s [u8]) -> Values<'s> {
+        match self.headers.single(lowercase_name) {
+            Some(one) => Values { one, more: None },
+            None => Values {
+                one: None,
+                more: Some(self.view.header_values(lowercase_name)),
+            },
+        }
+    }
+
+    /// The first value of cookie `name` across all `Cookie` headers.
+    #[inline]
+    pub fn cookie(&self, name: &[u8]) -> Option<&'a [u8]> {
+        let plain = NamedCookie::plain(name);
+        let find = |h: &'a [u8]| {
+            NamedCookie {
+                rest: h,
+                name,
+                plain,
+            }
+            .next()
+        };
+        match self.headers.single(b"cookie") {
+            Some(one) => one.and_then(find),
+            None => self.view.header_values(b"cookie").find_map(find),
+        }
+    }
+
+    /// Every value of cookie `name` across all `Cookie` headers, in order.
+    pub fn cookie_values<'s>(&'s self, name: &'s [u8]) -> impl Iterator<Item = &'s [u8]> + 's {
+        let plain = NamedCookie::plain(name);
+        self.header_values(b"cookie")
+            .flat_map(move |h| NamedCookie {
+                rest: h,
+                name,
+                plain,
+            })
     }
 }
 
@@ -224,6 +531,12 @@ impl RequestView for OwnedRequest {
     }
     fn peer(&self) -> IpAddr {
         self.peer
+    }
+    fn for_each_header<'s>(&'s self, f: &mut dyn FnMut(&'s [u8], &'s [u8])) -> bool {
+        for (n, v) in &self.headers {
+            f(n, v);
+        }
+        true
     }
     fn header_nth(&self, lowercase_name: &[u8], nth: usize) -> Option<&[u8]> {
         self.headers
@@ -301,10 +614,88 @@ impl Hops {
 impl ClientIpResolver {
     /// The client address for this request (canonical form).
     pub fn resolve(&self, view: &dyn RequestView) -> IpAddr {
+        self.resolve_cached(view, &HeaderCache::NONE)
+    }
+
+    /// The header the resolver reads, if it reads any (it does only behind trusted proxies).
+    pub fn header_name(&self) -> Option<&[u8]> {
+        if self.trusted.is_empty() {
+            return None;
+        }
+        Some(match &self.source {
+            ForwardedSource::List(name) => name,
+            ForwardedSource::Forwarded => b"forwarded",
+        })
+    }
+
+    /// [`Self::resolve`], reading the forwarding header from `cache` when it has it.
+    pub fn resolve_cached(&self, view: &dyn RequestView, cache: &HeaderCache<'_>) -> IpAddr {
         let peer = view.peer().to_canonical();
         if self.trusted.is_empty() || !self.trusted.contains(peer) {
             return peer;
         }
+        if let ForwardedSource::List(name) = &self.source {
+            if let Some(one) = cache.single(name) {
+                return self.walk_lines(peer, one.as_slice());
+            }
+            // Nearly always one header line (a few at most): walk the lines right to left in
+            // place, no buffering.
+            let mut lines: [&[u8]; FAST_LINES] = [&[]; FAST_LINES];
+            let mut n = 0;
+            while let Some(v) = view.header_nth(name, n) {
+                if n == FAST_LINES {
+                    return self.resolve_buffered(view, peer);
+                }
+                lines[n] = v;
+                n += 1;
+            }
+            return self.walk_lines(peer, &lines[..n]);
+        }
+        self.resolve_buffered(view, peer)
+    }
+
+    /// The `X-Forwarded-For`-style walk over `lines` (in arrival order), right to left: the
+    /// same answer as [`Self::resolve_buffered`] without collecting the hops first.
+    fn walk_lines(&self, peer: IpAddr, lines: &[&[u8]]) -> IpAddr {
+        let mut client = peer;
+        let mut seen = 0;
+        for line in lines.iter().rev() {
+            let mut rest: &[u8] = line;
+            loop {
+                // Entries are short: a plain scan beats a vectorized search's setup.
+                let (entry, more) = match rest.iter().rposition(|&b| b == b',') {
+                    Some(i) => (&rest[i + 1..], Some(&rest[..i])),
+                    None => (rest, None),
+                };
+                let entry = trim(entry);
+                if !entry.is_empty() {
+                    if seen == MAX_HOPS {
+                        // Only the rightmost MAX_HOPS entries count; all of them were trusted.
+                        return client;
+                    }
+                    seen += 1;
+                    match parse_node(entry) {
+                        None => return client,
+                        Some(ip) => {
+                            client = ip;
+                            if !self.trusted.contains(ip) {
+                                return ip;
+                            }
+                        }
+                    }
+                }
+                match more {
+                    Some(m) => rest = m,
+                    None => break,
+                }
+            }
+        }
+        client
+    }
+
+    /// The general walk: collect the rightmost [`MAX_HOPS`] hops, then walk them.
+    #[inline(never)]
+    fn resolve_buffered(&self, view: &dyn RequestView, peer: IpAddr) -> IpAddr {
         let mut hops = Hops {
             buf: [None; MAX_HOPS],
             len: 0,
@@ -391,9 +782,123 @@ fn forwarded_for(element: &[u8]) -> Option<IpAddr> {
     None
 }
 
+/// Header lines of a forwarding list walked in place (more take the buffered walk).
+const FAST_LINES: usize = 4;
+
 /// Parse `1.2.3.4`, `1.2.3.4:80`, `2001:db8::1`, `[2001:db8::1]`,
 /// `[2001:db8::1]:80`.
+#[inline]
 fn parse_node(s: &[u8]) -> Option<IpAddr> {
+    // Fast path for the common IPv4 forms; anything else (or anything unusual) goes through
+    // the general parser, which has the final word.
+    if let Some((a, rest)) = parse_v4_prefix(s) {
+        if rest.is_empty() || (rest[0] == b':' && is_port(&rest[1..])) {
+            return Some(IpAddr::V4(a));
+        }
+    } else if let Some(a) = parse_v6_plain(s) {
+        return Some(IpAddr::V6(a).to_canonical());
+    }
+    parse_node_slow(s)
+}
+
+/// A bare IPv6 address of hex groups with at most one `::` (no embedded IPv4, no brackets):
+/// accepts only what `Ipv6Addr`'s parser accepts, with the same value; `None` for anything
+/// else (the general parser then decides).
+#[inline]
+fn parse_v6_plain(s: &[u8]) -> Option<std::net::Ipv6Addr> {
+    let (mut groups, mut n) = ([0u16; 8], 0usize);
+    let mut gap: Option<usize> = None;
+    let mut i = 0;
+    if s.starts_with(b"::") {
+        gap = Some(0);
+        i = 2;
+    }
+    while i < s.len() {
+        let start = i;
+        let mut v = 0u16;
+        while i < s.len() && i - start < 4 {
+            let d = match s[i] {
+                b @ b'0'..=b'9' => b - b'0',
+                b @ b'a'..=b'f' => b - b'a' + 10,
+                b @ b'A'..=b'F' => b - b'A' + 10,
+                _ => break,
+            };
+            v = v << 4 | d as u16;
+            i += 1;
+        }
+        if i == start || n == 8 {
+            return None;
+        }
+        groups[n] = v;
+        n += 1;
+        if i == s.len() {
+            break;
+        }
+        if s[i] != b':' {
+            return None;
+        }
+        i += 1;
+        if s.get(i) == Some(&b':') {
+            if gap.is_some() {
+                return None;
+            }
+            gap = Some(n);
+            i += 1;
+        } else if i == s.len() {
+            return None;
+        }
+    }
+    let groups = match gap {
+        None if n == 8 => groups,
+        Some(g) if n <= 7 => {
+            let mut out = [0u16; 8];
+            out[..g].copy_from_slice(&groups[..g]);
+            out[8 - (n - g)..].copy_from_slice(&groups[g..n]);
+            out
+        }
+        _ => return None,
+    };
+    Some(std::net::Ipv6Addr::from(groups))
+}
+
+/// A dotted-quad IPv4 address at the start of `s`, accepting exactly what `Ipv4Addr`'s parser
+/// accepts (1–3 digits per octet, at most 255, no leading zero), and the bytes after it.
+#[inline]
+fn parse_v4_prefix(s: &[u8]) -> Option<(std::net::Ipv4Addr, &[u8])> {
+    let digit = |i: usize| s.get(i).map(|b| b.wrapping_sub(b'0')).filter(|d| *d <= 9);
+    let mut octets = [0u8; 4];
+    let mut i = 0;
+    for (k, o) in octets.iter_mut().enumerate() {
+        if k > 0 {
+            if s.get(i) != Some(&b'.') {
+                return None;
+            }
+            i += 1;
+        }
+        let d0 = digit(i)?;
+        let mut v = d0 as u32;
+        i += 1;
+        if let Some(d1) = digit(i) {
+            if d0 == 0 {
+                return None; // leading zero
+            }
+            v = v * 10 + d1 as u32;
+            i += 1;
+            if let Some(d2) = digit(i) {
+                v = v * 10 + d2 as u32;
+                i += 1;
+                if v > 255 || digit(i).is_some() {
+                    return None;
+                }
+            }
+        }
+        *o = v as u8;
+    }
+    Some((std::net::Ipv4Addr::from(octets), &s[i..]))
+}
+
+#[inline(never)]
+fn parse_node_slow(s: &[u8]) -> Option<IpAddr> {
     let s = std::str::from_utf8(s).ok()?;
     if let Ok(ip) = s.parse::<IpAddr>() {
         return Some(ip.to_canonical());
@@ -401,7 +906,7 @@ fn parse_node(s: &[u8]) -> Option<IpAddr> {
     if let Some(rest) = s.strip_prefix('[') {
         let end = rest.find(']')?;
         let tail = &rest[end + 1..];
-        if !(tail.is_empty() || is_port(tail.strip_prefix(':')?)) {
+        if !(tail.is_empty() || is_port(tail.strip_prefix(':')?.as_bytes())) {
             return None;
         }
         return rest[..end]
@@ -410,14 +915,14 @@ fn parse_node(s: &[u8]) -> Option<IpAddr> {
             .map(|a| IpAddr::V6(a).to_canonical());
     }
     let (a, p) = s.rsplit_once(':')?;
-    if !is_port(p) {
+    if !is_port(p.as_bytes()) {
         return None;
     }
     a.parse::<std::net::Ipv4Addr>().ok().map(IpAddr::V4)
 }
 
-fn is_port(p: &str) -> bool {
-    !p.is_empty() && p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit())
+fn is_port(p: &[u8]) -> bool {
+    !p.is_empty() && p.len() <= 5 && p.iter().all(u8::is_ascii_digit)
 }
 
 #[cfg(test)]
@@ -453,6 +958,234 @@ mod tests {
         assert_eq!(parse_node(b"unknown"), None);
         assert_eq!(parse_node(b"_hidden"), None);
         assert_eq!(parse_node(b"[2001:db8::1]x"), None);
+    }
+
+    #[test]
+    fn fast_v4_parse_agrees_with_std() {
+        let mut cases: Vec<String> = [
+            "0.0.0.0",
+            "255.255.255.255",
+            "256.1.1.1",
+            "01.2.3.4",
+            "1.2.3.04",
+            "1.2.3.0",
+            "1.2.3",
+            "1.2.3.4.5",
+            "1.2.3.4 ",
+            " 1.2.3.4",
+            "1.2.3.4:",
+            "1.2.3.4:80",
+            "1.2.3.4:123456",
+            "1.2.3.4:80:90",
+            "1.2.3.4567",
+            "1..2.3",
+            "1.2.3.4:8a",
+            "1.2.3.-4",
+            "::1.2.3.4",
+            "1.2.3.4]",
+            "",
+            "1.2.3.4:00080",
+            "999.1.1.1",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        for a in [
+            0u32, 1, 9, 10, 99, 100, 199, 200, 249, 250, 255, 256, 300, 1000,
+        ] {
+            cases.push(format!("{a}.{a}.0.{a}"));
+            cases.push(format!("10.{a}.1.2:{a}"));
+        }
+        for c in &cases {
+            assert_eq!(
+                parse_node(c.as_bytes()),
+                parse_node_slow(c.as_bytes()),
+                "{c:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn fast_parse_agrees_with_std_on_random_nodes() {
+        let fixed = [
+            "::",
+            "::1",
+            "1::",
+            ":::",
+            "::1:",
+            "1:2",
+            "1:2:3:4:5:6:7:8",
+            "1:2:3:4:5:6:7:8:9",
+            "1:2:3:4:5:6:7::",
+            "::2:3:4:5:6:7:8",
+            "1::2:3:4:5:6:7:8",
+            "2001:db8::17",
+            "2001:DB8:0:0:0:0:0:1",
+            "12345::",
+            "::ffff:192.0.2.1",
+            "::ffff:c000:201",
+            "1:::2",
+            "[2001:db8::1]:80",
+            "fe80::1%eth0",
+            "0:0:0:0:0:0:0:0",
+            "::ffff:0:0",
+        ];
+        for c in fixed {
+            assert_eq!(
+                parse_node(c.as_bytes()),
+                parse_node_slow(c.as_bytes()),
+                "{c:?}"
+            );
+        }
+        let alphabet = b"0123456789abcdefABCDEF0::::::::..[]% g";
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut valid = 0;
+        for _ in 0..300_000 {
+            let len = (next() % 26) as usize;
+            let s: Vec<u8> = (0..len)
+                .map(|_| alphabet[(next() % alphabet.len() as u64) as usize])
+                .collect();
+            let slow = parse_node_slow(&s);
+            valid += slow.is_some() as u32;
+            assert_eq!(parse_node(&s), slow, "{:?}", String::from_utf8_lossy(&s));
+        }
+        assert!(valid > 100, "{valid}");
+    }
+
+    #[test]
+    fn walk_in_place_agrees_with_buffered() {
+        let r = resolver(ForwardedSource::List(b"x-forwarded-for".to_vec().into()));
+        let long = (0..40).map(|i| format!("10.0.0.{i}")).collect::<Vec<_>>();
+        let lines: Vec<Vec<&str>> = vec![
+            vec![],
+            vec![""],
+            vec!["198.51.100.1"],
+            vec!["198.51.100.1, 10.1.1.1"],
+            vec![" , 10.1.1.1 ,, "],
+            vec!["1.1.1.1, garbage, 10.2.2.2"],
+            vec!["10.3.3.3", "10.2.2.2"],
+            vec!["203.0.113.5, 198.51.100.1", "10.9.9.9"],
+            vec!["2001:db8:ffff::1, [2001:db8::5]:80, 10.0.0.3:443"],
+            vec!["a", "b", "c", "d", "10.0.0.1"],
+            vec!["1.1.1.1", "10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4"],
+        ];
+        let mut lines = lines;
+        let joined = long.join(",");
+        lines.push(vec![&joined]);
+        lines.push(vec!["1.1.1.1", &joined]);
+        for ls in &lines {
+            let mut req = OwnedRequest::new("GET", "/", ip("10.0.0.1"));
+            for l in ls {
+                req = req.header("X-Forwarded-For", l);
+            }
+            let peer = ip("10.0.0.1");
+            assert_eq!(r.resolve(&req), r.resolve_buffered(&req, peer), "{ls:?}");
+        }
+    }
+
+    #[test]
+    fn name_matcher_is_eq_ignore_ascii_case() {
+        let names = [
+            "x-forwarded-for",
+            "cookie",
+            "user-agent",
+            "a",
+            "x-api-key-long-name-17",
+            "x_y@[`{",
+        ];
+        let cands = [
+            "X-Forwarded-For",
+            "x-forwarded-foR",
+            "x-forwarded-fo",
+            "accept-language",
+            "COOKIE",
+            "cookie",
+            "cookiE ",
+            "User-Agent",
+            "user-agenT",
+            "A",
+            "b",
+            "X-API-KEY-LONG-NAME-17",
+            "x-api-key-long-name-18",
+            "X_Y@[`{",
+            "x_y`{@[",
+            "",
+            "x\u{0}y",
+        ];
+        for n in names {
+            let m = NameMatcher::new(n.as_bytes());
+            for c in cands.iter().chain(&names) {
+                assert_eq!(
+                    m.matches(c.as_bytes()),
+                    c.as_bytes().eq_ignore_ascii_case(n.as_bytes()),
+                    "{n:?} {c:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn named_cookie_is_filtered_cookie_pairs() {
+        let headers = [
+            "a=1; session = \"xyz\" ;b",
+            "session=1; session=2",
+            " \tsession\t=\t3 ",
+            "sessionx=1; xsession=2; session",
+            "session=",
+            "session==x",
+            "=session=1; session=\"",
+            "a=b=c; a=b",
+            "s e=1; s e = 2",
+            ";;session=4;;",
+            "",
+        ];
+        for h in headers {
+            for name in ["session", "a", "a=b", " a", "s e", "", "b"] {
+                let fast: Vec<_> = NamedCookie {
+                    rest: h.as_bytes(),
+                    name: name.as_bytes(),
+                    plain: NamedCookie::plain(name.as_bytes()),
+                }
+                .collect();
+                let slow: Vec<_> = CookiePairs::new(h.as_bytes())
+                    .filter(|(n, _)| *n == name.as_bytes())
+                    .map(|(_, v)| v)
+                    .collect();
+                assert_eq!(fast, slow, "{h:?} {name:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn header_cache_one_pass() {
+        let r = OwnedRequest::new("GET", "/", ip("10.0.0.1"))
+            .header("User-Agent", "ua")
+            .header("Cookie", "a=1")
+            .header("X-Seen", "1")
+            .header("cookie", "b=2");
+        let plan = HeaderPlan::new([&b"user-agent"[..], b"cookie", b"x-missing"]);
+        let cache = HeaderCache::fill(&plan, &r);
+        let p = PreparedRequest::with_headers(&r, b"/", b"", ip("10.0.0.1"), cache);
+        assert_eq!(p.header(b"user-agent"), Some(&b"ua"[..]));
+        assert_eq!(p.header(b"x-missing"), None);
+        assert_eq!(p.header(b"x-seen"), Some(&b"1"[..]));
+        assert_eq!(p.header_values(b"cookie").count(), 2);
+        assert_eq!(p.cookie_values(b"b").collect::<Vec<_>>(), vec![&b"2"[..]]);
+        assert_eq!(
+            (p.cookie(b"a"), p.cookie(b"b")),
+            (Some(&b"1"[..]), Some(&b"2"[..]))
+        );
+        let one = OwnedRequest::new("GET", "/", ip("10.0.0.1")).header("Cookie", "x=1; s = 2");
+        let cache = HeaderCache::fill(&plan, &one);
+        let p = PreparedRequest::with_headers(&one, b"/", b"", ip("10.0.0.1"), cache);
+        assert_eq!((p.cookie(b"s"), p.cookie(b"y")), (Some(&b"2"[..]), None));
+        assert_eq!(p.header_values(b"x-missing").count(), 0);
     }
 
     fn resolver(source: ForwardedSource) -> ClientIpResolver {

@@ -697,12 +697,86 @@ test_fork_engine_regions(void)
     munmap((void *) admitted, 4096);
 }
 
+/* A cluster zone's shared region through the C ABI: sized by weir_policy_zone, syncers
+ * deferred and started later, their messages queued for the host (Redis here is a closed
+ * port, so the syncer reports a failed sync). */
+static void
+test_cluster_region(void)
+{
+    static const char pol[] =
+        "[zones.c]\nsize = \"64k\"\nalgorithm = \"sliding\"\nevents = 100\nwindow = \"1s\"\n"
+        "scope = \"cluster\"\nredis = \"redis://127.0.0.1:1/0\"\nsync_interval = \"20ms\"\n"
+        "expected_nodes = 2\n"
+        "[zones.l]\nsize = \"64k\"\nalgorithm = \"gcra\"\nrate = \"1r/s\"\n"
+        "[[limit]]\nname = \"c\"\nclass = \"*\"\nzone = \"c\"\nkey = \"global\"\n";
+    weir_policy *p = NULL;
+    weir_zone_info zc, zl;
+    weir_region reg[2], cl[2];
+    weir_engine *e = NULL;
+    weir_error *err = NULL;
+    uint8_t buf[256];
+    size_t n = 0;
+
+    CHECK(weir_policy_parse((const uint8_t *) pol, strlen(pol), "cluster", &p, NULL) == WEIR_OK,
+        "cluster policy");
+    CHECK(weir_policy_zone(p, 0, &zc) == WEIR_OK && weir_policy_zone(p, 1, &zl) == WEIR_OK,
+        "zones");
+    CHECK(zc.cluster_bytes > 2 * zc.bytes && zl.cluster_bytes == 0, "cluster_bytes %zu / %zu",
+        zc.cluster_bytes, zl.cluster_bytes);
+    for (int i = 0; i < 2; i++) {
+        reg[i].len = i ? zl.bytes : zc.bytes;
+        reg[i].ptr = mmap(NULL, reg[i].len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+            -1, 0);
+    }
+    cl[0].len = zc.cluster_bytes;
+    cl[0].ptr = mmap(NULL, cl[0].len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    /* a cluster region for a local zone is refused */
+    cl[1] = cl[0];
+    CHECK(weir_engine_attach_shared(p, reg, 2, cl, NULL, 0, WEIR_ATTACH_DEFER_SYNC, &e, NULL)
+          == WEIR_ERR_INVALID && e == NULL, "cluster region for a local zone");
+    cl[1].ptr = NULL;
+    cl[1].len = 0;
+    /* too small */
+    cl[0].len--;
+    CHECK(weir_engine_attach_shared(p, reg, 2, cl, NULL, 0, 0, &e, &err) == WEIR_ERR_ZONE,
+        "small cluster region");
+    weir_error_free(err);
+    cl[0].len++;
+    weir_cluster_log_queue();
+    CHECK(weir_engine_attach_shared(p, reg, 2, cl, NULL, 0, WEIR_ATTACH_DEFER_SYNC, &e, NULL)
+          == WEIR_OK, "attach_shared");
+    /* deferred: nothing syncs (or logs) before weir_engine_start_sync */
+    usleep(100 * 1000);
+    CHECK(weir_cluster_log_pop(buf, sizeof(buf)) == 0, "a message before the syncer started");
+    CHECK(weir_engine_start_sync(e, NULL) == WEIR_OK, "start_sync");
+    CHECK(weir_engine_start_sync(e, NULL) == WEIR_OK, "start_sync twice");
+    for (int i = 0; i < 200 && n == 0; i++) {
+        usleep(10 * 1000);
+        n = weir_cluster_log_pop(buf, sizeof(buf));
+    }
+    CHECK(n > 0 && memmem(buf, n, "sync failed", 11) != NULL, "no 'sync failed' message: %.*s",
+        (int) n, buf);
+    CHECK(weir_cluster_log_pop(buf, 0) == 0 && weir_cluster_log_pop(NULL, 8) == 0, "pop args");
+    weir_engine_stop_sync(e);
+    weir_engine_stop_sync(NULL);
+    CHECK(weir_engine_start_sync(NULL, NULL) == WEIR_ERR_NULL, "start_sync NULL");
+    weir_engine_free(e);
+    while (weir_cluster_log_pop(buf, sizeof(buf)) > 0) {
+    }
+    weir_policy_free(p);
+    for (int i = 0; i < 2; i++) {
+        munmap(reg[i].ptr, reg[i].len);
+    }
+    munmap(cl[0].ptr, cl[0].len);
+}
+
 int
 main(int argc, char **argv)
 {
     test_bad_inputs();
     test_fork_shared_region();
     test_fork_engine_regions();
+    test_cluster_region();
     test_vectors(argc > 1 ? argv[1] : "tests/vectors");
     printf("%d passed, %d failed\n", checks - failures, failures);
     return failures == 0 ? 0 : 1;

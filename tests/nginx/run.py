@@ -861,6 +861,293 @@ def test_directive_extras(module, env=None):
         ngx.cleanup()
 
 
+# ---- cluster zones over a real redis-server ----------------------------------------
+
+
+class Redis:
+    """redis-server on a free 127.0.0.1 port, no persistence; pid file in its own temp dir."""
+
+    def __init__(self, port=None):
+        self.dir = tempfile.mkdtemp(prefix="weir-redis-")
+        self.port = port or free_port()
+        self.pid = None
+
+    def start(self):
+        pidfile = os.path.join(self.dir, "redis.pid")
+        if os.path.exists(pidfile):
+            os.unlink(pidfile)
+        p = subprocess.run(["redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
+                            "--save", "", "--appendonly", "no", "--daemonize", "yes",
+                            "--pidfile", pidfile, "--dir", self.dir,
+                            "--logfile", os.path.join(self.dir, "redis.log")],
+                           capture_output=True, text=True, timeout=30)
+        check(p.returncode == 0, f"redis-server did not start: {p.stderr.strip()}")
+        for _ in range(500):
+            try:
+                with open(pidfile) as f:
+                    self.pid = int(f.read())
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1) as c:
+                    c.sendall(b"PING\r\n")
+                    if c.recv(16).startswith(b"+PONG"):
+                        return self
+            except (OSError, ValueError):
+                pass
+            time.sleep(0.02)
+        raise Failure("redis-server did not answer PING")
+
+    def kill(self):
+        """SIGKILL by pid (like a crash)."""
+        if self.pid is None:
+            return
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        for _ in range(500):
+            if not alive(self.pid):
+                break
+            time.sleep(0.01)
+        self.pid = None
+
+    def cleanup(self):
+        self.kill()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def metrics(port):
+    """weir_status as {name: value} for the cluster zone "api" (and the limit counters)."""
+    status, text = get_body(port, "/metrics")
+    check(status == 200, f"weir_status: {status}")
+    out = {}
+    for line in text.splitlines():
+        m = re.match(r'(weir_cluster_\w+)\{zone="api"\} (\d+)$', line)
+        if m:
+            out[m.group(1)] = int(m.group(2))
+    check("weir_cluster_syncs_total" in out, "weir_status lacks the cluster metrics:\n" + text)
+    return out
+
+
+class Load:
+    """Closed-loop clients on /p of the given nodes; records (time, node, status, worker pid)."""
+
+    def __init__(self, ports, threads=3):
+        self.ports, self.threads = ports, threads
+        self.stop = threading.Event()
+        self.lock = threading.Lock()
+        self.log, self.errors = [], []
+
+    def __enter__(self):
+        self.ts = [threading.Thread(target=self.run, args=(i,), daemon=True)
+                   for i, _ in enumerate(self.ports) for _ in range(self.threads)]
+        for t in self.ts:
+            t.start()
+        return self
+
+    def run(self, i):
+        while not self.stop.is_set():
+            try:
+                st, hs = request(self.ports[i], "GET", "/p", timeout=5)
+                with self.lock:
+                    self.log.append((time.time(), i, st, hdr(hs, "x-pid")))
+            except (OSError, Failure) as e:
+                with self.lock:
+                    self.errors.append(e)
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        for t in self.ts:
+            t.join()
+
+    def seconds(self, t0, t1):
+        """Per whole wall-clock second in [t0, t1): (offered, admitted, {pid: admitted})."""
+        rows = {}
+        for t, i, st, pid in self.log:
+            if t0 <= t < t1:
+                r = rows.setdefault(int(t), [0, 0, {}])
+                r[0] += 1
+                if st == 200:
+                    r[1] += 1
+                    r[2][(i, pid)] = r[2].get((i, pid), 0) + 1
+        return [tuple(rows[k]) for k in sorted(rows) if k >= int(t0) + 1 and k + 1 <= t1]
+
+
+def test_cluster(module, env=None):
+    """Two nginx nodes (2 workers each), one cluster zone over a real redis-server."""
+    events, interval = 100, 0.1
+    redis = Redis().start()
+    policy = f"""[zones.api]
+size = "64k"
+algorithm = "sliding"
+events = {events}
+window = "1s"
+scope = "cluster"
+redis = "redis://127.0.0.1:{redis.port}/0"
+sync_interval = "100ms"
+expected_nodes = 2
+[[limit]]
+name = "api"
+class = "*"
+zone = "api"
+key = "global"
+status = 429
+"""
+    http = """
+    weir_policy %DIR%/policy.toml;
+    server {
+        listen 127.0.0.1:%PORT% reuseport;
+        root %DIR%/html;
+        add_header X-Pid $pid always;
+        location = /p { weir on; try_files /f =404; }
+        location = /metrics { weir_status; }
+    }
+"""
+    nodes = [Nginx(module, http, workers=2, env=env,
+                   files={"policy.toml": policy, "html/f": "x"})
+             for _ in range(2)]
+    ports = [n.port for n in nodes]
+    res = []
+
+    def wait(what, cond, limit=10.0):
+        t = time.time()
+        while time.time() - t < limit:
+            v = cond()
+            if v:
+                return v
+            time.sleep(0.05)
+        raise Failure(f"{what}: not within {limit}s")
+
+    try:
+        for n in nodes:
+            n.start()
+        for p in ports:
+            wait("first sync", lambda: metrics(p)["weir_cluster_syncs_total"] > 0)
+        fb0 = [metrics(p)["weir_cluster_fallback_decisions_total"] for p in ports]
+
+        # 1. Load on one node only: both of its workers decide with the cluster view, so the
+        #    node admits about E per second, not the fallback share E / expected_nodes.
+        with Load(ports[:1], threads=4) as load:
+            t0 = time.time()
+            time.sleep(4.2)
+            t1 = time.time()
+        rows = load.seconds(t0, t1)
+        check(not load.errors, f"one node: request errors {load.errors[:3]}")
+        adm = [a for _, a, _ in rows]
+        pids = set().union(*(set(w) for _, _, w in rows))
+        check(len(pids) >= 2, f"one node: only {pids} admitted")
+        check(all(0.8 * events <= a <= events + 2 for a in adm[1:]),
+              f"one node: admitted per second {adm} (E = {events}, share {events // 2})")
+        fb = [metrics(p)["weir_cluster_fallback_decisions_total"] - f for p, f in zip(ports, fb0)]
+        check(fb[0] == 0, f"one node: {fb[0]} fallback decisions while Redis is up")
+        res.append(f"one node, 2 workers: admitted/s {adm} (offered "
+                   f"{[o for o, _, _ in rows]}) by workers {sorted(p for _, p in pids)}, "
+                   f"0 fallback")
+
+        # 2. Both nodes: the cluster stays within the documented bound.
+        fb0 = [metrics(p)["weir_cluster_fallback_decisions_total"] for p in ports]
+        with Load(ports, threads=3) as load:
+            t0 = time.time()
+            time.sleep(5.2)
+            t1 = time.time()
+        rows = load.seconds(t0, t1)
+        check(not load.errors, f"two nodes: request errors {load.errors[:3]}")
+        adm = [a for _, a, _ in rows]
+        rate = max(o for o, _, _ in rows) / 2
+        lam = 2 * (interval + 0.025)
+        bound = events + min(events, rate * lam)
+        workers = set().union(*(set(w) for _, _, w in rows))
+        check(all(a <= bound for a in adm), f"two nodes: admitted/s {adm} > bound {bound:.0f}")
+        check(all(a >= 0.8 * events for a in adm[1:]), f"two nodes: admitted/s {adm} < 0.8 E")
+        check(len(workers) == 4, f"two nodes: admissions by {workers}")
+        fb = [metrics(p)["weir_cluster_fallback_decisions_total"] - f for p, f in zip(ports, fb0)]
+        check(sum(fb) <= 5, f"two nodes: {fb} fallback decisions while Redis is up")
+        res.append(f"two nodes x 2 workers: admitted/s {adm}, bound {bound:.0f} "
+                   f"(offered {rate:.0f}/s per node, lambda {lam * 1000:.0f} ms), "
+                   f"4 workers admitting, fallback {fb}")
+
+        # 3. Redis killed mid-run: requests flow on the fallback share, an error is logged;
+        #    restarted: the sync resumes by itself.
+        with Load(ports, threads=3) as load:
+            time.sleep(1.0)
+            syncs = [metrics(p)["weir_cluster_syncs_total"] for p in ports]
+            redis.kill()
+            t_kill = time.time()
+            time.sleep(3.0)
+            down = [metrics(p) for p in ports]
+            redis.start()
+            t_up = time.time()
+            up = [wait("sync resumed",
+                       lambda: (lambda m: m["weir_cluster_fallback_active"] == 0
+                                and m["weir_cluster_syncs_total"] > s and m)(metrics(p)))
+                  for p, s in zip(ports, syncs)]
+            t_resumed = time.time()
+            time.sleep(1.5)
+            after = [metrics(p) for p in ports]
+            t_end = time.time()
+        check(not load.errors, f"redis down: request errors {load.errors[:3]}")
+        check(all(m["weir_cluster_fallback_active"] == 1 for m in down),
+              f"redis down: fallback not active {down}")
+        fbd = [d["weir_cluster_fallback_decisions_total"] for d in down]
+        check(all(f > 0 for f in fbd), f"redis down: fallback decisions {fbd}")
+        errs = [d["weir_cluster_sync_errors_total"] for d in down]
+        check(all(e > 0 for e in errs), f"redis down: sync errors {errs}")
+        rows = load.seconds(t_kill + 0.5, t_up)
+        down_adm = [a for _, a, _ in rows]
+        check(all(a <= events + 2 for a in down_adm), f"redis down: admitted/s {down_adm} > E")
+        for n in nodes:
+            log = n.error_log()
+            check(re.search(r"\[error\].*weir: cluster zone api: sync failed", log),
+                  "no sync error in nginx's error log:\n" + log[-1500:])
+            check("weir: cluster zone api: sync resumed" in log, "no 'sync resumed' logged")
+        late = [a["weir_cluster_fallback_decisions_total"] - u["weir_cluster_fallback_decisions_total"]
+                for a, u in zip(after, up)]
+        check(sum(late) <= 5, f"after restart: {late} fallback decisions")
+        rows = load.seconds(t_resumed, t_end)
+        res.append(f"redis SIGKILLed 3 s: admitted/s {down_adm} on the fallback (share "
+                   f"{events // 2} per node), fallback decisions {fbd}, sync errors {errs}, "
+                   f"error logged; restarted: synced again {t_resumed - t_up:.1f}s later, "
+                   f"then admitted/s {[a for _, a, _ in rows]}, fallback +{late}")
+
+        # 4. SIGKILL of the leading worker: the master respawns it, another worker syncs.
+        m = metrics(ports[0])
+        leader = m["weir_cluster_leader_pid"]
+        check(leader in nodes[0].workers_pids(), f"leader {leader} not a worker of node 0")
+        syncs = m["weir_cluster_syncs_total"]
+        with Load(ports, threads=2) as load:
+            time.sleep(0.5)
+            os.kill(leader, signal.SIGKILL)
+            t_kill = time.time()
+            m2 = wait("takeover", lambda: (lambda m: m["weir_cluster_leader_pid"] != leader
+                                           and m["weir_cluster_syncs_total"] > syncs and m)(
+                metrics(ports[0])))
+            took = time.time() - t_kill
+            nodes[0].wait_workers(2, exclude=[leader])
+            time.sleep(1.0)
+        # the killed worker's own connections are reset; nothing else may fail
+        check(len(load.errors) <= 8, f"leader killed: request errors {load.errors[:3]}")
+        check(alive(m2["weir_cluster_leader_pid"]), "the new leader is not alive")
+        res.append(f"leading worker {leader} SIGKILLed: worker {m2['weir_cluster_leader_pid']} "
+                   f"synced {took * 1000:.0f} ms later ({len(load.errors)} of its connections reset)")
+
+        # 5. A reload keeps the cluster region (its stats go on counting) and the new workers
+        #    sync on.
+        before = metrics(ports[0])
+        nodes[0].reload()
+        after = wait("sync after reload", lambda: (lambda m: m["weir_cluster_syncs_total"]
+                                                   > before["weir_cluster_syncs_total"] + 3
+                                                   and m)(metrics(ports[0])))
+        check(after["weir_cluster_leader_pid"] in nodes[0].workers_pids(),
+              f"after reload: leader {after['weir_cluster_leader_pid']} is not a new worker")
+        res.append(f"reload: region kept (syncs_total {before['weir_cluster_syncs_total']} -> "
+                   f"{after['weir_cluster_syncs_total']}), a new worker syncs")
+        for n in nodes:
+            n.check_log(allow=[r"exited on signal 9"])
+        return "; ".join(res)
+    finally:
+        for n in nodes:
+            n.cleanup()
+        redis.cleanup()
+
+
 def asan_env():
     lib = subprocess.run(["gcc", "-print-file-name=libasan.so"], capture_output=True,
                          text=True).stdout.strip()
@@ -887,6 +1174,7 @@ def main():
         ("bad-configs", lambda: test_bad_configs(args.module)),
         ("redirects-waits", lambda: test_redirects_and_waits(args.module)),
         ("directive-extras", lambda: test_directive_extras(args.module)),
+        ("cluster", lambda: test_cluster(args.module)),
     ]
     if args.asan_module:
         checks += [
@@ -894,6 +1182,7 @@ def main():
             ("asan-workers", lambda: test_workers(args.asan_module, 2, asan_env())),
             ("asan-reload", lambda: test_reload(args.asan_module, asan_env())),
             ("asan-redirects-waits", lambda: test_redirects_and_waits(args.asan_module, asan_env())),
+            ("asan-cluster", lambda: test_cluster(args.asan_module, asan_env())),
         ]
     failed = 0
     for name, fn in checks:

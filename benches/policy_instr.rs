@@ -1,0 +1,78 @@
+//! Instruction counts for the policy engine: the cases of `benches/policy.rs`, run a given
+//! number of times in a plain loop, for `valgrind --tool=callgrind` (exact and independent of
+//! machine load, unlike wall-clock timings). Per request = (count at N2 − count at N1) / (N2 − N1):
+//!
+//! ```sh
+//! BIN=$(cargo bench --bench policy_instr --no-run 2>&1 | sed -n 's/.*(\(target[^)]*\)).*/\1/p')
+//! for case in wiki static api mix min; do
+//!   a=$(valgrind --tool=callgrind --callgrind-out-file=/dev/null $BIN $case 1000 2>&1 | sed -n 's/.*refs: *//p' | tr -d ,)
+//!   b=$(valgrind --tool=callgrind --callgrind-out-file=/dev/null $BIN $case 11000 2>&1 | sed -n 's/.*refs: *//p' | tr -d ,)
+//!   echo "$case $(( (b - a) / 10000 ))"
+//! done
+//! ```
+//!
+//! Without arguments (as `cargo bench` runs it) it does nothing.
+
+use std::hint::black_box;
+use std::net::IpAddr;
+
+use weir::policy::{CompiledPolicy, Engine, OwnedRequest};
+
+#[path = "../tests/common/engine_fixture.rs"]
+mod fixture;
+
+fn engine(src: &str) -> Engine {
+    Engine::new(CompiledPolicy::parse(src, Some("bench.toml")).unwrap_or_else(|e| panic!("{e}")))
+        .unwrap()
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let (Some(case), Some(n)) = (args.first(), args.get(1).and_then(|n| n.parse().ok())) else {
+        return;
+    };
+    let clients = 1..=16u8;
+    let (engine, reqs): (Engine, Vec<OwnedRequest>) = match case.as_str() {
+        "wiki" => (
+            engine(fixture::REALISTIC_POLICY),
+            clients.map(fixture::wiki_tool).collect(),
+        ),
+        "static" => (
+            engine(fixture::REALISTIC_POLICY),
+            clients.map(fixture::static_asset).collect(),
+        ),
+        "api" => (
+            engine(fixture::REALISTIC_POLICY),
+            clients.map(fixture::api_call).collect(),
+        ),
+        "mix" => (
+            engine(fixture::REALISTIC_POLICY),
+            clients
+                .flat_map(|c| {
+                    [
+                        fixture::wiki_tool(c),
+                        fixture::static_asset(c),
+                        fixture::api_call(c),
+                    ]
+                })
+                .collect(),
+        ),
+        "min" => (
+            engine(fixture::MINIMAL_POLICY),
+            clients
+                .map(|c| OwnedRequest::new("GET", "/", IpAddr::from([198, 51, 100, c])))
+                .collect(),
+        ),
+        other => panic!("unknown case {other:?} (wiki, static, api, mix, min)"),
+    };
+    // As benches/policy.rs: 100 ms per request, so every request passes.
+    let mut now = 1_000_000_000u64;
+    for i in 0..n {
+        let r = &reqs[i % reqs.len()];
+        now += 100_000_000;
+        let out = engine.evaluate(black_box(r), now).unwrap();
+        let action = out.action;
+        engine.release(out.permits, now);
+        black_box(action);
+    }
+}
