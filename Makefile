@@ -45,7 +45,7 @@ unit:
 # loads a whole 4-slot bucket; 4 takes about 2 minutes on 2 cores).
 loom:
 	LOOM_MAX_PREEMPTIONS=4 RUSTFLAGS="--cfg loom -C target-feature=+cmpxchg16b" \
-		CARGO_TARGET_DIR=target/loom $(CARGO) test --release --test loom
+		CARGO_TARGET_DIR=target/loom $(CARGO) test --release --test loom --test loom_log
 
 fuzz:
 	bash fuzz/run.sh normalize $(FUZZ_SECONDS)

@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# wrk load benchmark of the Caddy plugin: plain Caddy vs weir (inline zone and policy), hot
-# key and key churn, one run each, 127.0.0.1 only. Needs target/caddy/caddy (make caddy) and
-# wrk. caddy-ratelimit is not included: the Go module proxy reachable here refuses
-# github.com/mholt/caddy-ratelimit (403), so it cannot be built into this Caddy.
+# wrk load benchmark of the Caddy plugin: plain Caddy vs weir (inline zones and policy), hot
+# key and key churn, ROUNDS rounds of every row (interleaved), 127.0.0.1 only. Needs
+# target/caddy/caddy (make caddy) and wrk.
 #
-#   bash benches/caddy_wrk.sh            # DURATION=10s THREADS=1 CONNS=32 by default
+# Optionally also caddy-ratelimit: CADDY_RATELIMIT=/path/to/caddy, a Caddy binary built
+# elsewhere with github.com/mholt/caddy-ratelimit (nothing here builds it). It then runs as a
+# second Caddy (port PORT2) with the same zone shape as weir's log zones ("crl" rows), plus its
+# own plain route ("crl-plain") since it is another binary.
+#
+#   bash benches/caddy_wrk.sh            # DURATION=10s THREADS=1 CONNS=32 ROUNDS=1 by default
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CADDY=${CADDY:-target/caddy/caddy}
@@ -13,10 +17,15 @@ THREADS=${THREADS:-1}
 CONNS=${CONNS:-32}
 PORT=${PORT:-18480}
 ADMIN=${ADMIN:-18479}
+PORT2=${PORT2:-18482}
+ADMIN2=${ADMIN2:-18481}
+ROUNDS=${ROUNDS:-1}
+CRL=${CADDY_RATELIMIT:-}
 command -v wrk >/dev/null || { echo "caddy_wrk: wrk not installed (apt-get install wrk)"; exit 1; }
 [ -x "$CADDY" ] || { echo "caddy_wrk: $CADDY missing (make caddy)"; exit 1; }
 work=$(mktemp -d)
-trap 'kill $pid 2>/dev/null || true; wait $pid 2>/dev/null || true; rm -rf "$work"' EXIT
+pid2=
+trap 'kill $pid $pid2 2>/dev/null || true; wait $pid $pid2 2>/dev/null || true; rm -rf "$work"' EXIT
 
 # Limits generous enough that (almost) every request passes: we measure the cost of the
 # decision, not of rejections.
@@ -57,6 +66,29 @@ cat > "$work/Caddyfile" <<C
 		}
 		respond "ok"
 	}
+	# caddy-ratelimit's zone shape (weir's exact sliding log); limits above the offered load.
+	handle /log-hot {
+		weir {
+			zone lh {
+				key {http.request.header.X-Key}
+				events 4096
+				window 100ms
+				size 67108864
+			}
+		}
+		respond "ok"
+	}
+	handle /log-churn {
+		weir {
+			zone lc {
+				key {http.request.header.X-Key}
+				events 10
+				window 1s
+				size 67108864
+			}
+		}
+		respond "ok"
+	}
 	handle /policy-hot {
 		weir {
 			policy $work/hot.toml
@@ -76,6 +108,51 @@ pid=$!
 for _ in $(seq 100); do curl -fs "http://127.0.0.1:$PORT/plain" >/dev/null 2>&1 && break; sleep 0.1; done
 curl -fs "http://127.0.0.1:$PORT/plain" >/dev/null || { echo "caddy_wrk: caddy did not start:"; cat "$work/caddy.log"; exit 1; }
 
+if [ -n "$CRL" ]; then
+	[ -x "$CRL" ] || { echo "caddy_wrk: CADDY_RATELIMIT=$CRL is not executable"; exit 1; }
+	cat > "$work/Caddyfile.crl" <<C
+{
+	admin 127.0.0.1:$ADMIN2
+	default_bind 127.0.0.1
+	auto_https off
+	persist_config off
+	order rate_limit before respond
+	log default {
+		output discard
+	}
+}
+:$PORT2 {
+	handle /plain {
+		respond "ok"
+	}
+	handle /log-hot {
+		rate_limit {
+			zone lh {
+				key {http.request.header.X-Key}
+				events 4096
+				window 100ms
+			}
+		}
+		respond "ok"
+	}
+	handle /log-churn {
+		rate_limit {
+			zone lc {
+				key {http.request.header.X-Key}
+				events 10
+				window 1s
+			}
+		}
+		respond "ok"
+	}
+}
+C
+	"$CRL" run --config "$work/Caddyfile.crl" --adapter caddyfile > "$work/caddy-crl.log" 2>&1 &
+	pid2=$!
+	for _ in $(seq 100); do curl -fs "http://127.0.0.1:$PORT2/plain" >/dev/null 2>&1 && break; sleep 0.1; done
+	curl -fs "http://127.0.0.1:$PORT2/plain" >/dev/null || { echo "caddy_wrk: caddy-ratelimit did not start:"; cat "$work/caddy-crl.log"; exit 1; }
+fi
+
 # hot: every request the same key; churn: a random key out of a million per request.
 cat > "$work/hot.lua" <<'L'
 wrk.headers["X-Key"] = "hot"
@@ -88,22 +165,34 @@ request = function()
 end
 L
 
-run() { # name path script
+run() { # name path script [port]
 	local out rps p99
-	out=$(wrk -t"$THREADS" -c"$CONNS" -d"$DURATION" --latency -s "$work/$3.lua" "http://127.0.0.1:$PORT$2")
+	out=$(wrk -t"$THREADS" -c"$CONNS" -d"$DURATION" --latency -s "$work/$3.lua" "http://127.0.0.1:${4:-$PORT}$2")
 	rps=$(awk '/Requests\/sec/ {print $2}' <<<"$out")
 	p99=$(awk '$1=="99%" {print $2}' <<<"$out")
 	non2xx=$(awk '/Non-2xx/ {print $5}' <<<"$out")
 	printf '%-22s %12s req/s  p99 %8s  non-2xx %s\n' "$1" "$rps" "$p99" "${non2xx:-0}"
 	echo "$1 $rps" >> "$work/results"
 }
-echo "wrk -t$THREADS -c$CONNS -d$DURATION, caddy $("$CADDY" version | cut -d' ' -f1), $(nproc) cores"
-for k in hot churn; do
-	run "plain/$k" /plain $k
-	run "weir-zone/$k" /zone $k
-	run "weir-policy/$k" "/policy-$k" $k
+echo "wrk -t$THREADS -c$CONNS -d$DURATION, $ROUNDS round(s), caddy $("$CADDY" version | cut -d' ' -f1), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
+for round in $(seq "$ROUNDS"); do
+	echo "-- round $round"
+	for k in hot churn; do
+		run "plain/$k" /plain $k
+		run "weir-log/$k" "/log-$k" $k
+		[ -z "$CRL" ] || run "crl/$k" "/log-$k" $k "$PORT2"
+		[ -z "$CRL" ] || run "crl-plain/$k" /plain $k "$PORT2"
+		run "weir-zone/$k" /zone $k
+		run "weir-policy/$k" "/policy-$k" $k
+	done
 done
 echo
-awk '{r[$1]=$2} END {
-	for (k in r) if (k ~ /^weir/) { split(k, a, "/"); printf "%-22s %.3f of plain Caddy\n", k, r[k] / r["plain/" a[2]] }
-}' "$work/results" | sort
+echo "medians over $ROUNDS round(s):"
+sort -k1,1 -k2,2n "$work/results" | awk '
+	{ v[$1] = v[$1] " " $2; n[$1]++ }
+	END { for (k in v) { split(substr(v[k], 2), a, " "); m[k] = a[int((n[k] + 1) / 2)] }
+	      for (k in m) { split(k, p, "/"); base = (k ~ /^crl/) ? "crl-plain/" : "plain/"
+	                     printf "%-22s %10.0f req/s  %.3f of plain Caddy", k, m[k], m[k] / m["plain/" p[2]]
+	                     if (k ~ /^crl\//) printf "  (%.3f of its own plain)", m[k] / m[base p[2]]
+	                     if (k ~ /^weir-log/ && ("crl/" p[2]) in m) printf "  (%.2fx caddy-ratelimit)", m[k] / m["crl/" p[2]]
+	                     printf "\n" } }' | sort

@@ -28,7 +28,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    log_key
 //	    zone <name> {
 //	        key         <placeholder or text>
-//	        events      <n>            # sliding window (caddy-ratelimit's zones)
+//	        events      <n>            # exact sliding log (caddy-ratelimit's zones)
 //	        window      <duration>
 //	        ipv4_prefix <bits>
 //	        ipv6_prefix <bits>

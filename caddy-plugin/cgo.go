@@ -7,6 +7,15 @@ package weir
 #include <string.h>
 #include "weir.h"
 
+// The library's hash (CGO_CFLAGS, see the Makefile) compiled into this package's object, so
+// that a changed libweir_caddy.a changes the package's output and Go relinks the binary (the
+// build cache hashes neither the archive named in LDFLAGS nor an unused -D).
+#ifdef WEIR_LIB_SHA
+#define WGO_STR2(x) #x
+#define WGO_STR(x) WGO_STR2(x)
+__attribute__((used)) static const char wgo_lib_sha[] = WGO_STR(WEIR_LIB_SHA);
+#endif
+
 // Request headers packed by Go into one buffer: for each header line,
 // [u32 name_len][lowercase name][u32 value_len][value], native byte order.
 // The lookup runs in C so that one evaluation is exactly one cgo call.
@@ -273,14 +282,16 @@ var headerPool = sync.Pool{New: func() any { b := make([]byte, 0, 2048); return 
 
 // zone is a low-level weir table with one algorithm (inline zones).
 type zone struct {
-	z *C.weir_zone
-	l *C.weir_limiter
+	z  *C.weir_zone
+	l  *C.weir_limiter
+	lz *C.weir_log_zone // kindLog: the exact sliding log (z and l are nil)
 }
 
 const (
 	kindSliding = iota
 	kindGCRA
 	kindConcurrency
+	kindLog
 )
 
 // zoneParams describe a low-level zone; equal params share state across reloads.
@@ -296,8 +307,20 @@ type zoneParams struct {
 	max      uint64
 }
 
+// logZoneBytes is what a log zone of `events` needs for `keys` keys.
+func logZoneBytes(events, keys uint64) uint64 {
+	return uint64(C.weir_log_zone_bytes(C.uint64_t(events), C.size_t(keys)))
+}
+
 func newZone(p zoneParams) (*zone, error) {
 	var cerr *C.weir_error
+	if p.kind == kindLog {
+		var lz *C.weir_log_zone
+		if rc := C.weir_log_zone_new(C.size_t(p.bytes), C.uint64_t(p.events), C.uint64_t(p.windowNS), &lz, &cerr); rc != C.WEIR_OK {
+			return nil, takeError(cerr, rc)
+		}
+		return &zone{lz: lz}, nil
+	}
 	var l *C.weir_limiter
 	var rc C.int
 	switch p.kind {
@@ -324,6 +347,7 @@ func newZone(p zoneParams) (*zone, error) {
 }
 
 func (z *zone) free() {
+	C.weir_log_zone_free(z.lz)
 	C.weir_zone_free(z.z)
 	C.weir_limiter_free(z.l)
 }
@@ -341,6 +365,12 @@ func fromCheck(c *C.weir_check) check {
 
 func (z *zone) check(key string, now uint64) (check, error) {
 	var c C.weir_check
+	if z.lz != nil {
+		if rc := C.weir_log_zone_check(z.lz, sptr(key), C.size_t(len(key)), C.uint64_t(now), &c); rc != C.WEIR_OK {
+			return check{}, fmt.Errorf("weir_log_zone_check: %d", int(rc))
+		}
+		return fromCheck(&c), nil
+	}
 	if rc := C.weir_zone_check(z.z, z.l, sptr(key), C.size_t(len(key)), 1, C.uint64_t(now), &c); rc != C.WEIR_OK {
 		return check{}, fmt.Errorf("weir_zone_check: %d", int(rc))
 	}
@@ -348,6 +378,10 @@ func (z *zone) check(key string, now uint64) (check, error) {
 }
 
 func (z *zone) refund(key string, now uint64) {
+	if z.lz != nil {
+		C.weir_log_zone_refund(z.lz, sptr(key), C.size_t(len(key)), C.uint64_t(now))
+		return
+	}
 	C.weir_zone_refund(z.z, z.l, sptr(key), C.size_t(len(key)), 1, C.uint64_t(now))
 }
 

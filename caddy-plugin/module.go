@@ -1,6 +1,6 @@
 // Package weir is a Caddy v2 HTTP handler (http.handlers.weir) running the weir rate-limit
 // engine through its C ABI: a weir policy file, and/or inline zones shaped like
-// caddy-ratelimit's (sliding window), plus GCRA and concurrency zones.
+// caddy-ratelimit's (exact sliding log), plus GCRA and concurrency zones.
 package weir
 
 import (
@@ -92,6 +92,9 @@ func (Handler) CaddyModule() caddy.ModuleInfo {
 	}
 }
 
+// maxLogEvents is the most events per key an exact sliding-log zone keeps.
+const maxLogEvents = 4096
+
 // zoneParamsOf validates a zone and returns its weir parameters.
 func zoneParamsOf(name string, z *Zone) (zoneParams, error) {
 	p := zoneParams{bytes: 1 << 20}
@@ -131,6 +134,15 @@ func zoneParamsOf(name string, z *Zone) (zoneParams, error) {
 			return p, fmt.Errorf("zone %s: a sliding zone requires both a window and events (events >= 1)", name)
 		}
 		p.kind, p.events, p.windowNS = kindSliding, uint64(z.MaxEvents), uint64(z.Window)
+		// caddy-ratelimit's exact sliding log when it fits (up to 4096 events per key, a
+		// window of at least 1 ms); beyond, the sliding-window estimate.
+		if z.MaxEvents <= maxLogEvents && z.Window >= caddy.Duration(time.Millisecond) {
+			p.kind = kindLog
+			// Without a size: 1 MiB, or room for 1024 keys when their logs need more.
+			if min := logZoneBytes(p.events, 1024); z.Size == 0 && p.bytes < min {
+				p.bytes = min
+			}
+		}
 	case gcra:
 		if z.Rate == "" {
 			return p, fmt.Errorf("zone %s: burst needs a rate (e.g. rate 10r/s)", name)

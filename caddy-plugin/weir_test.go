@@ -110,3 +110,23 @@ func BenchmarkZoneCheck(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkLogZoneCheck: one weir_log_zone_check through cgo (exact sliding log, 1024 keys,
+// 100 events per 1 ms window, so that every check passes).
+func BenchmarkLogZoneCheck(b *testing.B) {
+	z, err := newZone(zoneParams{kind: kindLog, bytes: 16 << 20, events: 100, windowNS: uint64(time.Millisecond)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer z.free()
+	keys := make([]string, 1024)
+	for i := range keys {
+		keys[i] = "client-" + strconv.Itoa(i)
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := z.check(keys[i&1023], nowNS()); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -110,6 +110,13 @@ typedef struct weir_error weir_error;
 typedef struct weir_limiter weir_limiter;
 
 /*
+ An exact sliding-log zone: at most `events` admissions per key in any `window`, a ring of
+ event times per key, in process memory or a caller's region. Thread-safe; usable from
+ several processes when the region is shared.
+ */
+typedef struct weir_log_zone weir_log_zone;
+
+/*
  A parsed, validated policy. Immutable; thread-safe.
  */
 typedef struct weir_policy weir_policy;
@@ -633,6 +640,65 @@ uint64_t weir_zone_in_flight(const struct weir_zone *z,
                              const uint8_t *key,
                              size_t key_len,
                              uint64_t now);
+
+/*
+ Bytes a log zone of `events` per window needs for `capacity` keys (0 when `events` is
+ outside 1..=4096).
+ */
+size_t weir_log_zone_bytes(uint64_t events, size_t capacity);
+
+/*
+ A log zone of `bytes` in this process's memory: `events` (1..=4096) per `window_ns`
+ (at least 1 ms; kept in whole milliseconds).
+ */
+int weir_log_zone_new(size_t bytes,
+                      uint64_t events,
+                      uint64_t window_ns,
+                      struct weir_log_zone **out,
+                      struct weir_error **err);
+
+/*
+ Creates a log zone in the caller's region (64-byte aligned, outliving the handle), or
+ attaches to the one already there when size and parameters are the same (`*existed`, may
+ be NULL, says which).
+ */
+int weir_log_zone_attach(void *region,
+                         size_t len,
+                         uint64_t events,
+                         uint64_t window_ns,
+                         uint64_t clock_base,
+                         int *existed,
+                         struct weir_log_zone **out,
+                         struct weir_error **err);
+
+/*
+ Frees a log zone handle (NULL is ignored); a caller's region is left as it is.
+ */
+void weir_log_zone_free(struct weir_log_zone *z);
+
+/*
+ Checks `key` at `now` and records the event when admitted. A rejection's
+ `retry_after_ns` is when the oldest event in the window leaves it.
+ */
+int weir_log_zone_check(const struct weir_log_zone *z,
+                        const uint8_t *key,
+                        size_t key_len,
+                        uint64_t now,
+                        struct weir_check *out);
+
+/*
+ Takes back the event `weir_log_zone_check` recorded at `now` (a later limit refused the
+ request).
+ */
+int weir_log_zone_refund(const struct weir_log_zone *z,
+                         const uint8_t *key,
+                         size_t key_len,
+                         uint64_t now);
+
+/*
+ A log zone's counters.
+ */
+int weir_log_zone_get_stats(const struct weir_log_zone *z, struct weir_zone_stats *out);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -423,7 +423,7 @@ fn zone_errors() {
         "[zones.z]\nsize = \"1m\"\nalgorithm = \"leaky\"\n",
         3,
         13,
-        "unknown algorithm \"leaky\"; expected \"gcra\", \"sliding\" or \"concurrency\"",
+        "unknown algorithm \"leaky\"; expected \"gcra\", \"sliding\", \"concurrency\" or \"log\"",
     );
     assert_err(
         "[zones.z]\nsize = \"1m\"\nalgorithm = \"gcra\"\n",

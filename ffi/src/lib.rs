@@ -1411,3 +1411,168 @@ pub unsafe extern "C" fn weir_zone_in_flight(
     }));
     r.unwrap_or(0)
 }
+
+// ---------------------------------------------------------------------------------------------
+// Exact sliding-log zones (caddy-ratelimit's semantics; docs/ARCHITECTURE.md)
+
+/// An exact sliding-log zone: at most `events` admissions per key in any `window`, a ring of
+/// event times per key, in process memory or a caller's region. Thread-safe; usable from
+/// several processes when the region is shared.
+pub struct weir_log_zone {
+    table: weir::table::LogTable,
+}
+
+fn sliding_log(events: u64, window_ns: u64) -> Result<weir::table::SlidingLog, String> {
+    weir::table::SlidingLog::new(events, window_ns).map_err(|e| e.to_string())
+}
+
+/// Bytes a log zone of `events` per window needs for `capacity` keys (0 when `events` is
+/// outside 1..=4096).
+#[no_mangle]
+pub extern "C" fn weir_log_zone_bytes(events: u64, capacity: usize) -> usize {
+    match sliding_log(events, 1_000_000_000) {
+        Ok(log) => weir::table::LogTable::bytes_for(&log, capacity),
+        Err(_) => 0,
+    }
+}
+
+/// A log zone of `bytes` in this process's memory: `events` (1..=4096) per `window_ns`
+/// (at least 1 ms; kept in whole milliseconds).
+#[no_mangle]
+pub unsafe extern "C" fn weir_log_zone_new(
+    bytes: usize,
+    events: u64,
+    window_ns: u64,
+    out: *mut *mut weir_log_zone,
+    err: *mut *mut weir_error,
+) -> c_int {
+    guard(|| {
+        if out.is_null() {
+            return fail(err, WEIR_ERR_NULL, "out is NULL");
+        }
+        *out = ptr::null_mut();
+        let log = match sliding_log(events, window_ns) {
+            Ok(l) => l,
+            Err(e) => return fail(err, WEIR_ERR_INVALID, e),
+        };
+        match weir::table::LogTable::new(bytes, log, 0) {
+            Ok(table) => give(out, weir_log_zone { table }),
+            Err(e) => fail(err, WEIR_ERR_ZONE, e),
+        }
+    })
+}
+
+/// Creates a log zone in the caller's region (64-byte aligned, outliving the handle), or
+/// attaches to the one already there when size and parameters are the same (`*existed`, may
+/// be NULL, says which).
+#[no_mangle]
+pub unsafe extern "C" fn weir_log_zone_attach(
+    region: *mut c_void,
+    len: usize,
+    events: u64,
+    window_ns: u64,
+    clock_base: u64,
+    existed: *mut c_int,
+    out: *mut *mut weir_log_zone,
+    err: *mut *mut weir_error,
+) -> c_int {
+    guard(|| {
+        if out.is_null() || region.is_null() {
+            return fail(err, WEIR_ERR_NULL, "region or out is NULL");
+        }
+        *out = ptr::null_mut();
+        let log = match sliding_log(events, window_ns) {
+            Ok(l) => l,
+            Err(e) => return fail(err, WEIR_ERR_INVALID, e),
+        };
+        match weir::table::LogTable::create_or_attach(region.cast(), len, log, clock_base) {
+            Ok((table, kept)) => {
+                if !existed.is_null() {
+                    *existed = kept as c_int;
+                }
+                give(out, weir_log_zone { table })
+            }
+            Err(e) => fail(err, WEIR_ERR_ZONE, e),
+        }
+    })
+}
+
+/// Frees a log zone handle (NULL is ignored); a caller's region is left as it is.
+#[no_mangle]
+pub unsafe extern "C" fn weir_log_zone_free(z: *mut weir_log_zone) {
+    take_back(z)
+}
+
+/// Checks `key` at `now` and records the event when admitted. A rejection's
+/// `retry_after_ns` is when the oldest event in the window leaves it.
+#[no_mangle]
+pub unsafe extern "C" fn weir_log_zone_check(
+    z: *const weir_log_zone,
+    key: *const u8,
+    key_len: usize,
+    now: u64,
+    out: *mut weir_check,
+) -> c_int {
+    guard(|| {
+        if z.is_null() || out.is_null() {
+            return WEIR_ERR_NULL;
+        }
+        let key = match bytes(key, key_len) {
+            Ok(k) => k,
+            Err(code) => return code,
+        };
+        let t = &(*z).table;
+        let v = t.check(t.key_hash(key), now);
+        *out = check_out(v.decision, &v);
+        WEIR_OK
+    })
+}
+
+/// Takes back the event `weir_log_zone_check` recorded at `now` (a later limit refused the
+/// request).
+#[no_mangle]
+pub unsafe extern "C" fn weir_log_zone_refund(
+    z: *const weir_log_zone,
+    key: *const u8,
+    key_len: usize,
+    now: u64,
+) -> c_int {
+    guard(|| {
+        if z.is_null() {
+            return WEIR_ERR_NULL;
+        }
+        let key = match bytes(key, key_len) {
+            Ok(k) => k,
+            Err(code) => return code,
+        };
+        let t = &(*z).table;
+        t.refund(t.key_hash(key), now);
+        WEIR_OK
+    })
+}
+
+/// A log zone's counters.
+#[no_mangle]
+pub unsafe extern "C" fn weir_log_zone_get_stats(
+    z: *const weir_log_zone,
+    out: *mut weir_zone_stats,
+) -> c_int {
+    guard(|| {
+        if z.is_null() || out.is_null() {
+            return WEIR_ERR_NULL;
+        }
+        let s = (*z).table.stats();
+        *out = weir_zone_stats {
+            capacity: s.capacity,
+            occupancy: s.occupancy,
+            inserts: s.inserts,
+            evicted_expired: s.evicted_expired,
+            evicted_active: s.evicted_active,
+            longest_probe: s.longest_probe,
+            passed: s.passed,
+            delayed: s.delayed,
+            rejected: s.rejected,
+        };
+        WEIR_OK
+    })
+}

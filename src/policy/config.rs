@@ -476,15 +476,24 @@ pub enum Algorithm {
         /// Maximum in flight (≥ 1).
         max: u64,
     },
+    /// Exact sliding log (caddy-ratelimit's semantics): at most `events` admissions per key in
+    /// any `window`, each key keeping its last `events` admission times.
+    Log {
+        /// Events per window (1 ..= 4096).
+        events: u64,
+        /// Window length (1 ms ..= 7 d).
+        window: Duration,
+    },
 }
 
 impl Algorithm {
-    /// `"gcra"`, `"sliding"` or `"concurrency"`.
+    /// `"gcra"`, `"sliding"`, `"concurrency"` or `"log"`.
     pub fn name(&self) -> &'static str {
         match self {
             Algorithm::Gcra { .. } => "gcra",
             Algorithm::Sliding { .. } => "sliding",
             Algorithm::Concurrency { .. } => "concurrency",
+            Algorithm::Log { .. } => "log",
         }
     }
 }
@@ -954,12 +963,12 @@ fn compile_zone(cx: &mut Cx<'_>, name: &str, z: &Spanned<ZoneSpec>) -> Option<Zo
     let alg = zs.algorithm.get_ref().as_str();
     let allowed: &[&str] = match alg {
         "gcra" => &["rate"],
-        "sliding" => &["events", "window"],
+        "sliding" | "log" => &["events", "window"],
         "concurrency" => &["max"],
         other => {
             cx.err(
                 &zs.algorithm.span(),
-                format!("unknown algorithm {other:?}; expected \"gcra\", \"sliding\" or \"concurrency\""),
+                format!("unknown algorithm {other:?}; expected \"gcra\", \"sliding\", \"concurrency\" or \"log\""),
             );
             return None;
         }
@@ -977,7 +986,7 @@ fn compile_zone(cx: &mut Cx<'_>, name: &str, z: &Spanned<ZoneSpec>) -> Option<Zo
                 let owner = match *field {
                     "rate" => "gcra",
                     "max" => "concurrency",
-                    _ => "sliding",
+                    _ => "sliding or log",
                 };
                 cx.err(
                     span,
@@ -1025,6 +1034,31 @@ fn compile_zone(cx: &mut Cx<'_>, name: &str, z: &Spanned<ZoneSpec>) -> Option<Zo
                 return None;
             }
             Algorithm::Sliding {
+                events: events?,
+                window,
+            }
+        }
+        "log" => {
+            let max = crate::table::MAX_LOG_EVENTS;
+            let events = zs.events.as_ref()?;
+            {
+                let n = *events.get_ref();
+                if n > max as i64 {
+                    cx.err(
+                        &events.span(),
+                        format!("a log zone keeps at most {max} events per key (8 bytes each), got {n}; use algorithm = \"sliding\" for larger counts"),
+                    );
+                    return None;
+                }
+            }
+            let events = positive(cx, events, "events", 1, max as i64);
+            let w = zs.window.as_ref()?;
+            let window = duration_value(cx, w)?;
+            if window < Duration::from_millis(1) || window > Duration::from_secs(7 * 86400) {
+                cx.err(&w.span(), "log window must be between 1ms and 7d");
+                return None;
+            }
+            Algorithm::Log {
                 events: events?,
                 window,
             }
@@ -1103,6 +1137,13 @@ fn compile_cluster(
             cx.err(
                 &scope,
                 format!("zone {name:?}: scope = \"cluster\" supports sliding zones only; concurrency across nodes would need distributed leases"),
+            );
+            return Err(());
+        }
+        Algorithm::Log { .. } => {
+            cx.err(
+                &scope,
+                format!("zone {name:?}: scope = \"cluster\" supports sliding zones only; a log zone's per-key event times are not shared across nodes"),
             );
             return Err(());
         }
@@ -1712,6 +1753,8 @@ fn compile_limit(
         Algorithm::Gcra { .. } => burst + 1,
         Algorithm::Sliding { events, .. } => events,
         Algorithm::Concurrency { max } => max,
+        // One log entry per admitted request.
+        Algorithm::Log { .. } => 1,
     };
     if cost > cap {
         if let Some(c) = &ls.cost {
@@ -1719,6 +1762,10 @@ fn compile_limit(
                 Algorithm::Gcra { .. } => format!("burst + 1 = {cap}"),
                 Algorithm::Sliding { .. } => format!("the zone's events = {cap}"),
                 Algorithm::Concurrency { .. } => format!("the zone's max = {cap}"),
+                Algorithm::Log { .. } => {
+                    "1, the only cost a log zone takes (it records one event per request)"
+                        .to_string()
+                }
             };
             cx.err(
                 &c.span(),

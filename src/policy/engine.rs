@@ -29,7 +29,7 @@ use crate::limiter::{
     concurrency::DEFAULT_LEASE_NS, Concurrency, Decision, Delay, Gcra, Permit, Rate, SlidingWindow,
     Verdict, NS_PER_SEC,
 };
-use crate::table::Table;
+use crate::table::{LogTable, SlidingLog, Table};
 
 /// Concurrency limits one request can hold at once.
 pub const MAX_PERMITS: usize = 4;
@@ -209,6 +209,8 @@ enum RateAlg {
     Sliding(SlidingWindow),
     /// A `scope = "cluster"` sliding zone: local counts plus the other nodes' (src/cluster).
     Cluster(Arc<ClusterZone>),
+    /// An exact sliding log (its own table, in the zone's region; cost is always 1).
+    Log(Arc<LogTable>),
 }
 
 impl RateAlg {
@@ -217,6 +219,7 @@ impl RateAlg {
             RateAlg::Gcra(a) => t.predict(a, h, cost, now),
             RateAlg::Sliding(a) => t.predict(a, h, cost, now),
             RateAlg::Cluster(c) => c.predict(t, h, cost, now),
+            RateAlg::Log(l) => l.predict(h, now),
         }
     }
     fn check(&self, t: &Table, h: u64, cost: u64, now: u64) -> Verdict {
@@ -224,6 +227,7 @@ impl RateAlg {
             RateAlg::Gcra(a) => t.check(a, h, cost, now),
             RateAlg::Sliding(a) => t.check(a, h, cost, now),
             RateAlg::Cluster(c) => c.check(t, h, cost, now),
+            RateAlg::Log(l) => l.check(h, now),
         }
     }
     fn refund(&self, t: &Table, h: u64, cost: u64, now: u64) {
@@ -231,6 +235,7 @@ impl RateAlg {
             RateAlg::Gcra(a) => t.refund(a, h, cost, now),
             RateAlg::Sliding(a) => t.refund(a, h, cost, now),
             RateAlg::Cluster(c) => c.refund(t, h, cost, now),
+            RateAlg::Log(l) => l.refund(h, now),
         }
     }
     /// `w` of `RateLimit-Policy`: the time a full quota takes to refill.
@@ -239,6 +244,7 @@ impl RateAlg {
             RateAlg::Gcra(g) => ((g.burst() + 1) * g.interval_ns()).div_ceil(NS_PER_SEC),
             RateAlg::Sliding(s) => s.window_ns().div_ceil(NS_PER_SEC),
             RateAlg::Cluster(c) => c.window().window_ns().div_ceil(NS_PER_SEC),
+            RateAlg::Log(l) => l.log().window_ns().div_ceil(NS_PER_SEC),
         }
     }
 }
@@ -251,6 +257,8 @@ pub struct Engine {
     counters: Counters,
     /// Per zone: its cluster side when `scope = "cluster"`.
     clusters: Vec<Option<Arc<ClusterZone>>>,
+    /// Per zone: its exact sliding log when `algorithm = "log"`.
+    logs: Vec<Option<Arc<LogTable>>>,
     /// The headers the policy reads, looked up in one pass per request.
     headers: HeaderPlan,
 }
@@ -314,6 +322,8 @@ fn zone_schema(z: &config::Zone) -> u64 {
         }
         config::Algorithm::Sliding { window, .. } => (2, window.as_nanos() as u64),
         config::Algorithm::Concurrency { .. } => (3, DEFAULT_LEASE_NS),
+        // The log's record size depends on `events`: both are part of the layout.
+        config::Algorithm::Log { events, window } => (5 | events << 8, window.as_millis() as u64),
     };
     // FNV-1a over the fields: stable across builds and processes.
     let mut h = 0xcbf2_9ce4_8422_2325u64;
@@ -327,8 +337,12 @@ fn limiter_for(
     zone: &config::Zone,
     limit: &Limit,
     cluster: Option<&Arc<ClusterZone>>,
+    log: Option<&Arc<LogTable>>,
 ) -> Result<Limiter, String> {
     let err = |e: crate::limiter::ParamError| format!("limit {}: {e}", limit.name);
+    if let Some(l) = log {
+        return Ok(Limiter::Rate(RateAlg::Log(Arc::clone(l))));
+    }
     if let Some(c) = cluster {
         if limit.cost > c.fallback_events() {
             return Err(format!(
@@ -362,7 +376,52 @@ fn limiter_for(
         config::Algorithm::Concurrency { max } => {
             Limiter::Concurrency(Concurrency::new(max, DEFAULT_LEASE_NS).map_err(err)?)
         }
+        config::Algorithm::Log { .. } => unreachable!("log zones have their table"),
     })
+}
+
+/// The exact sliding log of an `algorithm = "log"` zone. It lives in the zone's region after
+/// the slot table's 1152-byte header (whose seed gives the key hashes and whose identity the
+/// hosts validate on reload); the slot area, never used by a log zone, holds the log table,
+/// created there or attached with its state like the header.
+fn log_for(zone: &config::Zone, table: &Table) -> Result<Option<Arc<LogTable>>, String> {
+    let config::Algorithm::Log { events, window } = zone.algorithm else {
+        return Ok(None);
+    };
+    let log = SlidingLog::new(events, window.as_nanos() as u64)
+        .map_err(|e| format!("zone {}: {e}", zone.name))?;
+    let skip = Table::bytes_for(0) - crate::table::MIN_CAPACITY * crate::table::SLOT_BYTES;
+    let too_small = |bytes: usize| {
+        format!(
+            "zone {}: size {bytes} holds no log record; a log zone of {events} events needs at least {} bytes ({} per key)",
+            zone.name,
+            skip + LogTable::bytes_for(&log, 1),
+            log.record_bytes()
+        )
+    };
+    #[cfg(not(loom))]
+    {
+        let (ptr, len) = table.region();
+        if len < skip + LogTable::bytes_for(&log, 1) {
+            return Err(too_small(len));
+        }
+        // SAFETY: `[skip, len)` of the table's region is the slot area, valid as long as the
+        // table, which the engine owns beside the log handle (dropping a handle on a borrowed
+        // region touches nothing); no slot of a log zone's table is ever used.
+        let (t, _) = unsafe {
+            LogTable::create_or_attach(ptr.add(skip), len - skip, log, table.clock_base())
+        }
+        .map_err(|e| format!("zone {}: {e}", zone.name))?;
+        Ok(Some(Arc::new(t)))
+    }
+    #[cfg(loom)]
+    {
+        let _ = too_small;
+        Ok(Some(Arc::new(
+            LogTable::new(zone.size as usize, log, table.clock_base())
+                .map_err(|e| format!("zone {}: {e}", zone.name))?,
+        )))
+    }
 }
 
 /// The cluster side of a `scope = "cluster"` zone (its remote counts in `shared` when given),
@@ -476,10 +535,19 @@ impl Engine {
             .zip(shared)
             .map(|((z, t), s)| cluster_for(z, t, s, start_syncers))
             .collect::<Result<Vec<_>, _>>()?;
+        let logs = policy
+            .zones
+            .iter()
+            .zip(&tables)
+            .map(|(z, t)| log_for(z, t))
+            .collect::<Result<Vec<_>, _>>()?;
         let limiters = policy
             .limits
             .iter()
-            .map(|l| limiter_for(&policy.zones[l.zone], l, clusters[l.zone].as_ref()))
+            .map(|l| {
+                let z = l.zone;
+                limiter_for(&policy.zones[z], l, clusters[z].as_ref(), logs[z].as_ref())
+            })
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Engine {
             headers: header_plan(&policy),
@@ -488,6 +556,7 @@ impl Engine {
             limiters,
             counters,
             clusters,
+            logs,
         })
     }
 
@@ -535,6 +604,14 @@ impl Engine {
 
     pub fn tables(&self) -> &[Table] {
         &self.tables
+    }
+
+    /// Zone `zone`'s table counters (its exact sliding log's for `algorithm = "log"`).
+    pub fn zone_stats(&self, zone: usize) -> crate::table::TableStats {
+        match &self.logs[zone] {
+            Some(l) => l.stats(),
+            None => self.tables[zone].stats(),
+        }
     }
 
     pub fn counters(&self, limit: usize) -> &LimitCounters {

@@ -72,7 +72,7 @@ impl Engine {
         }
 
         let zones = &self.policy().zones;
-        let stats: Vec<_> = self.tables().iter().map(|t| t.stats()).collect();
+        let stats: Vec<_> = (0..zones.len()).map(|z| self.zone_stats(z)).collect();
         type Field = fn(&crate::table::TableStats) -> u64;
         let series: [(&str, &str, &str, Field); 6] = [
             (

@@ -7,9 +7,11 @@
 //! table wedged. See docs/ARCHITECTURE.md for the protocols and their invariants.
 
 mod header;
+mod log;
 mod slot;
 
 pub use header::LAYOUT_VERSION;
+pub use log::{LogTable, SlidingLog, LOG_PROBE_WINDOW, MAX_LOG_EVENTS};
 
 use crate::limiter::{Algorithm, Concurrency, Decision, Permit, Verdict};
 use header::{Header, Stripe, HEADER_BYTES, MAGIC};
@@ -362,6 +364,14 @@ impl Table {
     /// The time base every `now` is measured from (stored in the region).
     pub fn clock_base(&self) -> u64 {
         self.clock_base
+    }
+
+    /// The region's start and length. A log zone (src/policy/engine.rs) keeps its
+    /// [`LogTable`] in the slot area of a table whose slots it never uses.
+    #[cfg(not(loom))]
+    pub(crate) fn region(&self) -> (*mut u8, usize) {
+        let len = self.header().region_len.load(Relaxed) as usize;
+        (self.header.as_ptr().cast(), len)
     }
 
     /// The table's keyed 64-bit hash of `key` (seeded per table; never 0).

@@ -1,0 +1,763 @@
+//! An exact sliding log per key: admits a request iff fewer than `events` requests of the same
+//! key were admitted in the last `window` (the semantics of caddy-ratelimit's ring of
+//! timestamps), in fixed memory, lock-free, in process memory or a shared region.
+//!
+//! Region layout (position-independent, offsets from the region start): the table header of
+//! [`super::header`] (1152 bytes; magic `"WEIRLOG"` + version, capacity = records, schema =
+//! [`SlidingLog::schema`]), then `capacity` records of `stride` bytes:
+//!
+//! ```text
+//! record = hdr: 16 bytes  tag (high 64) | head (low 64), changed only by 16-byte CAS
+//!          entries: N × 8 bytes  seq (24 bits) | ts (40 bits), changed only by 8-byte CAS
+//!          (padding to a multiple of 16 bytes)
+//! ```
+//!
+//! `head` counts the key's admissions (positions); admission number `p` lives in entry
+//! `p mod N` with `seq = p mod 2^24` and `ts = milliseconds since the clock base + 1` (ts 0 =
+//! no event: never written, or refunded). The last N positions `[head − N, head)` are the log.
+//! Protocol and invariants: docs/ARCHITECTURE.md, "The exact sliding log".
+
+use super::header::{Header, Stripe, HEADER_BYTES};
+use super::slot::{pack, tag, SlotWord, EMPTY};
+#[cfg(not(loom))]
+use super::REGION_ALIGN;
+use super::{TableError, TableStats};
+use crate::limiter::{Decision, ParamError, Verdict};
+use std::ptr::NonNull;
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
+
+#[cfg(loom)]
+use loom::sync::atomic::AtomicU64 as EntryWord;
+#[cfg(not(loom))]
+use std::sync::atomic::AtomicU64 as EntryWord;
+
+/// "WEIRLOG" + layout version byte.
+const LOG_MAGIC: u64 = u64::from_le_bytes(*b"WEIRLOG\x01");
+/// Largest `events` of a log zone (every key stores `events` 8-byte entries).
+pub const MAX_LOG_EVENTS: u64 = 4096;
+/// Records examined for one key: its home record and the next ones, wrapping.
+pub const LOG_PROBE_WINDOW: usize = 8;
+/// Bytes per record header (tag | head).
+const RECORD_HDR: usize = 16;
+const SEQ_BITS: u32 = 24;
+const SEQ_MASK: u64 = (1 << SEQ_BITS) - 1;
+const TS_BITS: u32 = 40;
+const TS_MASK: u64 = (1 << TS_BITS) - 1;
+/// Entry sequence distances at or beyond this are "ahead of the head" (mod 2^24).
+const AHEAD: u64 = 1 << (SEQ_BITS - 1);
+const NS_PER_MS: u64 = 1_000_000;
+/// Longest window: timestamps are 40-bit milliseconds.
+const MAX_WINDOW_MS: u64 = 1 << 36;
+
+/// Parameters of an exact sliding log: at most `events` admissions per key in any `window`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SlidingLog {
+    events: u64,
+    window_ms: u64,
+}
+
+impl SlidingLog {
+    /// `events` in 1..=4096; `window_ns` at least 1 ms (kept in whole milliseconds, truncated).
+    pub fn new(events: u64, window_ns: u64) -> Result<SlidingLog, ParamError> {
+        if events == 0 || events > MAX_LOG_EVENTS {
+            return Err(ParamError(format!(
+                "a log zone keeps 1 to {MAX_LOG_EVENTS} events per key, got {events}"
+            )));
+        }
+        let window_ms = window_ns / NS_PER_MS;
+        if window_ms == 0 || window_ms > MAX_WINDOW_MS {
+            return Err(ParamError(format!(
+                "a log zone's window must be between 1 ms and {MAX_WINDOW_MS} ms, got {window_ns} ns"
+            )));
+        }
+        Ok(SlidingLog { events, window_ms })
+    }
+
+    pub fn events(&self) -> u64 {
+        self.events
+    }
+
+    pub fn window_ns(&self) -> u64 {
+        self.window_ms * NS_PER_MS
+    }
+
+    /// The region schema: `'L' (8 bits) | events (13 bits) | window in ms (43 bits)`.
+    pub fn schema(&self) -> u64 {
+        (0x4c << 56) | (self.events << 43) | self.window_ms
+    }
+
+    /// Bytes per key.
+    pub fn record_bytes(&self) -> usize {
+        RECORD_HDR + (self.events as usize).next_multiple_of(2) * 8
+    }
+}
+
+#[inline]
+fn entry(seq: u64, ts: u64) -> u64 {
+    ((seq & SEQ_MASK) << TS_BITS) | (ts & TS_MASK)
+}
+
+#[inline]
+fn seq_of(e: u64) -> u64 {
+    e >> TS_BITS
+}
+
+#[inline]
+fn ts_of(e: u64) -> u64 {
+    e & TS_MASK
+}
+
+#[inline]
+fn head(w: u128) -> u64 {
+    w as u64
+}
+
+/// How far position `h` is past sequence number `seq` (mod 2^24).
+#[inline]
+fn dist(h: u64, seq: u64) -> u64 {
+    h.wrapping_sub(seq) & SEQ_MASK
+}
+
+enum Owner {
+    Borrowed,
+    #[cfg(not(loom))]
+    Heap(std::alloc::Layout),
+    #[cfg(loom)]
+    Boxed(
+        #[allow(dead_code)] Box<Header>,
+        Box<[SlotWord]>,
+        Box<[EntryWord]>,
+    ),
+}
+
+/// A handle on an exact-sliding-log table (one zone). `&LogTable` is shared between threads;
+/// each process attaches its own handle to a shared region.
+pub struct LogTable {
+    header: NonNull<Header>,
+    #[cfg_attr(loom, allow(dead_code))]
+    records: NonNull<u8>,
+    capacity: usize,
+    #[cfg_attr(loom, allow(dead_code))]
+    stride: usize,
+    n: u64,
+    log: SlidingLog,
+    hasher: ahash::RandomState,
+    clock_base: u64,
+    owner: Owner,
+}
+
+// SAFETY: the region is accessed only through atomics and outlives the handle (as `Table`).
+unsafe impl Send for LogTable {}
+unsafe impl Sync for LogTable {}
+
+impl Drop for LogTable {
+    fn drop(&mut self) {
+        #[cfg(not(loom))]
+        if let Owner::Heap(layout) = self.owner {
+            // SAFETY: allocated in `LogTable::new` with exactly this layout.
+            unsafe { std::alloc::dealloc(self.header.as_ptr().cast(), layout) };
+        }
+    }
+}
+
+impl LogTable {
+    /// Records (keys) that fit in `bytes` (0 when too small for one).
+    pub fn capacity_for(log: &SlidingLog, bytes: usize) -> usize {
+        bytes.saturating_sub(HEADER_BYTES) / log.record_bytes()
+    }
+
+    /// Bytes a region needs for `capacity` keys.
+    pub fn bytes_for(log: &SlidingLog, capacity: usize) -> usize {
+        HEADER_BYTES + capacity.max(1) * log.record_bytes()
+    }
+
+    /// A table in this process's memory within a budget of `bytes`.
+    #[cfg(not(loom))]
+    pub fn new(bytes: usize, log: SlidingLog, clock_base: u64) -> Result<LogTable, TableError> {
+        let minimum = LogTable::bytes_for(&log, 1);
+        if bytes < minimum {
+            return Err(TableError::TooSmall { bytes, minimum });
+        }
+        let layout = std::alloc::Layout::from_size_align(bytes, REGION_ALIGN)
+            .map_err(|_| TableError::Alloc { bytes })?;
+        // SAFETY: non-zero size.
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        if ptr.is_null() {
+            return Err(TableError::Alloc { bytes });
+        }
+        // SAFETY: fresh, exclusive, aligned, `bytes` long.
+        let mut t = unsafe { LogTable::create(ptr, bytes, log, clock_base) }.inspect_err(|_| {
+            // SAFETY: allocated above with this layout.
+            unsafe { std::alloc::dealloc(ptr, layout) }
+        })?;
+        t.owner = Owner::Heap(layout);
+        Ok(t)
+    }
+
+    /// Under loom: boxed model objects with `capacity_for(bytes)` records.
+    #[cfg(loom)]
+    pub fn new(bytes: usize, log: SlidingLog, clock_base: u64) -> Result<LogTable, TableError> {
+        let capacity = LogTable::capacity_for(&log, bytes).max(1);
+        let header = super::header::new_boxed();
+        let hdrs: Box<[SlotWord]> = (0..capacity).map(|_| SlotWord::default()).collect();
+        let entries: Box<[EntryWord]> = (0..capacity * log.events as usize)
+            .map(|_| EntryWord::new(0))
+            .collect();
+        init(&header, bytes, capacity, &log, clock_base, [1, 2, 3, 4]);
+        let mut t =
+            LogTable::from_parts(NonNull::from(&*header), NonNull::dangling(), capacity, log);
+        t.owner = Owner::Boxed(header, hdrs, entries);
+        Ok(t)
+    }
+
+    /// Formats `len` bytes at `ptr` as an empty log table with a fresh random seed.
+    ///
+    /// # Safety
+    /// As [`super::Table::create`].
+    #[cfg(not(loom))]
+    pub unsafe fn create(
+        ptr: *mut u8,
+        len: usize,
+        log: SlidingLog,
+        clock_base: u64,
+    ) -> Result<LogTable, TableError> {
+        let capacity = check_region(ptr, len, &log)?;
+        // SAFETY: exclusive access to `len` bytes; zero is valid for every atomic.
+        unsafe { std::ptr::write_bytes(ptr, 0, len) };
+        let header = NonNull::new_unchecked(ptr.cast::<Header>());
+        init(
+            header.as_ref(),
+            len,
+            capacity,
+            &log,
+            clock_base,
+            super::random_seed(),
+        );
+        Ok(LogTable::from_parts(
+            header,
+            NonNull::new_unchecked(ptr.add(HEADER_BYTES)),
+            capacity,
+            log,
+        ))
+    }
+
+    /// Attaches to a region formatted by [`LogTable::create`] with the same size and
+    /// parameters, keeping its state.
+    ///
+    /// # Safety
+    /// As [`super::Table::attach`].
+    #[cfg(not(loom))]
+    pub unsafe fn attach(
+        ptr: *mut u8,
+        len: usize,
+        log: SlidingLog,
+    ) -> Result<LogTable, TableError> {
+        let capacity = check_region(ptr, len, &log)?;
+        let header = NonNull::new_unchecked(ptr.cast::<Header>());
+        let h = header.as_ref();
+        let magic = h.magic.load(Acquire);
+        if magic != LOG_MAGIC {
+            if magic & 0x00ff_ffff_ffff_ffff == LOG_MAGIC & 0x00ff_ffff_ffff_ffff {
+                return Err(TableError::LayoutVersion {
+                    found: magic >> 56,
+                    expected: LOG_MAGIC >> 56,
+                });
+            }
+            return Err(TableError::NotATable);
+        }
+        let created = h.region_len.load(Relaxed);
+        if created != len as u64 || h.capacity.load(Relaxed) != capacity as u64 {
+            return Err(TableError::SizeChanged {
+                created,
+                now: len as u64,
+            });
+        }
+        let schema = h.schema.load(Relaxed);
+        if schema != log.schema() {
+            return Err(TableError::SchemaChanged {
+                created: schema,
+                now: log.schema(),
+            });
+        }
+        Ok(LogTable::from_parts(
+            header,
+            NonNull::new_unchecked(ptr.add(HEADER_BYTES)),
+            capacity,
+            log,
+        ))
+    }
+
+    /// Attaches when the region holds this log table, creates one otherwise; returns whether
+    /// the state was kept.
+    ///
+    /// # Safety
+    /// As [`LogTable::create`].
+    #[cfg(not(loom))]
+    pub unsafe fn create_or_attach(
+        ptr: *mut u8,
+        len: usize,
+        log: SlidingLog,
+        clock_base: u64,
+    ) -> Result<(LogTable, bool), TableError> {
+        check_region(ptr, len, &log)?;
+        match LogTable::attach(ptr, len, log) {
+            Ok(t) => Ok((t, true)),
+            Err(TableError::NotATable) => Ok((LogTable::create(ptr, len, log, clock_base)?, false)),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn from_parts(
+        header: NonNull<Header>,
+        records: NonNull<u8>,
+        capacity: usize,
+        log: SlidingLog,
+    ) -> LogTable {
+        // SAFETY: `header` points at an initialised header.
+        let h = unsafe { header.as_ref() };
+        let seed = h.seed.each_ref().map(|s| s.load(Relaxed));
+        LogTable {
+            header,
+            records,
+            capacity,
+            stride: log.record_bytes(),
+            n: log.events,
+            log,
+            hasher: ahash::RandomState::with_seeds(seed[0], seed[1], seed[2], seed[3]),
+            clock_base: h.clock_base.load(Relaxed),
+            owner: Owner::Borrowed,
+        }
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    pub fn log(&self) -> SlidingLog {
+        self.log
+    }
+
+    pub fn clock_base(&self) -> u64 {
+        self.clock_base
+    }
+
+    /// The table's keyed 64-bit hash of `key` (never 0).
+    #[inline]
+    pub fn key_hash(&self, key: &[u8]) -> u64 {
+        self.hasher.hash_one(key).max(1)
+    }
+
+    #[inline]
+    fn header(&self) -> &Header {
+        // SAFETY: valid for the handle's life.
+        unsafe { self.header.as_ref() }
+    }
+
+    #[cfg(not(loom))]
+    #[inline]
+    fn hdr(&self, r: usize) -> &SlotWord {
+        debug_assert!(r < self.capacity);
+        // SAFETY: r < capacity; the record starts 16-byte aligned (the region is 64-aligned,
+        // the header 1152 bytes, the stride a multiple of 16).
+        unsafe {
+            &*self
+                .records
+                .as_ptr()
+                .add(r * self.stride)
+                .cast::<SlotWord>()
+        }
+    }
+
+    #[cfg(not(loom))]
+    #[inline]
+    fn ent(&self, r: usize, p: u64) -> &EntryWord {
+        let i = (p % self.n) as usize;
+        // SAFETY: r < capacity, i < N: inside record r.
+        unsafe {
+            &*self
+                .records
+                .as_ptr()
+                .add(r * self.stride + RECORD_HDR + i * 8)
+                .cast::<EntryWord>()
+        }
+    }
+
+    #[cfg(loom)]
+    fn hdr(&self, r: usize) -> &SlotWord {
+        match &self.owner {
+            Owner::Boxed(_, h, _) => &h[r],
+            Owner::Borrowed => unreachable!(),
+        }
+    }
+
+    #[cfg(loom)]
+    fn ent(&self, r: usize, p: u64) -> &EntryWord {
+        match &self.owner {
+            Owner::Boxed(_, _, e) => &e[r * self.n as usize + (p % self.n) as usize],
+            Owner::Borrowed => unreachable!(),
+        }
+    }
+
+    /// Is entry `e` an event still inside the window at `now` (ns since the clock base)?
+    #[inline]
+    fn live(&self, e: u64, now: u64) -> bool {
+        let ts = ts_of(e);
+        ts != 0 && now < (ts - 1 + self.log.window_ms) * NS_PER_MS
+    }
+
+    /// Checks and, when admitted, records one event of `key_hash` at `now` (absolute ns on the
+    /// table's clock). Never allocates, never blocks.
+    pub fn check(&self, key_hash: u64, now: u64) -> Verdict {
+        let now = now.saturating_sub(self.clock_base);
+        let v = self.admit(key_hash, now);
+        let s: &Stripe = self.header().stripe();
+        match v.decision {
+            Decision::Reject => &s.rejected,
+            _ => &s.passed,
+        }
+        .fetch_add(1, Relaxed);
+        v
+    }
+
+    /// What [`LogTable::check`] would answer now, recording and counting nothing.
+    pub fn predict(&self, key_hash: u64, now: u64) -> Verdict {
+        let now = now.saturating_sub(self.clock_base);
+        let Some((r, w)) = self.find(key_hash, now, false) else {
+            let v = self.passed(None, 0, now);
+            return Verdict {
+                remaining: v.remaining - 1,
+                reset_ns: self.log.window_ns(),
+                ..v
+            };
+        };
+        let h = head(w);
+        let e = self.ent(r, h).load(Acquire);
+        let d = dist(h, seq_of(e));
+        if d == self.n % (1 << SEQ_BITS) && self.live(e, now) {
+            return self.rejected(e, now);
+        }
+        // As if this request were recorded too.
+        let v = self.passed(Some(r), h, now);
+        Verdict {
+            remaining: v.remaining.saturating_sub(1),
+            reset_ns: self.log.window_ns(),
+            ..v
+        }
+    }
+
+    /// Takes back an event recorded by [`LogTable::check`] at `now` (a later limit refused the
+    /// request). Exact when no other event of the key was recorded since (the head is rolled
+    /// back); otherwise the newest event at `now` is turned into a hole (ts 0), which counts as
+    /// no event — conservative only in that the admission rule still looks at position
+    /// `head − N` until the hole leaves the log.
+    pub fn refund(&self, key_hash: u64, now: u64) {
+        let now = now.saturating_sub(self.clock_base);
+        let t = (now / NS_PER_MS + 1) & TS_MASK;
+        for _ in 0..8 {
+            let Some((r, w)) = self.find(key_hash, now, false) else {
+                return;
+            };
+            let h = head(w);
+            let hdr = self.hdr(r);
+            if dist(h, seq_of(self.ent(r, h).load(Acquire))) == 0 {
+                // An admission at `h` is recorded but the head not advanced: help, then retry.
+                let _ = hdr.compare_exchange(w, pack(key_hash, h + 1), AcqRel, Acquire);
+                continue;
+            }
+            let newest = h.wrapping_sub(1);
+            let slot = self.ent(r, newest);
+            let e = slot.load(Acquire);
+            if seq_of(e) == newest & SEQ_MASK && ts_of(e) == t {
+                if slot
+                    .compare_exchange(e, entry(newest.wrapping_sub(self.n), 0), AcqRel, Acquire)
+                    .is_ok()
+                {
+                    // Roll the head back when nobody advanced since; otherwise the position
+                    // stays a hole.
+                    let _ = hdr.compare_exchange(w, pack(key_hash, newest), AcqRel, Acquire);
+                    return;
+                }
+                continue;
+            }
+            // Not the newest: the newest event at `now` further back becomes a hole.
+            for k in 2..=self.n {
+                let p = h.wrapping_sub(k);
+                let slot = self.ent(r, p);
+                let e = slot.load(Acquire);
+                if seq_of(e) != p & SEQ_MASK || (ts_of(e) != 0 && ts_of(e) < t) {
+                    return;
+                }
+                if ts_of(e) == t {
+                    if slot
+                        .compare_exchange(e, entry(p, 0), AcqRel, Acquire)
+                        .is_ok()
+                    {
+                        return;
+                    }
+                    break;
+                }
+            }
+        }
+    }
+
+    /// The admission protocol (docs/ARCHITECTURE.md, "The exact sliding log").
+    fn admit(&self, key: u64, now: u64) -> Verdict {
+        let t = (now / NS_PER_MS + 1) & TS_MASK;
+        let n_seq = self.n % (1 << SEQ_BITS);
+        'find: loop {
+            let (r, mut w) = self
+                .find(key, now, true)
+                .expect("insert always yields a record");
+            let hdr = self.hdr(r);
+            loop {
+                let h = head(w);
+                let slot = self.ent(r, h);
+                let e = slot.load(Acquire);
+                let d = dist(h, seq_of(e));
+                if d == 0 {
+                    // Position h is taken (admitted, head not yet advanced): help.
+                    let _ = hdr.compare_exchange(w, pack(key, h + 1), AcqRel, Acquire);
+                    w = hdr.load(Acquire);
+                    if tag(w) != key {
+                        continue 'find;
+                    }
+                    continue;
+                }
+                if d >= AHEAD {
+                    // The entry is ahead of the head we read: a newer head, or an admission
+                    // left beyond a rolled-back head. Re-read; if the head did not move, catch
+                    // it up past that entry (the skipped positions are holes).
+                    let w2 = hdr.load(Acquire);
+                    if tag(w2) != key {
+                        continue 'find;
+                    }
+                    if w2 == w {
+                        let k = (1 << SEQ_BITS) - d;
+                        let _ = hdr.compare_exchange(w, pack(key, h + k), AcqRel, Acquire);
+                        w = hdr.load(Acquire);
+                        if tag(w) != key {
+                            continue 'find;
+                        }
+                    } else {
+                        w = w2;
+                    }
+                    continue;
+                }
+                if d == n_seq && self.live(e, now) {
+                    // The oldest of the last N events is inside the window: N events are.
+                    return self.rejected(e, now);
+                }
+                // Position h is free (never written, older than the window, or a hole).
+                if slot
+                    .compare_exchange(e, entry(h, t), AcqRel, Acquire)
+                    .is_ok()
+                {
+                    // Linearization point: the event is in the log. Advance the head; if that
+                    // succeeds the record was still this key's (same incarnation: a re-tag
+                    // moves the head by 2N) after the write. If it fails (somebody helped, or
+                    // the record was taken), make sure the record still is this key's.
+                    if hdr
+                        .compare_exchange(w, pack(key, h + 1), AcqRel, Acquire)
+                        .is_ok()
+                    {
+                        return self.passed(Some(r), h + 1, now);
+                    }
+                    if tag(hdr.load(Acquire)) != key {
+                        // Evicted meanwhile: the event went into another key's record, where
+                        // it is invisible (its seq is behind that key's bumped head). Undo it
+                        // and start again.
+                        let _ = slot.compare_exchange(entry(h, t), e, AcqRel, Acquire);
+                        continue 'find;
+                    }
+                    return self.passed(Some(r), h + 1, now);
+                }
+                w = hdr.load(Acquire);
+                if tag(w) != key {
+                    continue 'find;
+                }
+            }
+        }
+    }
+
+    fn rejected(&self, oldest: u64, now: u64) -> Verdict {
+        let retry = ((ts_of(oldest) - 1 + self.log.window_ms) * NS_PER_MS).saturating_sub(now);
+        Verdict {
+            decision: Decision::Reject,
+            wait_ns: 0,
+            retry_after_ns: retry.max(1),
+            limit: self.n,
+            remaining: 0,
+            reset_ns: self.log.window_ns(),
+        }
+    }
+
+    /// A pass; `remaining` counts the live events among positions `[h − N, h)` of record `r`
+    /// (a binary search: event times never decrease along positions; holes count as gone).
+    fn passed(&self, r: Option<usize>, h: u64, now: u64) -> Verdict {
+        let live = match r {
+            None => 0,
+            Some(r) => {
+                let valid_live = |p: u64| {
+                    let e = self.ent(r, p).load(Acquire);
+                    seq_of(e) == p & SEQ_MASK && self.live(e, now)
+                };
+                // Find the first live position in [h − N, h).
+                let (mut lo, mut hi) = (0u64, self.n);
+                while lo < hi {
+                    let mid = lo + (hi - lo) / 2;
+                    if valid_live(h.wrapping_sub(self.n).wrapping_add(mid)) {
+                        hi = mid;
+                    } else {
+                        lo = mid + 1;
+                    }
+                }
+                self.n - lo
+            }
+        };
+        Verdict {
+            decision: Decision::Pass,
+            wait_ns: 0,
+            retry_after_ns: 0,
+            limit: self.n,
+            remaining: self.n.saturating_sub(live),
+            reset_ns: if live == 0 { 0 } else { self.log.window_ns() },
+        }
+    }
+
+    /// How recent the newest event of record `r` (word `w`) is: 0 when no event is inside the
+    /// window (the record equals an absent key), else its ts (smaller = older).
+    fn newest(&self, r: usize, w: u128, now: u64) -> u64 {
+        let h = head(w);
+        for k in 0..=self.n.min(4) {
+            let p = h.wrapping_sub(k);
+            let e = self.ent(r, p).load(Acquire);
+            if seq_of(e) == p & SEQ_MASK && ts_of(e) != 0 {
+                return if self.live(e, now) { ts_of(e) } else { 0 };
+            }
+        }
+        // Holes or a fresh record: nothing found near the head.
+        if self.n <= 4 {
+            0
+        } else {
+            1
+        }
+    }
+
+    /// Finds `key`'s record in its probe window. With `insert`, a missing key is given the first
+    /// empty record, else the record whose newest event is oldest (0 = nothing in the window:
+    /// a lossless eviction; otherwise counted as active). Claiming a record moves its head 2N
+    /// past the old one, so every entry left there reads as empty to the new key.
+    fn find(&self, key: u64, now: u64, insert: bool) -> Option<(usize, u128)> {
+        let home = ((key as u128 * self.capacity as u128) >> 64) as usize;
+        let window = LOG_PROBE_WINDOW.min(self.capacity);
+        'scan: loop {
+            let mut victim: Option<(usize, u128, u64)> = None;
+            for i in 0..window {
+                let mut r = home + i;
+                if r >= self.capacity {
+                    r -= self.capacity;
+                }
+                let w = self.hdr(r).load(Acquire);
+                if tag(w) == key {
+                    return Some((r, w));
+                }
+                if tag(w) == EMPTY {
+                    if !insert {
+                        return None;
+                    }
+                    let claimed = pack(key, head(w) + 2 * self.n);
+                    if self
+                        .hdr(r)
+                        .compare_exchange(w, claimed, AcqRel, Acquire)
+                        .is_ok()
+                    {
+                        self.header().stripe().inserts.fetch_add(1, Relaxed);
+                        self.header().note_probe(i as u64);
+                        return Some((r, claimed));
+                    }
+                    continue 'scan;
+                }
+                let rank = self.newest(r, w, now);
+                if victim.is_none_or(|(_, _, best)| rank < best) {
+                    victim = Some((r, w, rank));
+                }
+            }
+            if !insert {
+                return None;
+            }
+            let (r, w, rank) = victim.expect("probe window is never empty");
+            let claimed = pack(key, head(w) + 2 * self.n);
+            if self
+                .hdr(r)
+                .compare_exchange(w, claimed, AcqRel, Acquire)
+                .is_ok()
+            {
+                let s = self.header().stripe();
+                s.inserts.fetch_add(1, Relaxed);
+                if rank == 0 {
+                    &s.evicted_expired
+                } else {
+                    &s.evicted_active
+                }
+                .fetch_add(1, Relaxed);
+                return Some((r, claimed));
+            }
+        }
+    }
+
+    pub fn stats(&self) -> TableStats {
+        let h = self.header();
+        let inserts = h.sum(|s| &s.inserts);
+        let evicted_expired = h.sum(|s| &s.evicted_expired);
+        let evicted_active = h.sum(|s| &s.evicted_active);
+        TableStats {
+            capacity: self.capacity as u64,
+            occupancy: inserts - evicted_expired - evicted_active,
+            inserts,
+            evicted_expired,
+            evicted_active,
+            longest_probe: h.longest_probe.load(Relaxed),
+            passed: h.sum(|s| &s.passed),
+            delayed: 0,
+            rejected: h.sum(|s| &s.rejected),
+        }
+    }
+}
+
+fn init(
+    h: &Header,
+    len: usize,
+    capacity: usize,
+    log: &SlidingLog,
+    clock_base: u64,
+    seed: [u64; 4],
+) {
+    h.version.store(super::LAYOUT_VERSION, Relaxed);
+    h.region_len.store(len as u64, Relaxed);
+    h.capacity.store(capacity as u64, Relaxed);
+    for (s, v) in h.seed.iter().zip(seed) {
+        s.store(v, Relaxed);
+    }
+    h.clock_base.store(clock_base, Relaxed);
+    h.schema.store(log.schema(), Relaxed);
+    h.magic.store(LOG_MAGIC, Release);
+}
+
+#[cfg(not(loom))]
+fn check_region(ptr: *mut u8, len: usize, log: &SlidingLog) -> Result<usize, TableError> {
+    if !portable_atomic::AtomicU128::is_lock_free() {
+        return Err(TableError::NoLockFree128);
+    }
+    if ptr.is_null() || (ptr as usize) % REGION_ALIGN != 0 {
+        return Err(TableError::Misaligned {
+            align: REGION_ALIGN,
+        });
+    }
+    match LogTable::capacity_for(log, len) {
+        0 => Err(TableError::TooSmall {
+            bytes: len,
+            minimum: LogTable::bytes_for(log, 1),
+        }),
+        cap => Ok(cap),
+    }
+}
