@@ -209,6 +209,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return err
 	}
 	if h.Policy != "" {
+		startClusterLog()
 		text, err := os.ReadFile(h.Policy)
 		if err != nil {
 			return fmt.Errorf("weir: reading policy: %v", err)

@@ -475,3 +475,57 @@ func TestDirectiveOrder(t *testing.T) {
 		t.Errorf("weir (%d) should come before authentication (%d):\n%s", w, a, out)
 	}
 }
+
+const clusterPolicy = `[zones.c]
+size = "64k"
+algorithm = "sliding"
+events = 100
+window = "1s"
+scope = "cluster"
+redis = "redis://127.0.0.1:%REDIS%/0"
+sync_interval = "50ms"
+expected_nodes = 2
+[[limit]]
+class = "*"
+zone = "c"
+name = "pc"
+key = "global"
+`
+
+const clusterCfg = `%GLOBALS%
+:%PORT% {
+	weir {
+		policy %DIR%/c.toml
+	}
+	respond "ok {http.weir.status}"
+}
+`
+
+// TestClusterMessagesGoToCaddysLog: a cluster zone whose Redis does not answer keeps serving
+// (on the fallback share) and its syncer's "sync failed" reaches Caddy's logger, named
+// http.handlers.weir.cluster, instead of bare standard error.
+func TestClusterMessagesGoToCaddysLog(t *testing.T) {
+	bin := binary(t, "WEIR_CADDY")
+	dir := t.TempDir()
+	policy := strings.ReplaceAll(clusterPolicy, "%REDIS%", fmt.Sprint(freePort(t)))
+	if err := os.WriteFile(filepath.Join(dir, "c.toml"), []byte(policy), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := startCaddy(t, bin, "caddyfile", strings.ReplaceAll(clusterCfg, "%DIR%", dir))
+	if r := get(t, s.port, "/"); r.status != 200 {
+		t.Fatalf("with Redis away: %d %q", r.status, r.body)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		logs := s.Logs()
+		for _, line := range strings.Split(logs, "\n") {
+			if strings.Contains(line, "http.handlers.weir.cluster") && strings.Contains(line, "sync failed") {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no 'sync failed' from logger http.handlers.weir.cluster in:\n%s", logs)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
