@@ -643,7 +643,7 @@ uint64_t weir_zone_in_flight(const struct weir_zone *z,
 
 /*
  Bytes a log zone of `events` per window needs for `capacity` keys (0 when `events` is
- outside 1..=4096).
+ outside 1..=4096, or when the size does not fit in a `size_t`).
  */
 size_t weir_log_zone_bytes(uint64_t events, size_t capacity);
 

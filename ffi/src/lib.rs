@@ -1427,11 +1427,14 @@ fn sliding_log(events: u64, window_ns: u64) -> Result<weir::table::SlidingLog, S
 }
 
 /// Bytes a log zone of `events` per window needs for `capacity` keys (0 when `events` is
-/// outside 1..=4096).
+/// outside 1..=4096, or when the size does not fit in a `size_t`).
 #[no_mangle]
 pub extern "C" fn weir_log_zone_bytes(events: u64, capacity: usize) -> usize {
     match sliding_log(events, 1_000_000_000) {
-        Ok(log) => weir::table::LogTable::bytes_for(&log, capacity),
+        Ok(log) => match weir::table::LogTable::bytes_for(&log, capacity) {
+            usize::MAX => 0,
+            bytes => bytes,
+        },
         Err(_) => 0,
     }
 }

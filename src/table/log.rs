@@ -166,9 +166,12 @@ impl LogTable {
         bytes.saturating_sub(HEADER_BYTES) / log.record_bytes()
     }
 
-    /// Bytes a region needs for `capacity` keys.
+    /// Bytes a region needs for `capacity` keys (`usize::MAX` when that does not fit).
     pub fn bytes_for(log: &SlidingLog, capacity: usize) -> usize {
-        HEADER_BYTES + capacity.max(1) * log.record_bytes()
+        capacity
+            .max(1)
+            .saturating_mul(log.record_bytes())
+            .saturating_add(HEADER_BYTES)
     }
 
     /// A table in this process's memory within a budget of `bytes`.

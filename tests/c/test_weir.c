@@ -368,6 +368,9 @@ test_bad_inputs(void)
     CHECK(weir_zone_check(NULL, NULL, NULL, 0, 1, 0, NULL) == WEIR_ERR_NULL, "NULL zone");
     CHECK(weir_zone_attach(NULL, 4096, 1, 0, NULL, &z, NULL) == WEIR_ERR_NULL, "NULL region");
     CHECK(weir_policy_zone_count(NULL) == 0, "NULL zone count");
+    CHECK(weir_log_zone_bytes(10, 1000) > 1000 * 80, "log zone bytes");
+    CHECK(weir_log_zone_bytes(0, 1000) == 0, "log zone of 0 events");
+    CHECK(weir_log_zone_bytes(10, SIZE_MAX) == 0, "log zone size overflow");
     CHECK(weir_engine_limit_count(NULL) == 0, "NULL limit count");
     CHECK(weir_engine_fails_closed(NULL) == 0, "NULL fails closed");
     CHECK(strcmp(weir_error_message(NULL), "") == 0, "NULL error message");
