@@ -858,3 +858,33 @@ fn random_seed() -> [u64; 4] {
     }
     seed
 }
+
+#[cfg(all(test, target_arch = "x86_64", not(loom)))]
+mod tests {
+    use super::*;
+    use crate::limiter::{Delay, Gcra, Rate};
+
+    /// The inline bucket load reads exactly what portable-atomic's per-slot loads read.
+    #[test]
+    fn inline_bucket_load_matches_portable_atomic() {
+        if !std::arch::is_x86_feature_detected!("avx") {
+            return;
+        }
+        let t = Table::new(Table::bytes_for(256), 1, 0).unwrap();
+        let g = Gcra::new(Rate::per_second(10), 3, Delay::NoDelay).unwrap();
+        for k in 0u64..200 {
+            t.check(&g, t.key_hash(&k.to_le_bytes()), 1, 1_000_000_000 + k);
+        }
+        let mut filled = 0;
+        for b in 0..t.buckets {
+            let first = b * BUCKET_SLOTS;
+            let portable: [u128; BUCKET_SLOTS] =
+                std::array::from_fn(|j| t.slot(first + j).load(Acquire));
+            // SAFETY: bucket `b` is inside the table; the region is 64-byte aligned.
+            let inline = unsafe { atomic_load_x4(t.slots.as_ptr().add(first).cast()) };
+            assert_eq!(inline, portable, "bucket {b}");
+            filled += portable.iter().filter(|&&w| slot::tag(w) != EMPTY).count();
+        }
+        assert!(filled > 150, "{filled} slots filled");
+    }
+}
