@@ -1,9 +1,10 @@
-//! The check path allocates nothing: a counting global allocator watches a burst of checks.
+//! The check paths allocate nothing: a counting global allocator watches a burst of checks of
+//! the slot table (GCRA, sliding window, concurrency) and of the exact sliding log.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use weir::limiter::{Concurrency, Delay, Gcra, Rate, SlidingWindow};
-use weir::table::Table;
+use weir::table::{LogTable, SlidingLog, Table};
 
 struct Counting;
 static ALLOCS: AtomicUsize = AtomicUsize::new(0);
@@ -46,13 +47,37 @@ fn main() {
         }
     }
     let _ = table.stats();
-    let n = ALLOCS.load(Relaxed) - before;
-    if n == 0 {
-        println!("test check_path_allocates_nothing ... ok\n1 passed, 0 failed");
-    } else {
-        println!(
-            "test check_path_allocates_nothing ... FAILED ({n} allocations)\n0 passed, 1 failed"
-        );
+    let slots = ALLOCS.load(Relaxed) - before;
+
+    let log = SlidingLog::new(10, S).unwrap();
+    let logs = LogTable::new(LogTable::bytes_for(&log, 1024), log, 0).unwrap();
+    let before = ALLOCS.load(Relaxed);
+    for i in 0..100_000u64 {
+        let now = S + i * 100_000;
+        let key = (i % 5000).to_le_bytes(); // more keys than records: evictions
+        let h = logs.key_hash(&key);
+        if logs.check(h, now).admitted() && i % 7 == 0 {
+            logs.refund(h, now);
+        }
+        logs.predict(h, now);
+    }
+    let _ = logs.stats();
+    let log_allocs = ALLOCS.load(Relaxed) - before;
+
+    let mut failed = 0;
+    for (name, n) in [
+        ("check_path_allocates_nothing", slots),
+        ("log_check_path_allocates_nothing", log_allocs),
+    ] {
+        if n == 0 {
+            println!("test {name} ... ok");
+        } else {
+            println!("test {name} ... FAILED ({n} allocations)");
+            failed += 1;
+        }
+    }
+    println!("{} passed, {failed} failed", 2 - failed);
+    if failed > 0 {
         std::process::exit(1);
     }
 }
