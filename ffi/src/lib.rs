@@ -193,6 +193,22 @@ pub struct weir_zone_stats {
     pub rejected: u64,
 }
 
+impl From<weir::table::TableStats> for weir_zone_stats {
+    fn from(s: weir::table::TableStats) -> Self {
+        weir_zone_stats {
+            capacity: s.capacity,
+            occupancy: s.occupancy,
+            inserts: s.inserts,
+            evicted_expired: s.evicted_expired,
+            evicted_active: s.evicted_active,
+            longest_probe: s.longest_probe,
+            passed: s.passed,
+            delayed: s.delayed,
+            rejected: s.rejected,
+        }
+    }
+}
+
 /// What a policy's zone needs (for hosts that place zones in shared memory).
 #[repr(C)]
 pub struct weir_zone_info {
@@ -1147,18 +1163,7 @@ pub unsafe extern "C" fn weir_zone_get_stats(
         if z.is_null() || out.is_null() {
             return WEIR_ERR_NULL;
         }
-        let s = (*z).table.stats();
-        *out = weir_zone_stats {
-            capacity: s.capacity,
-            occupancy: s.occupancy,
-            inserts: s.inserts,
-            evicted_expired: s.evicted_expired,
-            evicted_active: s.evicted_active,
-            longest_probe: s.longest_probe,
-            passed: s.passed,
-            delayed: s.delayed,
-            rejected: s.rejected,
-        };
+        *out = (*z).table.stats().into();
         WEIR_OK
     })
 }
@@ -1564,18 +1569,7 @@ pub unsafe extern "C" fn weir_log_zone_get_stats(
         if z.is_null() || out.is_null() {
             return WEIR_ERR_NULL;
         }
-        let s = (*z).table.stats();
-        *out = weir_zone_stats {
-            capacity: s.capacity,
-            occupancy: s.occupancy,
-            inserts: s.inserts,
-            evicted_expired: s.evicted_expired,
-            evicted_active: s.evicted_active,
-            longest_probe: s.longest_probe,
-            passed: s.passed,
-            delayed: s.delayed,
-            rejected: s.rejected,
-        };
+        *out = (*z).table.stats().into();
         WEIR_OK
     })
 }
