@@ -434,14 +434,12 @@ impl ClusterZone {
             };
             t.predict(&alg, h, cost, zn)
         } else {
-            // Counted here: the engine predicts every request before charging any.
-            self.stats.fallback_decisions.fetch_add(1, Relaxed);
             t.predict(&self.fallback, h, cost, zn)
         }
     }
 
-    /// [`Table::check`] likewise (fallback decisions are counted by [`ClusterZone::predict`],
-    /// which the engine calls first for every request).
+    /// [`Table::check`] likewise; a decision on the fallback share is counted here (the engine
+    /// charges each matched rate limit once per request).
     #[inline]
     pub fn check(&self, t: &Table, h: u64, cost: u64, now: u64) -> Verdict {
         let zn = self.zone_now(now);
@@ -452,6 +450,7 @@ impl ClusterZone {
             };
             t.check(&alg, h, cost, zn)
         } else {
+            self.stats.fallback_decisions.fetch_add(1, Relaxed);
             t.check(&self.fallback, h, cost, zn)
         }
     }

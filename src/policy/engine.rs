@@ -3,14 +3,15 @@
 //! Order (nginx's rules where nginx has one):
 //! 1. The target is normalized (`$uri` semantics); a target nginx would answer 400 is an error.
 //! 2. Exemptions first: an exempt request is never limited and costs nothing.
-//! 3. Every limit whose class matches, in file order. Rate limits are first *predicted* without
-//!    writing: if an enforced one would reject, the request is rejected and nothing is charged
-//!    anywhere (so a rejected flood writes no shared memory).
-//! 4. Concurrency limits take permits; a full one answers queue (when it has a queue with room)
-//!    or reject, and gives back the permits already taken.
-//! 5. Rate limits are charged. If one now rejects (another request got there first), the ones
-//!    already charged are refunded and permits released: all-or-nothing, as nginx.
-//! 6. The longest delay wins. Dry-run limits are charged and counted like the others, but their
+//! 3. Every limit whose class matches, in file order. Concurrency limits take permits; a full
+//!    one answers queue (when it has a queue with room) or reject, and gives back the permits
+//!    already taken — unless an enforced rate limit would reject the request, which then
+//!    decides (checked by a prediction that writes nothing).
+//! 4. Rate limits are charged in order, one table access each. If an enforced one rejects, the
+//!    ones already charged are refunded and the permits released: all-or-nothing, as nginx. The
+//!    answer is the one that limit gives on its own (nothing else is reported), so it is the
+//!    same as if every limit had been predicted first.
+//! 5. The longest delay wins. Dry-run limits are charged and counted like the others, but their
 //!    delays and rejections are only reported.
 
 use std::fmt::Write as _;
@@ -760,25 +761,7 @@ impl Engine {
             return out;
         }
 
-        // 3. Predict every rate limit; an enforced rejection ends it here with no writes.
-        for h in hits {
-            let (limit, Limiter::Rate(alg)) =
-                (&self.policy.limits[h.limit], &self.limiters[h.limit])
-            else {
-                continue;
-            };
-            let v = alg.predict(&self.tables[limit.zone], h.key_hash, limit.cost, now);
-            if v.decision == Decision::Reject && !limit.dry_run {
-                self.reject(&mut out, h.limit, v.retry_after_ns);
-                out.quota = Some(self.quota(h.limit, alg, &v));
-                if let Some(t) = ticket.take() {
-                    self.abandon(t, now);
-                }
-                return out;
-            }
-        }
-
-        // 4. Concurrency permits.
+        // 3. Concurrency permits.
         let mut pending = [Counted::Pass; MAX_HITS];
         for (k, h) in hits.iter().enumerate() {
             let (limit, Limiter::Concurrency(c)) =
@@ -795,6 +778,14 @@ impl Engine {
                 }
                 (_, None) => {
                     self.release(std::mem::take(&mut out.permits), now);
+                    // A rate limit that rejects the request decides before a full concurrency
+                    // limit does; nothing has been charged yet, so a prediction tells.
+                    if let Some(rejected) = self.predicted_rejection(hits, now) {
+                        if let Some(t) = ticket.take() {
+                            self.abandon(t, now);
+                        }
+                        return rejected;
+                    }
                     let mine = ticket.as_ref().is_some_and(|t| t.limit as usize == h.limit);
                     if mine || (ticket.is_none() && limit.queue > 0) {
                         let t = match ticket.take() {
@@ -834,7 +825,8 @@ impl Engine {
             self.abandon(t, now);
         }
 
-        // 5. Charge the rate limits; a late rejection undoes everything.
+        // 4. Charge the rate limits, one table access each; an enforced rejection undoes every
+        //    charge and permit before it (all-or-nothing).
         for (k, h) in hits.iter().enumerate() {
             let (limit, Limiter::Rate(alg)) =
                 (&self.policy.limits[h.limit], &self.limiters[h.limit])
@@ -877,10 +869,34 @@ impl Engine {
                         }
                     }
                     self.release(std::mem::take(&mut out.permits), now);
+                    // The request is answered as if this limit had been asked alone, on the
+                    // states before this request: the same state unless an earlier limit
+                    // charged this very bucket (two limits on one zone with one key). Then a
+                    // rejection on the earlier state is that answer; a pass there means the
+                    // earlier charge is what rejects, and this verdict stands.
+                    let shared = hits[..k].iter().zip(&pending[..k]).any(|(e, counted)| {
+                        e.key_hash == h.key_hash
+                            && self.policy.limits[e.limit].zone == limit.zone
+                            && !matches!(counted, Counted::DryRejected)
+                    });
+                    let alone = if shared {
+                        let p = alg.predict(table, h.key_hash, limit.cost, now);
+                        (p.decision == Decision::Reject).then_some(p)
+                    } else {
+                        Some(v)
+                    };
+                    let v = match alone {
+                        Some(p) => {
+                            // Rejected on its own: nothing else about the request is reported.
+                            out.dry_run = None;
+                            p
+                        }
+                        None => v,
+                    };
                     out.action = Action::Pass;
                     out.wait_ns = 0;
                     self.reject(&mut out, h.limit, v.retry_after_ns);
-                    out.quota = Some(q);
+                    out.quota = Some(self.quota(h.limit, alg, &v));
                     return out;
                 }
             }
@@ -896,6 +912,27 @@ impl Engine {
             .fetch_add(1, Relaxed);
         }
         out
+    }
+
+    /// The first enforced rate limit among `hits` that would reject the request now, as the
+    /// outcome to answer (nothing charged, nothing else reported); `None` if none would.
+    #[inline(never)]
+    fn predicted_rejection(&self, hits: &[Hit], now: u64) -> Option<Outcome> {
+        for h in hits {
+            let (limit, Limiter::Rate(alg)) =
+                (&self.policy.limits[h.limit], &self.limiters[h.limit])
+            else {
+                continue;
+            };
+            let v = alg.predict(&self.tables[limit.zone], h.key_hash, limit.cost, now);
+            if v.decision == Decision::Reject && !limit.dry_run {
+                let mut out = Outcome::new();
+                self.reject(&mut out, h.limit, v.retry_after_ns);
+                out.quota = Some(self.quota(h.limit, alg, &v));
+                return Some(out);
+            }
+        }
+        None
     }
 
     fn bad(&self, e: UriError) -> EvalError {
