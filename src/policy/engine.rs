@@ -18,6 +18,7 @@ use std::fmt::Write as _;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
+use super::classset::ClassSet;
 use super::config::{self, CompiledPolicy, Limit};
 use super::counters::{fingerprint, Counters};
 pub use super::counters::{EngineCounters, LimitCounters};
@@ -262,6 +263,8 @@ pub struct Engine {
     logs: Vec<Option<Arc<LogTable>>>,
     /// The headers the policy reads, looked up in one pass per request.
     headers: HeaderPlan,
+    /// The policy's classes and exemptions, compiled for matching.
+    classes: ClassSet,
 }
 
 /// Every header name `policy` reads: the forwarding header, header and cookie tests of classes
@@ -552,6 +555,7 @@ impl Engine {
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Engine {
             headers: header_plan(&policy),
+            classes: ClassSet::new(&policy.classes, &policy.exemptions),
             policy,
             tables,
             limiters,
@@ -722,12 +726,8 @@ impl Engine {
         let prepared = PreparedRequest::with_headers(req, path, query, client, headers);
 
         let mut out = Outcome::new();
-        if let Some(i) = self
-            .policy
-            .exemptions
-            .iter()
-            .position(|e| e.matches(&prepared))
-        {
+        let mut facts = self.classes.facts(&prepared);
+        if let Some(i) = self.classes.exemption(&prepared, &mut facts) {
             self.totals().exempt.fetch_add(1, Relaxed);
             out.exempt = Some(i as u16);
             if let Some(t) = ticket.take() {
@@ -742,7 +742,18 @@ impl Engine {
         }; MAX_HITS];
         let mut n = 0;
         let mut key = [0u8; KEY_BUF_LEN];
-        for (i, limit) in self.policy.matching_limits(&prepared).take(MAX_HITS) {
+        for (i, limit) in self.policy.limits.iter().enumerate() {
+            if n == MAX_HITS {
+                break;
+            }
+            if !limit.classes.is_empty()
+                && !limit
+                    .classes
+                    .iter()
+                    .any(|&c| self.classes.class(c, &prepared, &mut facts))
+            {
+                continue;
+            }
             let len = limit.key.build(&prepared, &mut key);
             let key_hash = match &self.clusters[limit.zone] {
                 Some(c) => c.key_hash(&key[..len]),

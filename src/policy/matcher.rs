@@ -141,6 +141,17 @@ impl Glob {
         })
     }
 
+    /// The literal this glob reduces to, if it is one (no wildcard but a leading or trailing
+    /// `*`).
+    pub(crate) fn literal_form(&self) -> Option<LiteralGlob<'_>> {
+        match &self.kind {
+            GlobKind::Exact(l) => Some(LiteralGlob::Exact(l)),
+            GlobKind::Prefix(l) => Some(LiteralGlob::Prefix(l)),
+            GlobKind::Suffix(l) => Some(LiteralGlob::Suffix(l)),
+            GlobKind::General(_) => None,
+        }
+    }
+
     /// The pattern as written.
     pub fn as_str(&self) -> &str {
         &self.src
@@ -162,6 +173,13 @@ impl fmt::Debug for Glob {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "Glob({:?})", self.src)
     }
+}
+
+/// A glob that is a literal: the whole string, a prefix (`lit*`) or a suffix (`*lit`).
+pub(crate) enum LiteralGlob<'a> {
+    Exact(&'a [u8]),
+    Prefix(&'a [u8]),
+    Suffix(&'a [u8]),
 }
 
 fn parse_class(pattern: &str, start: usize) -> Result<(Tok, usize), String> {
@@ -471,7 +489,7 @@ pub enum PathTest {
 
 impl PathTest {
     #[inline]
-    fn matches(&self, path: &[u8]) -> bool {
+    pub(crate) fn matches(&self, path: &[u8]) -> bool {
         match self {
             PathTest::Exact(e) => path == &e[..],
             PathTest::Prefix(p) => path.starts_with(p),
@@ -505,17 +523,32 @@ impl Shape {
         if !self.methods.is_empty() && !self.methods.iter().any(|m| &m[..] == req.method) {
             return false;
         }
-        if let Some(c) = &self.client {
-            if !c.contains(req.client) {
-                return false;
-            }
-        }
         if !self
             .path
             .iter()
             .all(|alts| alts.iter().any(|t| t.matches(req.path)))
         {
             return false;
+        }
+        self.matches_after_path(req)
+    }
+
+    /// Has the shape tests beyond method and path?
+    pub(crate) fn has_tests_after_path(&self) -> bool {
+        self.client.is_some()
+            || !self.headers.is_empty()
+            || !self.cookies.is_empty()
+            || !self.query.is_empty()
+    }
+
+    /// The tests after method and path: client, headers, cookies, query. (Out of line: inlined,
+    /// the client address conversions it needs are hoisted into every caller's loop.)
+    #[inline(never)]
+    pub(crate) fn matches_after_path(&self, req: &PreparedRequest<'_>) -> bool {
+        if let Some(c) = &self.client {
+            if !c.contains(req.client) {
+                return false;
+            }
         }
         for (name, m) in &self.headers {
             if !m.matches_all(req.header_values(name)) {

@@ -1,4 +1,5 @@
 //! Policy engine: request view → normalized URI → matched classes → keys → limits.
+pub mod classset;
 pub mod config;
 pub mod counters;
 pub mod engine;
