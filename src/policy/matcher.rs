@@ -595,7 +595,7 @@ use super::normalize::{decode_component, query_args};
 /// Decode `raw` (on the stack when short) and hand the result to `f`.
 #[inline]
 fn with_decoded<R>(raw: &[u8], f: impl FnOnce(&[u8]) -> R) -> R {
-    if memchr::memchr2(b'%', b'+', raw).is_none() {
+    if super::bytes::find2(raw, b'%', b'+').is_none() {
         return f(raw);
     }
     if raw.len() <= QUERY_STACK_BUF {

@@ -1,4 +1,5 @@
 //! Policy engine: request view → normalized URI → matched classes → keys → limits.
+mod bytes;
 pub mod classset;
 pub mod config;
 pub mod counters;

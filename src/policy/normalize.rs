@@ -604,7 +604,7 @@ pub fn query_args(query: &[u8]) -> impl Iterator<Item = (&[u8], &[u8])> {
     let mut rest = Some(query);
     std::iter::from_fn(move || {
         let r = rest?;
-        Some(match memchr::memchr(b'&', r) {
+        Some(match super::bytes::find(r, b'&') {
             Some(i) => {
                 rest = Some(&r[i + 1..]);
                 &r[..i]
@@ -616,7 +616,7 @@ pub fn query_args(query: &[u8]) -> impl Iterator<Item = (&[u8], &[u8])> {
         })
     })
     .filter(|arg| !arg.is_empty())
-    .map(|arg| match memchr::memchr(b'=', arg) {
+    .map(|arg| match super::bytes::find(arg, b'=') {
         Some(eq) => (&arg[..eq], &arg[eq + 1..]),
         None => (arg, &arg[arg.len()..]),
     })

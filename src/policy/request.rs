@@ -10,6 +10,7 @@
 
 use std::net::IpAddr;
 
+use super::bytes::{find, find2};
 use super::matcher::CidrSet;
 
 /// Read-only access to one HTTP request, implemented by each host.
@@ -106,12 +107,12 @@ impl<'a> Iterator for CookiePairs<'a> {
     type Item = (&'a [u8], &'a [u8]);
     fn next(&mut self) -> Option<Self::Item> {
         while !self.rest.is_empty() {
-            let (pair, rest) = match memchr::memchr(b';', self.rest) {
+            let (pair, rest) = match find(self.rest, b';') {
                 Some(i) => (&self.rest[..i], &self.rest[i + 1..]),
                 None => (self.rest, &self.rest[self.rest.len()..]),
             };
             self.rest = rest;
-            if let Some(eq) = memchr::memchr(b'=', pair) {
+            if let Some(eq) = find(pair, b'=') {
                 let name = trim(&pair[..eq]);
                 let mut value = trim(&pair[eq + 1..]);
                 if value.len() >= 2 && value[0] == b'"' && value[value.len() - 1] == b'"' {
@@ -139,10 +140,13 @@ struct NamedCookie<'a, 'n> {
 
 impl NamedCookie<'_, '_> {
     fn plain(name: &[u8]) -> bool {
-        !name.is_empty()
-            && trim(name).len() == name.len()
-            && !name.contains(&b'=')
-            && !name.contains(&b';')
+        let ws = |b: &u8| *b == b' ' || *b == b'\t';
+        match (name.first(), name.last()) {
+            (Some(first), Some(last)) => {
+                !ws(first) && !ws(last) && find2(name, b'=', b';').is_none()
+            }
+            _ => false,
+        }
     }
 }
 
@@ -150,7 +154,7 @@ impl<'a> Iterator for NamedCookie<'a, '_> {
     type Item = &'a [u8];
     fn next(&mut self) -> Option<&'a [u8]> {
         while !self.rest.is_empty() {
-            let (pair, rest) = match memchr::memchr(b';', self.rest) {
+            let (pair, rest) = match find(self.rest, b';') {
                 Some(i) => (&self.rest[..i], &self.rest[i + 1..]),
                 None => (self.rest, &self.rest[self.rest.len()..]),
             };
