@@ -213,12 +213,18 @@ pub const MAX_PLANNED_HEADERS: usize = 8;
 
 /// The header names (lowercase) a policy reads, fixed when the engine is built, so that one
 /// pass over the request's headers finds all of them.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct HeaderPlan {
     names: Vec<Box<[u8]>>,
     /// Per name, the matcher that finds it among the host's header names.
     quick: Vec<NameMatcher>,
+    /// Per name length (the last entry: that length or more), the planned names of that
+    /// length as bits: a header line is compared only with names of its own length.
+    by_len: [u8; BY_LEN],
 }
+
+/// Name lengths [`HeaderPlan::by_len`] tells apart.
+const BY_LEN: usize = 64;
 
 /// A lowercase header name prepared for case-insensitive comparison 8 bytes at a time: a byte
 /// `x` of the candidate matches the name's byte `w` iff `x | m == w`, where `m` is `0x20` for
@@ -279,14 +285,26 @@ fn word_at(s: &[u8], k: usize) -> u64 {
     }
 }
 
+impl Default for HeaderPlan {
+    /// A plan that reads no header.
+    fn default() -> HeaderPlan {
+        HeaderPlan::new(std::iter::empty())
+    }
+}
+
 impl HeaderPlan {
     /// A plan for these names (lowercased, duplicates dropped, the first
     /// [`MAX_PLANNED_HEADERS`] kept).
     pub fn new<'n>(names: impl IntoIterator<Item = &'n [u8]>) -> HeaderPlan {
-        let mut plan = HeaderPlan::default();
+        let mut plan = HeaderPlan {
+            names: Vec::new(),
+            quick: Vec::new(),
+            by_len: [0; BY_LEN],
+        };
         for n in names {
             let n = n.to_ascii_lowercase();
             if plan.names.len() < MAX_PLANNED_HEADERS && !plan.names.iter().any(|p| **p == *n) {
+                plan.by_len[n.len().min(BY_LEN - 1)] |= 1 << plan.names.len();
                 plan.quick.push(NameMatcher::new(&n));
                 plan.names.push(n.into_boxed_slice());
             }
@@ -328,9 +346,14 @@ impl<'a> HeaderCache<'a> {
         let names = &plan.names[..];
         let quick = &plan.quick[..];
         let (mut first, mut multi) = ([None; MAX_PLANNED_HEADERS], 0u8);
+        let by_len = &plan.by_len;
         let enumerated = view.for_each_header(&mut |n, v| {
-            for (i, want) in quick.iter().enumerate() {
-                if want.matches(n) {
+            // Only names of this length can match; usually none or one.
+            let mut cands = by_len[n.len().min(BY_LEN - 1)];
+            while cands != 0 {
+                let i = cands.trailing_zeros() as usize;
+                cands &= cands - 1;
+                if quick[i].matches(n) {
                     if first[i].is_none() {
                         first[i] = Some(v);
                     } else {
@@ -1190,6 +1213,30 @@ mod tests {
         let p = PreparedRequest::with_headers(&one, b"/", b"", ip("10.0.0.1"), cache);
         assert_eq!((p.cookie(b"s"), p.cookie(b"y")), (Some(&b"2"[..]), None));
         assert_eq!(p.header_values(b"x-missing").count(), 0);
+        // Names of one length, and names past the length table's last entry.
+        let long_a = "x-".repeat(40);
+        let long_b = "y-".repeat(35);
+        let plan = HeaderPlan::new([long_a.as_bytes(), long_b.as_bytes(), b"ab", b"cd"]);
+        let r = OwnedRequest::new("GET", "/", ip("10.0.0.1"))
+            .header(&long_b.to_uppercase(), "b")
+            .header("CD", "d")
+            .header(&long_a, "a")
+            .header("ab", "x")
+            .header("ab", "y");
+        let cache = HeaderCache::fill(&plan, &r);
+        let p = PreparedRequest::with_headers(&r, b"/", b"", ip("10.0.0.1"), cache);
+        assert_eq!(p.header(long_a.as_bytes()), Some(&b"a"[..]));
+        assert_eq!(p.header(long_b.as_bytes()), Some(&b"b"[..]));
+        assert_eq!(p.header(b"cd"), Some(&b"d"[..]));
+        assert_eq!(
+            p.header_values(b"ab").collect::<Vec<_>>(),
+            [&b"x"[..], b"y"]
+        );
+        assert_eq!(
+            (cache.first[0], cache.first[3]),
+            (Some(&b"a"[..]), Some(&b"d"[..]))
+        );
+        assert_eq!(cache.multi, 1 << 2);
     }
 
     fn resolver(source: ForwardedSource) -> ClientIpResolver {
