@@ -152,19 +152,22 @@ impl KeySpec {
     fn encode<S: Sink>(&self, req: &PreparedRequest<'_>, w: &mut S) {
         for part in self.parts.iter() {
             match part {
+                // `req.client` is canonical (`PreparedRequest`): an IPv4-mapped address is
+                // already IPv4. (Canonicalizing here again is work the compiler hoists out of
+                // the loop over parts, for every key.)
                 KeyPart::Ip {
                     v4_prefix,
                     v6_prefix,
-                } => match req.client.to_canonical() {
-                    ip @ IpAddr::V4(_) => {
-                        let IpAddr::V4(m) = mask_ip(ip, *v4_prefix) else {
+                } => match req.client {
+                    IpAddr::V4(a) => {
+                        let IpAddr::V4(m) = mask_ip(IpAddr::V4(a), *v4_prefix) else {
                             unreachable!()
                         };
                         w.put(&[0x01, 4, *v4_prefix]);
                         w.put(&m.octets());
                     }
-                    ip @ IpAddr::V6(_) => {
-                        let IpAddr::V6(m) = mask_ip(ip, *v6_prefix) else {
+                    IpAddr::V6(a) => {
+                        let IpAddr::V6(m) = mask_ip(IpAddr::V6(a), *v6_prefix) else {
                             unreachable!()
                         };
                         w.put(&[0x01, 6, *v6_prefix]);

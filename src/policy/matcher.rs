@@ -457,16 +457,24 @@ impl CidrSet {
     /// Is `ip` in any network of the set? IPv4-mapped IPv6 counts as IPv4.
     #[inline]
     pub fn contains(&self, ip: IpAddr) -> bool {
-        match ip.to_canonical() {
-            IpAddr::V4(a) => {
-                let a = u32::from(a);
-                self.v4.iter().any(|&(n, m)| a & m == n)
-            }
-            IpAddr::V6(a) => {
-                let a = u128::from(a);
-                self.v6.iter().any(|&(n, m)| a & m == n)
-            }
+        // As `ip.to_canonical()` then the family's list, with the family tested first (so a
+        // caller's loop gets no hoisted conversion).
+        match ip {
+            IpAddr::V4(a) => self.contains_v4(a),
+            IpAddr::V6(a) => match a.to_ipv4_mapped() {
+                Some(a) => self.contains_v4(a),
+                None => {
+                    let a = u128::from(a);
+                    self.v6.iter().any(|&(n, m)| a & m == n)
+                }
+            },
         }
+    }
+
+    #[inline]
+    fn contains_v4(&self, a: Ipv4Addr) -> bool {
+        let a = u32::from(a);
+        self.v4.iter().any(|&(n, m)| a & m == n)
     }
 }
 
