@@ -23,9 +23,9 @@ use super::config::{self, CompiledPolicy, Limit};
 use super::counters::{fingerprint, Counters};
 pub use super::counters::{EngineCounters, LimitCounters};
 use super::key::KeyPart;
-use super::key::KEY_BUF_LEN;
+use super::key::{ip_key, KEY_BUF_LEN};
 use super::normalize::{self, UriError};
-use super::request::{HeaderCache, HeaderPlan, PreparedRequest, RequestView};
+use super::request::{HeaderCache, HeaderPlan, OwnedRequest, PreparedRequest, RequestView};
 use crate::cluster::{ClusterShared, ClusterZone};
 use crate::limiter::{
     concurrency::DEFAULT_LEASE_NS, Concurrency, Decision, Delay, Gcra, Permit, Rate, SlidingWindow,
@@ -265,6 +265,20 @@ pub struct Engine {
     headers: HeaderPlan,
     /// The policy's classes and exemptions, compiled for matching.
     classes: ClassSet,
+    /// Per limit: how its key is made.
+    keys: Vec<KeyPlan>,
+}
+
+/// How a limit's key is made, decided when the engine is built. The bytes hashed are always
+/// those [`super::key::KeySpec::build`] writes.
+#[derive(Clone, Copy)]
+enum KeyPlan {
+    /// A key that reads nothing of the request (`global`): its hash, computed once.
+    Fixed(u64),
+    /// `ip` alone: written straight into a fixed buffer.
+    Ip { v4_prefix: u8, v6_prefix: u8 },
+    /// Anything else: built part by part.
+    General,
 }
 
 /// Every header name `policy` reads: the forwarding header, header and cookie tests of classes
@@ -553,7 +567,7 @@ impl Engine {
                 limiter_for(&policy.zones[z], l, clusters[z].as_ref(), logs[z].as_ref())
             })
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(Engine {
+        let mut engine = Engine {
             headers: header_plan(&policy),
             classes: ClassSet::new(&policy.classes, &policy.exemptions),
             policy,
@@ -562,7 +576,34 @@ impl Engine {
             counters,
             clusters,
             logs,
-        })
+            keys: Vec::new(),
+        };
+        engine.keys = engine.key_plans();
+        Ok(engine)
+    }
+
+    fn key_plans(&self) -> Vec<KeyPlan> {
+        let anyone = OwnedRequest::new("GET", "/", std::net::Ipv4Addr::UNSPECIFIED.into());
+        self.policy
+            .limits
+            .iter()
+            .map(|l| match &l.key.parts[..] {
+                [KeyPart::Ip {
+                    v4_prefix,
+                    v6_prefix,
+                }] => KeyPlan::Ip {
+                    v4_prefix: *v4_prefix,
+                    v6_prefix: *v6_prefix,
+                },
+                parts if parts.iter().all(|p| *p == KeyPart::Global) => {
+                    let req = PreparedRequest::new(&anyone, b"/", b"", anyone.peer);
+                    let mut key = [0u8; KEY_BUF_LEN];
+                    let len = l.key.build(&req, &mut key);
+                    KeyPlan::Fixed(self.key_hash(l.zone, &key[..len]))
+                }
+                _ => KeyPlan::General,
+            })
+            .collect()
     }
 
     /// The size in bytes and the fingerprint of a shared counter block for this policy.
@@ -754,10 +795,20 @@ impl Engine {
             {
                 continue;
             }
-            let len = limit.key.build(&prepared, &mut key);
-            let key_hash = match &self.clusters[limit.zone] {
-                Some(c) => c.key_hash(&key[..len]),
-                None => self.tables[limit.zone].key_hash(&key[..len]),
+            let key_hash = match self.keys[i] {
+                KeyPlan::Fixed(h) => h,
+                KeyPlan::Ip {
+                    v4_prefix,
+                    v6_prefix,
+                } => {
+                    let mut ip = [0u8; 20];
+                    let len = ip_key(prepared.client, v4_prefix, v6_prefix, &mut ip);
+                    self.key_hash(limit.zone, &ip[..len])
+                }
+                KeyPlan::General => {
+                    let len = limit.key.build(&prepared, &mut key);
+                    self.key_hash(limit.zone, &key[..len])
+                }
             };
             hits[n] = Hit { limit: i, key_hash };
             n += 1;
@@ -944,6 +995,15 @@ impl Engine {
             }
         }
         None
+    }
+
+    /// The hash of `key` in zone `zone` (its table's, or its cluster's for a cluster zone).
+    #[inline]
+    fn key_hash(&self, zone: usize, key: &[u8]) -> u64 {
+        match &self.clusters[zone] {
+            Some(c) => c.key_hash(key),
+            None => self.tables[zone].key_hash(key),
+        }
     }
 
     fn bad(&self, e: UriError) -> EvalError {

@@ -194,6 +194,31 @@ impl KeySpec {
     }
 }
 
+/// The whole key of a [`KeySpec`] made of one `ip` part, as [`KeySpec::build`] writes it,
+/// into a fixed buffer (no part loop, no length checks): its length. `client` is canonical.
+#[inline]
+pub(crate) fn ip_key(client: IpAddr, v4_prefix: u8, v6_prefix: u8, out: &mut [u8; 20]) -> usize {
+    match mask_ip(
+        client,
+        if client.is_ipv4() {
+            v4_prefix
+        } else {
+            v6_prefix
+        },
+    ) {
+        IpAddr::V4(m) => {
+            out[..4].copy_from_slice(&[FORMAT_PLAIN, 0x01, 4, v4_prefix]);
+            out[4..8].copy_from_slice(&m.octets());
+            8
+        }
+        IpAddr::V6(m) => {
+            out[..4].copy_from_slice(&[FORMAT_PLAIN, 0x01, 6, v6_prefix]);
+            out[4..].copy_from_slice(&m.octets());
+            20
+        }
+    }
+}
+
 fn put_named<S: Sink>(w: &mut S, kind: u8, name: &[u8], value: Option<&[u8]>) {
     // Names are validated at compile time to be at most 255 bytes.
     w.put(&[kind, name.len().min(255) as u8]);
@@ -279,6 +304,29 @@ mod tests {
             key(&spec, &r, "/", "::ffff:192.0.2.77"),
             key(&spec, &r, "/", "192.0.2.1")
         );
+    }
+
+    #[test]
+    fn ip_key_is_build() {
+        let r = OwnedRequest::new("GET", "/", "192.0.2.1".parse().unwrap());
+        for (v4, v6) in [(32, 64), (24, 48), (0, 0), (17, 128), (32, 127)] {
+            let spec = KeySpec::new(vec![KeyPart::Ip {
+                v4_prefix: v4,
+                v6_prefix: v6,
+            }]);
+            for c in [
+                "192.0.2.77",
+                "::ffff:10.1.2.3",
+                "2001:db8:1:2:3:4:5:6",
+                "::",
+                "0.0.0.0",
+            ] {
+                let p = PreparedRequest::new(&r, b"/", b"", c.parse().unwrap());
+                let mut out = [0u8; 20];
+                let n = ip_key(p.client, v4, v6, &mut out);
+                assert_eq!(out[..n], key(&spec, &r, "/", c)[..], "{c} /{v4} /{v6}");
+            }
+        }
     }
 
     #[test]
