@@ -153,22 +153,36 @@ impl NamedCookie<'_, '_> {
 impl<'a> Iterator for NamedCookie<'a, '_> {
     type Item = &'a [u8];
     fn next(&mut self) -> Option<&'a [u8]> {
-        while !self.rest.is_empty() {
-            let (pair, rest) = match find(self.rest, b';') {
-                Some(i) => (&self.rest[..i], &self.rest[i + 1..]),
-                None => (self.rest, &self.rest[self.rest.len()..]),
-            };
-            self.rest = rest;
-            if !self.plain {
-                match CookiePairs::new(pair).next() {
-                    Some((n, v)) if n == self.name => return Some(v),
-                    _ => continue,
+        if !self.plain {
+            while !self.rest.is_empty() {
+                let (pair, rest) = match find(self.rest, b';') {
+                    Some(i) => (&self.rest[..i], &self.rest[i + 1..]),
+                    None => (self.rest, &self.rest[self.rest.len()..]),
+                };
+                self.rest = rest;
+                if let Some((n, v)) = CookiePairs::new(pair).next() {
+                    if n == self.name {
+                        return Some(v);
+                    }
                 }
             }
-            let p = trim_start(pair);
-            if p.len() > self.name.len() && p.starts_with(self.name) {
-                let after = trim_start(&p[self.name.len()..]);
+            return None;
+        }
+        // A pair is named `name` iff it reads `ws* name ws* = …` (the name has no `;`, `=` or
+        // surrounding whitespace): tested at the pair's start, before its end is looked for,
+        // so only the pairs of other names are scanned to their `;`.
+        let name = self.name;
+        let mut rest = self.rest;
+        while !rest.is_empty() {
+            let p = trim_start(rest);
+            if p.len() > name.len() && p[0] == name[0] && p.starts_with(name) {
+                let after = trim_start(&p[name.len()..]);
                 if let Some(v) = after.strip_prefix(b"=") {
+                    let (v, next) = match find(v, b';') {
+                        Some(i) => (&v[..i], &v[i + 1..]),
+                        None => (v, &v[v.len()..]),
+                    };
+                    self.rest = next;
                     let mut value = trim(v);
                     if value.len() >= 2 && value[0] == b'"' && value[value.len() - 1] == b'"' {
                         value = &value[1..value.len() - 1];
@@ -176,7 +190,12 @@ impl<'a> Iterator for NamedCookie<'a, '_> {
                     return Some(value);
                 }
             }
+            rest = match find(p, b';') {
+                Some(i) => &p[i + 1..],
+                None => &p[p.len()..],
+            };
         }
+        self.rest = rest;
         None
     }
 }
@@ -1171,6 +1190,12 @@ mod tests {
             "s e=1; s e = 2",
             ";;session=4;;",
             "",
+            "session",
+            "session ;session=5",
+            "sessionx=1;session\t= 6 ; x",
+            "s=1; session=\"q\"; session=2",
+            "GeoIP=US:CA:San_Francisco; session=8f3a2c1de4b5; enwikiUserName=Alice",
+            " ; =; session = ;",
         ];
         for h in headers {
             for name in ["session", "a", "a=b", " a", "s e", "", "b"] {
