@@ -61,6 +61,21 @@ pub fn find2(s: &[u8], a: u8, b: u8) -> Option<usize> {
     )
 }
 
+/// The first index of `a`, `b` or `c` in `s` (as `memchr::memchr3`).
+#[inline]
+pub fn find3(s: &[u8], a: u8, b: u8, c: u8) -> Option<usize> {
+    let (pa, pb, pc) = (
+        LO.wrapping_mul(a as u64),
+        LO.wrapping_mul(b as u64),
+        LO.wrapping_mul(c as u64),
+    );
+    find_by(
+        s,
+        |w| zero_bytes(w ^ pa) | zero_bytes(w ^ pb) | zero_bytes(w ^ pc),
+        |x| x == a || x == b || x == c,
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -88,6 +103,8 @@ mod tests {
             );
             assert_eq!(find(&s, a), memchr::memchr(a, &s), "{s:?} {a}");
             assert_eq!(find2(&s, a, b), memchr::memchr2(a, b, &s), "{s:?} {a} {b}");
+            let c = alphabet[(next() % alphabet.len() as u64) as usize];
+            assert_eq!(find3(&s, a, b, c), memchr::memchr3(a, b, c, &s), "{s:?}");
         }
     }
 }

@@ -357,7 +357,7 @@ impl ClassSet {
         } = &self.compiled
         {
             let m = req.method;
-            if m.len() <= 8 {
+            if m.len() <= 8 && !methods.is_empty() {
                 let w = le_word(m);
                 if let Some(i) = methods
                     .iter()

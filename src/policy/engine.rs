@@ -782,7 +782,6 @@ impl Engine {
             key_hash: 0,
         }; MAX_HITS];
         let mut n = 0;
-        let mut key = [0u8; KEY_BUF_LEN];
         for (i, limit) in self.policy.limits.iter().enumerate() {
             if n == MAX_HITS {
                 break;
@@ -806,6 +805,8 @@ impl Engine {
                     self.key_hash(limit.zone, &ip[..len])
                 }
                 KeyPlan::General => {
+                    // Zeroed only for the keys that need it (most take the arms above).
+                    let mut key = [0u8; KEY_BUF_LEN];
                     let len = limit.key.build(&prepared, &mut key);
                     self.key_hash(limit.zone, &key[..len])
                 }

@@ -598,7 +598,9 @@ impl Class {
 // Query arguments
 // ---------------------------------------------------------------------------
 
-use super::normalize::{decode_component, query_args};
+use super::normalize::decode_component;
+#[cfg(test)]
+use super::normalize::query_args;
 
 /// Decode `raw` (on the stack when short) and hand the result to `f`.
 #[inline]
@@ -631,7 +633,69 @@ fn with_decoded_long<R>(raw: &[u8], f: impl FnOnce(&[u8]) -> R) -> R {
     f(&buf[..n])
 }
 
+/// Does the query test `(name, m)` pass? The same answer as walking `query_args` and
+/// decoding each name and value (`query_matches_plain`, in the tests), in one scan of the query: an
+/// argument's name ends at its first `=` or `&`, and its value is searched for its `&`
+/// together with the `%` and `+` that would need decoding.
 fn query_matches(query: &[u8], name: &[u8], m: &ValueMatcher) -> bool {
+    use super::bytes::{find, find2, find3};
+    let mut seen = false;
+    let mut rest = query;
+    while !rest.is_empty() {
+        let (n, value) = match find2(rest, b'=', b'&') {
+            Some(i) if rest[i] == b'=' => (&rest[..i], Some(&rest[i + 1..])),
+            Some(i) => {
+                let n = &rest[..i];
+                rest = &rest[i + 1..];
+                if n.is_empty() {
+                    continue; // an empty argument (`&&`)
+                }
+                (n, None)
+            }
+            None => {
+                let n = rest;
+                rest = &rest[rest.len()..];
+                (n, None)
+            }
+        };
+        // The value (empty when there is no `=`), whether it has escapes, and what follows.
+        let (v, plain) = match value {
+            None => (&n[n.len()..], true),
+            Some(tail) => {
+                let (end, plain) = match find3(tail, b'&', b'%', b'+') {
+                    Some(j) if tail[j] == b'&' => (j, true),
+                    Some(j) => (j + find(&tail[j..], b'&').unwrap_or(tail.len() - j), false),
+                    None => (tail.len(), true),
+                };
+                rest = tail.get(end + 1..).unwrap_or(&[]);
+                (&tail[..end], plain)
+            }
+        };
+        if !with_decoded(n, |d| d == name) {
+            continue;
+        }
+        seen = true;
+        match m {
+            ValueMatcher::Absent => return false,
+            ValueMatcher::Present => return true,
+            _ if plain => {
+                if m.matches_value(v) {
+                    return true;
+                }
+            }
+            _ => {
+                if with_decoded(v, |d| m.matches_value(d)) {
+                    return true;
+                }
+            }
+        }
+    }
+    matches!(m, ValueMatcher::Absent) && !seen
+}
+
+/// [`query_matches`] as its definition reads: every argument, each name and value decoded.
+#[cfg(test)]
+fn query_matches_plain(query: &[u8], name: &[u8], m: &ValueMatcher) -> bool {
     let mut seen = false;
     for (n, v) in query_args(query) {
         if !with_decoded(n, |d| d == name) {
@@ -654,6 +718,44 @@ fn query_matches(query: &[u8], name: &[u8], m: &ValueMatcher) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_scan_query_matching_is_the_definition() {
+        let matchers = [
+            ValueMatcher::Present,
+            ValueMatcher::Absent,
+            ValueMatcher::Equals(b"a b".to_vec().into()),
+            ValueMatcher::Equals(b"".to_vec().into()),
+            ValueMatcher::Glob(Glob::new("x*").unwrap()),
+            ValueMatcher::Regex(Regex::new("^&?%").unwrap()),
+        ];
+        let names: [&[u8]; 5] = [b"t", b"a b", b"", b"x=", b"t&"];
+        let alphabet = b"t=&%+2a0 bx=&";
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for _ in 0..40_000 {
+            let len = (next() % 24) as usize;
+            let q: Vec<u8> = (0..len)
+                .map(|_| alphabet[(next() % alphabet.len() as u64) as usize])
+                .collect();
+            for n in names {
+                for m in &matchers {
+                    assert_eq!(
+                        query_matches(&q, n, m),
+                        query_matches_plain(&q, n, m),
+                        "{:?} {:?} {m:?}",
+                        String::from_utf8_lossy(&q),
+                        String::from_utf8_lossy(n)
+                    );
+                }
+            }
+        }
+    }
 
     #[test]
     fn glob_kinds() {
