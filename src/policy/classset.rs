@@ -31,7 +31,7 @@ const MAX_TESTS: usize = 64;
 const MAX_METHODS: usize = 63;
 const OTHER_METHOD: u64 = 1 << 63;
 /// Classes whose result is cached per request (more are evaluated each time they are asked).
-const CACHED_CLASSES: usize = 128;
+const CACHED_CLASSES: usize = 64;
 
 /// Low `n` bytes of `s` (at most 8) as a little-endian word.
 #[inline]
@@ -208,8 +208,8 @@ pub struct Facts<'a> {
     literals: u64,
     tests_known: u64,
     tests_hit: u64,
-    classes_known: u128,
-    classes_hit: u128,
+    classes_known: u64,
+    classes_hit: u64,
 }
 
 /// What compiling a policy's path tests collects: the literal and other atoms, deduplicated.
@@ -385,7 +385,7 @@ impl ClassSet {
     /// Does class `c` match `req`? (Each class is evaluated once per request.)
     #[inline]
     pub fn class(&self, c: usize, req: &PreparedRequest<'_>, facts: &mut Facts<'_>) -> bool {
-        let bit = if c < CACHED_CLASSES { 1u128 << c } else { 0 };
+        let bit = if c < CACHED_CLASSES { 1u64 << c } else { 0 };
         if facts.classes_known & bit != 0 {
             return facts.classes_hit & bit != 0;
         }
