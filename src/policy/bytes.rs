@@ -43,6 +43,40 @@ fn find_by(s: &[u8], flags: impl Fn(u64) -> u64, byte: impl Fn(u8) -> bool) -> O
     None
 }
 
+/// `0x80` in exactly the bytes of `w` that are zero.
+#[inline(always)]
+fn zero_bytes_exact(w: u64) -> u64 {
+    const LOW7: u64 = 0x7f7f_7f7f_7f7f_7f7f;
+    !(((w & LOW7).wrapping_add(LOW7)) | w | LOW7)
+}
+
+/// The last index of `b` in `s` (as `memchr::memrchr`).
+#[inline]
+pub fn rfind(s: &[u8], b: u8) -> Option<usize> {
+    let n = s.len();
+    if n < 8 {
+        return s.iter().rposition(|&x| x == b);
+    }
+    let p = LO.wrapping_mul(b as u64);
+    let mut end = n;
+    while end >= 8 {
+        let z = zero_bytes_exact(word(s, end - 8) ^ p);
+        if z != 0 {
+            return Some(end - 1 - (z.leading_zeros() / 8) as usize);
+        }
+        end -= 8;
+    }
+    if end > 0 {
+        // The first word overlaps bytes already searched: none of them is `b`, and the exact
+        // test flags nothing else.
+        let z = zero_bytes_exact(word(s, 0) ^ p);
+        if z != 0 {
+            return Some(7 - (z.leading_zeros() / 8) as usize);
+        }
+    }
+    None
+}
+
 /// The first index of `b` in `s` (as `memchr::memchr`).
 #[inline]
 pub fn find(s: &[u8], b: u8) -> Option<usize> {
@@ -103,6 +137,7 @@ mod tests {
             );
             assert_eq!(find(&s, a), memchr::memchr(a, &s), "{s:?} {a}");
             assert_eq!(find2(&s, a, b), memchr::memchr2(a, b, &s), "{s:?} {a} {b}");
+            assert_eq!(rfind(&s, a), memchr::memrchr(a, &s), "{s:?} {a}");
             let c = alphabet[(next() % alphabet.len() as u64) as usize];
             assert_eq!(find3(&s, a, b, c), memchr::memchr3(a, b, c, &s), "{s:?}");
         }

@@ -10,7 +10,7 @@
 
 use std::net::IpAddr;
 
-use super::bytes::{find, find2};
+use super::bytes::{find, find2, rfind};
 use super::matcher::CidrSet;
 
 /// Read-only access to one HTTP request, implemented by each host.
@@ -708,8 +708,8 @@ impl ClientIpResolver {
         for line in lines.iter().rev() {
             let mut rest: &[u8] = line;
             loop {
-                // Entries are short: a plain scan beats a vectorized search's setup.
-                let (entry, more) = match rest.iter().rposition(|&b| b == b',') {
+                // Entries are short: a word-at-a-time scan beats a vectorized search's setup.
+                let (entry, more) = match rfind(rest, b',') {
                     Some(i) => (&rest[i + 1..], Some(&rest[..i])),
                     None => (rest, None),
                 };
