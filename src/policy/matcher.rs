@@ -671,7 +671,11 @@ fn query_matches(query: &[u8], name: &[u8], m: &ValueMatcher) -> bool {
                 (&tail[..end], plain)
             }
         };
-        if !with_decoded(n, |d| d == name) {
+        // Decoding never lengthens a name (`%XX` → 1 byte, `+` → 1 byte): a shorter raw name
+        // cannot be equal, and an equal one needs no decoding.
+        let named = n.len() >= name.len()
+            && ((n.len() == name.len() && n == name) || with_decoded(n, |d| d == name));
+        if !named {
             continue;
         }
         seen = true;
