@@ -764,7 +764,7 @@ impl Engine {
     ) -> Outcome {
         let headers = HeaderCache::fill(&self.headers, req);
         let client = self.policy.client_ip.resolve_cached(req, &headers);
-        let prepared = PreparedRequest::with_headers(req, path, query, client, headers);
+        let prepared = PreparedRequest::with_headers(req, path, query, client, &headers);
 
         let mut out = Outcome::new();
         let mut facts = self.classes.facts(&prepared);

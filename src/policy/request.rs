@@ -437,8 +437,9 @@ pub struct PreparedRequest<'a> {
     /// Client address after trusted-proxy resolution, canonical (IPv4-mapped
     /// IPv6 turned into IPv4).
     pub client: IpAddr,
-    /// The policy's headers, read in one pass ([`HeaderCache::NONE`] if not).
-    pub headers: HeaderCache<'a>,
+    /// The policy's headers, read in one pass ([`HeaderCache::NONE`] if not). Borrowed: the
+    /// cache is large enough that copying it into every prepared request shows.
+    pub headers: &'a HeaderCache<'a>,
 }
 
 impl<'a> PreparedRequest<'a> {
@@ -450,7 +451,7 @@ impl<'a> PreparedRequest<'a> {
             path,
             query,
             client: client.to_canonical(),
-            headers: HeaderCache::NONE,
+            headers: &HeaderCache::NONE,
         }
     }
 
@@ -460,7 +461,7 @@ impl<'a> PreparedRequest<'a> {
         path: &'a [u8],
         query: &'a [u8],
         client: IpAddr,
-        headers: HeaderCache<'a>,
+        headers: &'a HeaderCache<'a>,
     ) -> Self {
         PreparedRequest {
             headers,
@@ -1223,7 +1224,7 @@ mod tests {
             .header("cookie", "b=2");
         let plan = HeaderPlan::new([&b"user-agent"[..], b"cookie", b"x-missing"]);
         let cache = HeaderCache::fill(&plan, &r);
-        let p = PreparedRequest::with_headers(&r, b"/", b"", ip("10.0.0.1"), cache);
+        let p = PreparedRequest::with_headers(&r, b"/", b"", ip("10.0.0.1"), &cache);
         assert_eq!(p.header(b"user-agent"), Some(&b"ua"[..]));
         assert_eq!(p.header(b"x-missing"), None);
         assert_eq!(p.header(b"x-seen"), Some(&b"1"[..]));
@@ -1235,7 +1236,7 @@ mod tests {
         );
         let one = OwnedRequest::new("GET", "/", ip("10.0.0.1")).header("Cookie", "x=1; s = 2");
         let cache = HeaderCache::fill(&plan, &one);
-        let p = PreparedRequest::with_headers(&one, b"/", b"", ip("10.0.0.1"), cache);
+        let p = PreparedRequest::with_headers(&one, b"/", b"", ip("10.0.0.1"), &cache);
         assert_eq!((p.cookie(b"s"), p.cookie(b"y")), (Some(&b"2"[..]), None));
         assert_eq!(p.header_values(b"x-missing").count(), 0);
         // Names of one length, and names past the length table's last entry.
@@ -1249,7 +1250,7 @@ mod tests {
             .header("ab", "x")
             .header("ab", "y");
         let cache = HeaderCache::fill(&plan, &r);
-        let p = PreparedRequest::with_headers(&r, b"/", b"", ip("10.0.0.1"), cache);
+        let p = PreparedRequest::with_headers(&r, b"/", b"", ip("10.0.0.1"), &cache);
         assert_eq!(p.header(long_a.as_bytes()), Some(&b"a"[..]));
         assert_eq!(p.header(long_b.as_bytes()), Some(&b"b"[..]));
         assert_eq!(p.header(b"cd"), Some(&b"d"[..]));
