@@ -101,7 +101,7 @@ fn retag_racing_a_writer_never_leaks_into_the_other_key() {
         // holder's log, the holder would be full (a rejection).
         let (pa, pb) = (t.predict(a, 5 * S), t.predict(b, 5 * S));
         assert!(pa.admitted() && pb.admitted(), "{pa:?} {pb:?}");
-        let mut rem = [pa.remaining, pb.remaining];
+        let mut rem = [pa.remaining.get(), pb.remaining.get()];
         rem.sort();
         assert_eq!(rem, [0, 1]);
     });

@@ -1261,7 +1261,7 @@ fn check_out(d: Decision, v: &weir::limiter::Verdict) -> weir_check {
         wait_ns: v.wait_ns,
         retry_after_ns: v.retry_after_ns,
         limit: v.limit,
-        remaining: v.remaining,
+        remaining: v.remaining.get(),
         reset_ns: v.reset_ns,
     }
 }

@@ -11,7 +11,7 @@
 //! State: [`super::packed`] with bucket ids; `prev + cur` is the in-flight count.
 
 use super::packed::{self, Counts, MAX_COUNT};
-use super::{Decision, ParamError, Verdict, NS_PER_SEC};
+use super::{Decision, ParamError, Remaining, Verdict, NS_PER_SEC};
 
 /// Default lease: permits live between 2 and 4 minutes unless released or renewed.
 pub const DEFAULT_LEASE_NS: u64 = 120 * NS_PER_SEC;
@@ -97,12 +97,12 @@ impl Concurrency {
             wait_ns: 0,
             retry_after_ns: 0,
             limit: self.max,
-            remaining: self.max.saturating_sub(held + units),
+            remaining: Remaining::units(self.max.saturating_sub(held + units)),
             reset_ns: 0,
         };
         if held + units > self.max {
             verdict.decision = Decision::Reject;
-            verdict.remaining = 0;
+            verdict.remaining = Remaining::units(0);
             return (state, verdict);
         }
         (
@@ -179,7 +179,7 @@ mod tests {
     fn units_take_several_slots() {
         let c = Concurrency::new(4, L).unwrap();
         let (s, v) = c.acquire_units(0, 1, 2);
-        assert_eq!((v.admitted(), v.remaining), (true, 2));
+        assert_eq!((v.admitted(), v.remaining.get()), (true, 2));
         let (s, v) = c.acquire_units(s, 2, 3);
         assert!(!v.admitted());
         let (s, v) = c.acquire_units(s, 3, 2);

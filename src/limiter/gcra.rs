@@ -11,7 +11,7 @@
 //! `1 + delay` requests is waited out: `wait = TAT' − now − (1 + delay)·T`. The default,
 //! `delay = 0`, spaces requests exactly `T` apart; `nodelay` never waits.
 
-use super::{Algorithm, Decision, ParamError, Rate, Verdict};
+use super::{Algorithm, Decision, ParamError, Rate, Remaining, Verdict};
 
 /// How conforming excess requests are treated.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -33,8 +33,6 @@ pub struct Gcra {
     tolerance_ns: u64,
     /// `(1 + delay)·T`: the part of the excess that never waits.
     free_ns: u64,
-    /// `⌊2⁶⁴ / T⌋`: divides by `T` with a multiplication (see `remaining`).
-    inv_interval: u64,
 }
 
 impl Gcra {
@@ -54,9 +52,6 @@ impl Gcra {
             Delay::NoDelay => u64::MAX,
         };
         Ok(Gcra {
-            inv_interval: (u128::from(u64::MAX) + 1)
-                .div_euclid(interval_ns as u128)
-                .min(u64::MAX as u128) as u64,
             interval_ns,
             burst,
             tolerance_ns,
@@ -72,17 +67,11 @@ impl Gcra {
         self.burst
     }
 
+    /// Requests still admitted back to back when the TAT is `ahead_ns` ahead of now:
+    /// `⌊(tolerance − ahead) / T⌋`, divided only when read.
     #[inline]
-    /// `⌊(tolerance − ahead) / T⌋` without a division on the hot path: the reciprocal
-    /// estimate is exact or one short, and one comparison corrects it.
-    fn remaining(&self, ahead_ns: u64) -> u64 {
-        let x = self.tolerance_ns.saturating_sub(ahead_ns);
-        let q = ((x as u128 * self.inv_interval as u128) >> 64) as u64;
-        if (q + 1).saturating_mul(self.interval_ns) <= x {
-            q + 1
-        } else {
-            q
-        }
+    fn remaining(&self, ahead_ns: u64) -> Remaining {
+        Remaining::scaled(self.tolerance_ns.saturating_sub(ahead_ns), self.interval_ns)
     }
 }
 
@@ -217,33 +206,10 @@ mod tests {
     fn cost_counts_as_several_requests() {
         let g = Gcra::new(Rate::per_second(10), 9, Delay::NoDelay).unwrap();
         let (s, v) = g.step(0, NS_PER_SEC, 7);
-        assert_eq!((v.decision, v.remaining), (Decision::Pass, 3));
+        assert_eq!((v.decision, v.remaining.get()), (Decision::Pass, 3));
         let (_, v) = g.step(s, NS_PER_SEC, 4);
         assert_eq!(v.decision, Decision::Reject);
         assert_eq!(v.retry_after_ns, 100_000_000);
-    }
-
-    #[test]
-    fn remaining_by_reciprocal_equals_division() {
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
-        for _ in 0..100_000 {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            let t = 1 + x % 100_000_000_000;
-            let burst = x % 1000;
-            let g = Gcra::new(
-                Rate {
-                    count: 1,
-                    period_ns: t,
-                },
-                burst,
-                Delay::NoDelay,
-            )
-            .unwrap();
-            let ahead = x.rotate_left(17) % ((burst + 2) * t);
-            assert_eq!(g.remaining(ahead), g.tolerance_ns.saturating_sub(ahead) / t);
-        }
     }
 
     #[test]

@@ -42,8 +42,8 @@ pub struct Verdict {
     pub retry_after_ns: u64,
     /// Quota in requests (cost units): GCRA `burst + 1`, sliding `events`, concurrency `max`.
     pub limit: u64,
-    /// Quota units left after this request.
-    pub remaining: u64,
+    /// Quota units left after this request ([`Remaining::get`]).
+    pub remaining: Remaining,
     /// Time until the full quota is available again.
     pub reset_ns: u64,
 }
@@ -52,6 +52,67 @@ impl Verdict {
     /// True when the request goes ahead (now or after a delay).
     pub fn admitted(&self) -> bool {
         self.decision != Decision::Reject
+    }
+}
+
+/// Quota units left, kept as `headroom / unit` and divided only when asked: most checks never
+/// need the number (it feeds `RateLimit` headers), and a division on every check is a
+/// measurable share of its cost. Compares by value.
+#[derive(Clone, Copy)]
+pub struct Remaining {
+    headroom: u64,
+    /// Never 0.
+    unit: u64,
+}
+
+impl Remaining {
+    /// Exactly `n` units.
+    #[inline]
+    pub const fn units(n: u64) -> Remaining {
+        Remaining {
+            headroom: n,
+            unit: 1,
+        }
+    }
+
+    /// `⌊headroom / unit⌋` units (`unit` 0 counts as 1).
+    #[inline]
+    pub const fn scaled(headroom: u64, unit: u64) -> Remaining {
+        Remaining {
+            headroom,
+            unit: if unit == 0 { 1 } else { unit },
+        }
+    }
+
+    /// `⌊headroom / unit⌋` for a headroom beyond 64 bits (divided now, when it is that large).
+    #[inline]
+    pub(crate) fn scaled_wide(headroom: u128, unit: u64) -> Remaining {
+        match u64::try_from(headroom) {
+            Ok(h) => Remaining::scaled(h, unit),
+            Err(_) => {
+                Remaining::units(div_u128(headroom, unit.max(1)).min(u64::MAX as u128) as u64)
+            }
+        }
+    }
+
+    /// The number of units.
+    #[inline]
+    pub fn get(self) -> u64 {
+        self.headroom / self.unit
+    }
+}
+
+impl PartialEq for Remaining {
+    fn eq(&self, other: &Remaining) -> bool {
+        self.get() == other.get()
+    }
+}
+
+impl Eq for Remaining {}
+
+impl std::fmt::Debug for Remaining {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.get().fmt(f)
     }
 }
 

@@ -6,7 +6,7 @@
 //! traffic is steady. State: [`super::packed`] with window ids `now / window`.
 
 use super::packed::{self, Counts, MAX_COUNT};
-use super::{div_u128, Algorithm, Decision, ParamError, Verdict};
+use super::{div_u128, Algorithm, Decision, ParamError, Remaining, Verdict};
 
 /// A sliding-window limiter's parameters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -83,7 +83,10 @@ impl Algorithm for SlidingWindow {
                 wait_ns: 0,
                 retry_after_ns: self.retry_after(c, elapsed, cost),
                 limit: self.events,
-                remaining: div_u128(limit_scaled.saturating_sub(before), self.window_ns) as u64,
+                remaining: Remaining::scaled_wide(
+                    limit_scaled.saturating_sub(before),
+                    self.window_ns,
+                ),
                 reset_ns,
             };
             return (state, verdict);
@@ -100,7 +103,7 @@ impl Algorithm for SlidingWindow {
             wait_ns: 0,
             retry_after_ns: 0,
             limit: self.events,
-            remaining: div_u128(limit_scaled - after, self.window_ns) as u64,
+            remaining: Remaining::scaled_wide(limit_scaled - after, self.window_ns),
             reset_ns,
         };
         (next, verdict)

@@ -1025,7 +1025,7 @@ impl Engine {
             limit: limit as u16,
             quota: v.limit,
             window_s: alg.window_s(),
-            remaining: v.remaining,
+            remaining: v.remaining.get(),
             reset_s: v.reset_ns.div_ceil(NS_PER_SEC),
         }
     }

@@ -22,7 +22,7 @@ use super::slot::{pack, tag, SlotWord, EMPTY};
 #[cfg(not(loom))]
 use super::REGION_ALIGN;
 use super::{TableError, TableStats};
-use crate::limiter::{Decision, ParamError, Verdict};
+use crate::limiter::{Decision, ParamError, Remaining, Verdict};
 use std::ptr::NonNull;
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
 
@@ -428,7 +428,7 @@ impl LogTable {
         let Some((r, w)) = self.find(key_hash, now, false) else {
             let v = self.passed(None, 0, now);
             return Verdict {
-                remaining: v.remaining - 1,
+                remaining: Remaining::units(v.remaining.get() - 1),
                 reset_ns: self.log.window_ns(),
                 ..v
             };
@@ -442,7 +442,7 @@ impl LogTable {
         // As if this request were recorded too.
         let v = self.passed(Some(r), h, now);
         Verdict {
-            remaining: v.remaining.saturating_sub(1),
+            remaining: Remaining::units(v.remaining.get().saturating_sub(1)),
             reset_ns: self.log.window_ns(),
             ..v
         }
@@ -589,7 +589,7 @@ impl LogTable {
             wait_ns: 0,
             retry_after_ns: retry.max(1),
             limit: self.n,
-            remaining: 0,
+            remaining: Remaining::units(0),
             reset_ns: self.log.window_ns(),
         }
     }
@@ -622,7 +622,7 @@ impl LogTable {
             wait_ns: 0,
             retry_after_ns: 0,
             limit: self.n,
-            remaining: self.n.saturating_sub(live),
+            remaining: Remaining::units(self.n.saturating_sub(live)),
             reset_ns: if live == 0 { 0 } else { self.log.window_ns() },
         }
     }

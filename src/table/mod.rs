@@ -628,7 +628,7 @@ impl Table {
     /// Invariant: a slot, once filled, is never emptied, and a key is only ever stored in the
     /// first empty slot of its window or over another key. So a key never sits after an empty
     /// slot of its window, and a scan can stop at the first empty slot.
-    #[inline]
+    #[inline(always)]
     fn modify<R>(
         &self,
         key_hash: u64,
@@ -643,9 +643,11 @@ impl Table {
         let (hit, _) = matches(&words, key_hash);
         if hit != 0 {
             let j = hit.trailing_zeros() as usize;
-            let word = words[j];
-            let (next, out) = step(slot::state(word));
-            if next == slot::state(word) {
+            // The slot's tag is `key_hash`, so its word is known from its state alone.
+            let state = state_at(&words, j);
+            let word = pack(key_hash, state);
+            let (next, out) = step(state);
+            if next == state {
                 return out;
             }
             let slot = self.slot(home * BUCKET_SLOTS + j);
@@ -780,6 +782,22 @@ unsafe fn atomic_load_x4(p: *const u8) -> [u128; BUCKET_SLOTS] {
     }
     // SAFETY: __m128i and u128 are both 16 plain bytes.
     [a, b, c, d].map(|x| unsafe { std::mem::transmute::<__m128i, u128>(x) })
+}
+
+/// The state of slot `j` (< 4) of a bucket, picked without branches or a memory round trip.
+#[inline(always)]
+fn state_at(words: &[u128; BUCKET_SLOTS], j: usize) -> u64 {
+    let s = words.map(slot::state);
+    let (low, high) = if j & 1 == 0 {
+        (s[0], s[2])
+    } else {
+        (s[1], s[3])
+    };
+    if j & 2 == 0 {
+        low
+    } else {
+        high
+    }
 }
 
 /// Bit masks of the bucket's slots whose tag is `key_hash` and of its empty slots (bit j =
