@@ -155,6 +155,8 @@ pub struct Outcome {
     pub unmatched: bool,
     /// A dry-run limit that would have delayed or rejected, and what it would have done.
     pub dry_run: Option<(u16, Action)>,
+    /// On a rejection, the rejecting limit's quota; otherwise the tightest matched quota, and
+    /// only when the policy emits RateLimit headers.
     pub quota: Option<Quota>,
     pub permits: Permits,
     pub ticket: Option<QueueTicket>,
@@ -898,9 +900,12 @@ impl Engine {
             };
             let table = &self.tables[limit.zone];
             let v = alg.check(table, h.key_hash, limit.cost, now);
-            let q = self.quota(h.limit, alg, &v);
-            if out.quota.is_none_or(|best| q.remaining < best.remaining) && !limit.dry_run {
-                out.quota = Some(q);
+            // The quota only feeds RateLimit headers: skip its divisions when they are off.
+            if self.policy.emit_headers && !limit.dry_run {
+                let q = self.quota(h.limit, alg, &v);
+                if out.quota.is_none_or(|best| q.remaining < best.remaining) {
+                    out.quota = Some(q);
+                }
             }
             match (v.decision, limit.dry_run) {
                 (Decision::Pass, _) => {}
