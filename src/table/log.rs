@@ -48,6 +48,9 @@ const AHEAD: u64 = 1 << (SEQ_BITS - 1);
 const NS_PER_MS: u64 = 1_000_000;
 /// Longest window: timestamps are 40-bit milliseconds.
 const MAX_WINDOW_MS: u64 = 1 << 36;
+/// A transparent huge page on x86-64 (the alignment of large in-process tables).
+#[cfg(not(loom))]
+const HUGE_PAGE: usize = 2 << 20;
 
 /// Parameters of an exact sliding log: at most `events` admissions per key in any `window`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -181,12 +184,26 @@ impl LogTable {
         if bytes < minimum {
             return Err(TableError::TooSmall { bytes, minimum });
         }
-        let layout = std::alloc::Layout::from_size_align(bytes, REGION_ALIGN)
+        // As the slot table's (`Table::new`): a table of a huge page or more is aligned to one
+        // and advised to use transparent huge pages, so that a random key rarely costs a TLB
+        // miss on top of its cache misses.
+        let align = if bytes >= HUGE_PAGE {
+            HUGE_PAGE
+        } else {
+            REGION_ALIGN
+        };
+        let layout = std::alloc::Layout::from_size_align(bytes, align)
             .map_err(|_| TableError::Alloc { bytes })?;
+        // Not `alloc_zeroed` (it may write the pages before the advice); `create` zeroes.
         // SAFETY: non-zero size.
-        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        let ptr = unsafe { std::alloc::alloc(layout) };
         if ptr.is_null() {
             return Err(TableError::Alloc { bytes });
+        }
+        if align == HUGE_PAGE {
+            // Advice only: where transparent huge pages are off, this fails and nothing changes.
+            // SAFETY: `[ptr, ptr + bytes)` is this allocation; the advice keeps its contents.
+            unsafe { libc::madvise(ptr.cast(), bytes, libc::MADV_HUGEPAGE) };
         }
         // SAFETY: fresh, exclusive, aligned, `bytes` long.
         let mut t = unsafe { LogTable::create(ptr, bytes, log, clock_base) }.inspect_err(|_| {
