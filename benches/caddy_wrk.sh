@@ -8,6 +8,10 @@
 # second Caddy (port PORT2) with the same zone shape as weir's log zones ("crl" rows), plus its
 # own plain route ("crl-plain") since it is another binary.
 #
+# Optionally also another build of weir for before/after comparisons: CADDY_BASE=/path/to/caddy
+# (e.g. a `make caddy` of main, copied aside) serves the same weir routes on PORT3 ("base-*"
+# rows, compared with this build's plain route like the others).
+#
 #   bash benches/caddy_wrk.sh            # DURATION=10s THREADS=1 CONNS=32 ROUNDS=1 by default
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,13 +23,17 @@ PORT=${PORT:-18480}
 ADMIN=${ADMIN:-18479}
 PORT2=${PORT2:-18482}
 ADMIN2=${ADMIN2:-18481}
+PORT3=${PORT3:-18484}
+ADMIN3=${ADMIN3:-18483}
 ROUNDS=${ROUNDS:-1}
 CRL=${CADDY_RATELIMIT:-}
+BASE=${CADDY_BASE:-}
 command -v wrk >/dev/null || { echo "caddy_wrk: wrk not installed (apt-get install wrk)"; exit 1; }
 [ -x "$CADDY" ] || { echo "caddy_wrk: $CADDY missing (make caddy)"; exit 1; }
 work=$(mktemp -d)
 pid2=
-trap 'kill $pid $pid2 2>/dev/null || true; wait $pid $pid2 2>/dev/null || true; rm -rf "$work"' EXIT
+pid3=
+trap 'kill $pid $pid2 $pid3 2>/dev/null || true; wait $pid $pid2 $pid3 2>/dev/null || true; rm -rf "$work"' EXIT
 
 # Limits generous enough that (almost) every request passes: we measure the cost of the
 # decision, not of rejections.
@@ -66,13 +74,14 @@ cat > "$work/Caddyfile" <<C
 		}
 		respond "ok"
 	}
-	# caddy-ratelimit's zone shape (weir's exact sliding log); limits above the offered load.
+	# caddy-ratelimit's zone shape (weir's exact sliding log); limits above the offered load
+	# (hot: 4096 per 50 ms is 80k req/s; with 100 ms, bursts at 30k req/s were rejected).
 	handle /log-hot {
 		weir {
 			zone lh {
 				key {http.request.header.X-Key}
 				events 4096
-				window 100ms
+				window 50ms
 				size 67108864
 			}
 		}
@@ -108,6 +117,15 @@ pid=$!
 for _ in $(seq 100); do curl -fs "http://127.0.0.1:$PORT/plain" >/dev/null 2>&1 && break; sleep 0.1; done
 curl -fs "http://127.0.0.1:$PORT/plain" >/dev/null || { echo "caddy_wrk: caddy did not start:"; cat "$work/caddy.log"; exit 1; }
 
+if [ -n "$BASE" ]; then
+	[ -x "$BASE" ] || { echo "caddy_wrk: CADDY_BASE=$BASE is not executable"; exit 1; }
+	sed -e "s/127.0.0.1:$ADMIN\$/127.0.0.1:$ADMIN3/" -e "s/^:$PORT {/:$PORT3 {/" "$work/Caddyfile" > "$work/Caddyfile.base"
+	"$BASE" run --config "$work/Caddyfile.base" --adapter caddyfile > "$work/caddy-base.log" 2>&1 &
+	pid3=$!
+	for _ in $(seq 100); do curl -fs "http://127.0.0.1:$PORT3/plain" >/dev/null 2>&1 && break; sleep 0.1; done
+	curl -fs "http://127.0.0.1:$PORT3/plain" >/dev/null || { echo "caddy_wrk: CADDY_BASE did not start:"; cat "$work/caddy-base.log"; exit 1; }
+fi
+
 if [ -n "$CRL" ]; then
 	[ -x "$CRL" ] || { echo "caddy_wrk: CADDY_RATELIMIT=$CRL is not executable"; exit 1; }
 	cat > "$work/Caddyfile.crl" <<C
@@ -130,7 +148,7 @@ if [ -n "$CRL" ]; then
 			zone lh {
 				key {http.request.header.X-Key}
 				events 4096
-				window 100ms
+				window 50ms
 			}
 		}
 		respond "ok"
@@ -180,10 +198,13 @@ for round in $(seq "$ROUNDS"); do
 	for k in hot churn; do
 		run "plain/$k" /plain $k
 		run "weir-log/$k" "/log-$k" $k
+		[ -z "$BASE" ] || run "base-log/$k" "/log-$k" $k "$PORT3"
 		[ -z "$CRL" ] || run "crl/$k" "/log-$k" $k "$PORT2"
 		[ -z "$CRL" ] || run "crl-plain/$k" /plain $k "$PORT2"
 		run "weir-zone/$k" /zone $k
+		[ -z "$BASE" ] || run "base-zone/$k" /zone $k "$PORT3"
 		run "weir-policy/$k" "/policy-$k" $k
+		[ -z "$BASE" ] || run "base-policy/$k" "/policy-$k" $k "$PORT3"
 	done
 done
 echo
@@ -194,5 +215,5 @@ sort -k1,1 -k2,2n "$work/results" | awk '
 	      for (k in m) { split(k, p, "/"); base = (k ~ /^crl/) ? "crl-plain/" : "plain/"
 	                     printf "%-22s %10.0f req/s  %.3f of plain Caddy", k, m[k], m[k] / m["plain/" p[2]]
 	                     if (k ~ /^crl\//) printf "  (%.3f of its own plain)", m[k] / m[base p[2]]
-	                     if (k ~ /^weir-log/ && ("crl/" p[2]) in m) printf "  (%.2fx caddy-ratelimit)", m[k] / m["crl/" p[2]]
+	                     if (k ~ /^(weir|base)-log/ && ("crl/" p[2]) in m) printf "  (%.2fx caddy-ratelimit)", m[k] / m["crl/" p[2]]
 	                     printf "\n" } }' | sort

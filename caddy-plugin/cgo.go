@@ -363,18 +363,22 @@ func fromCheck(c *C.weir_check) check {
 	return check{int(c.action), uint64(c.wait_ns), uint64(c.retry_after_ns), uint64(c.limit), uint64(c.remaining), uint64(c.reset_ns)}
 }
 
-func (z *zone) check(key string, now uint64) (check, error) {
-	var c C.weir_check
+// cCheck is the C result of one zone check, kept in pooled per-request memory (reqState): a
+// local handed to C would be moved to the heap on every call.
+type cCheck struct{ c C.weir_check }
+
+func (z *zone) check(key string, now uint64, out *cCheck) (check, error) {
+	c := &out.c
 	if z.lz != nil {
-		if rc := C.weir_log_zone_check(z.lz, sptr(key), C.size_t(len(key)), C.uint64_t(now), &c); rc != C.WEIR_OK {
+		if rc := C.weir_log_zone_check(z.lz, sptr(key), C.size_t(len(key)), C.uint64_t(now), c); rc != C.WEIR_OK {
 			return check{}, fmt.Errorf("weir_log_zone_check: %d", int(rc))
 		}
-		return fromCheck(&c), nil
+		return fromCheck(c), nil
 	}
-	if rc := C.weir_zone_check(z.z, z.l, sptr(key), C.size_t(len(key)), 1, C.uint64_t(now), &c); rc != C.WEIR_OK {
+	if rc := C.weir_zone_check(z.z, z.l, sptr(key), C.size_t(len(key)), 1, C.uint64_t(now), c); rc != C.WEIR_OK {
 		return check{}, fmt.Errorf("weir_zone_check: %d", int(rc))
 	}
-	return fromCheck(&c), nil
+	return fromCheck(c), nil
 }
 
 func (z *zone) refund(key string, now uint64) {
@@ -387,12 +391,12 @@ func (z *zone) refund(key string, now uint64) {
 
 type permit = C.weir_permit
 
-func (z *zone) acquire(key string, now uint64, p *permit) (check, error) {
-	var c C.weir_check
-	if rc := C.weir_zone_acquire(z.z, z.l, sptr(key), C.size_t(len(key)), C.uint64_t(now), &c, p); rc != C.WEIR_OK {
+func (z *zone) acquire(key string, now uint64, p *permit, out *cCheck) (check, error) {
+	c := &out.c
+	if rc := C.weir_zone_acquire(z.z, z.l, sptr(key), C.size_t(len(key)), C.uint64_t(now), c, p); rc != C.WEIR_OK {
 		return check{}, fmt.Errorf("weir_zone_acquire: %d", int(rc))
 	}
-	return fromCheck(&c), nil
+	return fromCheck(c), nil
 }
 
 func (z *zone) releasePermit(p *permit, now uint64) {

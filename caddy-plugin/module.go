@@ -76,6 +76,7 @@ type Zone struct {
 type inlineZone struct {
 	name     string
 	cfg      *Zone
+	key      zoneKey
 	params   zoneParams
 	poolKey  string
 	state    *zoneState
@@ -241,7 +242,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	for _, name := range names {
 		z := h.RateLimits[name]
 		p, _ := zoneParamsOf(name, z)
-		iz := &inlineZone{name: name, cfg: z, params: p, status: z.Status}
+		iz := &inlineZone{name: name, cfg: z, key: compileKey(z.Key), params: p, status: z.Status}
 		if iz.status == 0 {
 			iz.status = http.StatusTooManyRequests
 		}

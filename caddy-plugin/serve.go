@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -29,35 +30,136 @@ type reqEnv struct {
 	ctx  context.Context
 }
 
+// clientIP is the client address Caddy resolved (honours the server's trusted_proxies), else
+// the TCP peer. Looked up when needed (policy evaluation, rejection logs), once.
+func (e *reqEnv) clientIP(r *http.Request) string {
+	if e.peer != "" {
+		return e.peer
+	}
+	if ip, ok := caddyhttp.GetVar(r.Context(), caddyhttp.ClientIPVarKey).(string); ok && ip != "" {
+		e.peer = ip
+	} else if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		e.peer = host
+	}
+	return e.peer
+}
+
+// maxHeld is how many zone charges and permits a request keeps in its pooled state before
+// spilling into a larger slice (more zones than that in one handler is unusual).
+const maxHeld = 4
+
+// reqState is one request's scratch memory, pooled so that a request that passes allocates
+// nothing here: the C structs the engine writes into, the rate zones charged so far (refunded
+// if a later zone rejects) and the permits to release once the response is complete.
+type reqState struct {
+	check       cCheck
+	v           verdict
+	charged     []charge
+	permits     []permit // the C permits only (handed to C)
+	permitZones []*zoneState
+	policyHeld  *verdict // policy permits to release (a verdict the engine answered)
+
+	chargedBuf     [maxHeld]charge
+	permitsBuf     [maxHeld]permit
+	permitZonesBuf [maxHeld]*zoneState
+}
+
+type charge struct {
+	z   *inlineZone
+	key string
+}
+
+var reqStates = sync.Pool{New: func() any {
+	rs := new(reqState)
+	rs.reset()
+	return rs
+}}
+
+func (rs *reqState) reset() {
+	clear(rs.chargedBuf[:])
+	clear(rs.permitZonesBuf[:])
+	rs.charged = rs.chargedBuf[:0]
+	rs.permits = rs.permitsBuf[:0]
+	rs.permitZones = rs.permitZonesBuf[:0]
+	rs.policyHeld = nil
+}
+
+// release gives back the request's permits, the policy's first, then the zones' in reverse.
+func (rs *reqState) release(h *Handler, now uint64) {
+	if v := rs.policyHeld; v != nil {
+		s := h.policy
+		s.mu.RLock()
+		if s.eng != nil {
+			s.eng.release(v, now)
+		}
+		s.mu.RUnlock()
+	}
+	for i := len(rs.permits) - 1; i >= 0; i-- {
+		st := rs.permitZones[i]
+		st.mu.RLock()
+		if st.z != nil {
+			st.z.releasePermit(&rs.permits[i], now)
+		}
+		st.mu.RUnlock()
+	}
+}
+
+// detach hands the request's permits over as functions (test harness: held across steps);
+// the state then holds none.
+func (rs *reqState) detach(h *Handler) []func(uint64) {
+	var out []func(uint64)
+	for i := range rs.permits {
+		st, p := rs.permitZones[i], rs.permits[i]
+		out = append(out, func(now uint64) {
+			st.mu.RLock()
+			if st.z != nil {
+				st.z.releasePermit(&p, now)
+			}
+			st.mu.RUnlock()
+		})
+	}
+	if v := rs.policyHeld; v != nil {
+		s := h.policy
+		out = append(out, func(now uint64) {
+			s.mu.RLock()
+			if s.eng != nil {
+				s.eng.release(v, now)
+			}
+			s.mu.RUnlock()
+		})
+	}
+	rs.reset()
+	return out
+}
+
+// done releases what the request holds and recycles its state.
+func (h *Handler) done(rs *reqState) {
+	if len(rs.permits) > 0 || rs.policyHeld != nil {
+		rs.release(h, nowNS())
+	}
+	rs.reset()
+	reqStates.Put(rs)
+}
+
 // ServeHTTP implements caddyhttp.MiddlewareHandler.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
 	repl, _ := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
 	env := reqEnv{now: nowNS(), ctx: r.Context()}
-	// The client address Caddy resolved (honours the server's trusted_proxies).
-	if ip, ok := caddyhttp.GetVar(r.Context(), caddyhttp.ClientIPVarKey).(string); ok && ip != "" {
-		env.peer = ip
-	} else if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
-		env.peer = host
-	}
 	if done, err := testIntercept(h, w, r, &env); done {
 		return err
 	}
-	var release []func(uint64)
-	defer func() {
-		for i := len(release) - 1; i >= 0; i-- {
-			release[i](nowNS())
-		}
-	}()
+	rs := reqStates.Get().(*reqState)
+	defer h.done(rs)
 	status, limit := "pass", ""
 	if len(h.zones) > 0 {
-		st, lim, err := h.serveZones(w, r, repl, &env, &release)
+		st, lim, err := h.serveZones(w, r, repl, &env, rs)
 		if err != nil {
 			return err
 		}
 		status, limit = st, lim
 	}
 	if h.policy != nil {
-		st, lim, err := h.servePolicy(w, r, repl, &env, &release)
+		st, lim, err := h.servePolicy(w, r, repl, &env, rs)
 		if err != nil {
 			return err
 		}
@@ -65,20 +167,51 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 			status, limit = st, lim
 		}
 	}
-	setPlaceholders(repl, status, limit)
+	setPlaceholders(r, repl, status, limit)
 	if env.test != nil && env.test.hold {
 		// Test harness: keep the permits until an explicit release step.
-		testHold(h, env.test, release)
-		release = nil
+		testHold(h, env.test, rs.detach(h))
 	}
 	return next.ServeHTTP(w, r)
 }
 
-func setPlaceholders(repl *caddy.Replacer, status, limit string) {
-	if repl != nil {
+// phVar is the request variable (caddyhttp.SetVar) holding the request's placeholder values.
+const phVar = "weir\x00placeholders" // (a name no Caddyfile can write)
+
+// placeholders are one request's {http.weir.*} values, served to Caddy's replacer by one
+// provider (repl.Map) per request. Set through repl.Set instead, they would be the first
+// entries of the replacer's static map on most routes, which allocates its table on every
+// request. Later weir handlers of the same request find them in the request's variables.
+type placeholders struct{ status, limit string }
+
+func (p *placeholders) get(key string) (any, bool) {
+	switch key {
+	case phStatus:
+		return p.status, true
+	case phLimit:
+		return p.limit, true
+	}
+	return nil, false
+}
+
+func setPlaceholders(r *http.Request, repl *caddy.Replacer, status, limit string) {
+	if repl == nil {
+		return
+	}
+	vars, ok := r.Context().Value(caddyhttp.VarsCtxKey).(map[string]any)
+	if !ok {
+		// No variable table (not a request of Caddy's HTTP server): static values.
 		repl.Set(phStatus, status)
 		repl.Set(phLimit, limit)
+		return
 	}
+	if p, ok := vars[phVar].(*placeholders); ok {
+		p.status, p.limit = status, limit
+		return
+	}
+	p := &placeholders{status, limit}
+	vars[phVar] = p
+	repl.Map(p.get)
 }
 
 // rejected sets the response fields and returns the error Caddy turns into the status
@@ -92,14 +225,16 @@ func (h *Handler) rejected(w http.ResponseWriter, r *http.Request, repl *caddy.R
 	if retry != "" {
 		hdr.Set("Retry-After", retry)
 	}
-	setPlaceholders(repl, "reject", limit)
-	fields := []zap.Field{zap.String("limit", limit), zap.Int("status", status),
-		zap.String("retry_after", hdr.Get("Retry-After")), zap.String("client_ip", env.peer)}
-	if h.LogKey && key != "" {
-		fields = append(fields, zap.String("key", key))
-	}
+	setPlaceholders(r, repl, "reject", limit)
 	if h.logger != nil {
-		h.logger.Info("rate limit exceeded", fields...)
+		if ce := h.logger.Check(zap.InfoLevel, "rate limit exceeded"); ce != nil {
+			fields := []zap.Field{zap.String("limit", limit), zap.Int("status", status),
+				zap.String("retry_after", hdr.Get("Retry-After")), zap.String("client_ip", env.clientIP(r))}
+			if h.LogKey && key != "" {
+				fields = append(fields, zap.String("key", key))
+			}
+			ce.Write(fields...)
+		}
 	}
 	testReport(w, env, "reject", limit, nil)
 	return caddyhttp.Error(status, errors.New("weir: rate limit exceeded: "+limit))
@@ -108,22 +243,17 @@ func (h *Handler) rejected(w http.ResponseWriter, r *http.Request, repl *caddy.R
 // serveZones runs the inline zones: all-or-nothing across rate zones (a later rejection
 // refunds earlier charges), then concurrency zones (permits released after the response).
 func (h *Handler) serveZones(w http.ResponseWriter, r *http.Request, repl *caddy.Replacer, env *reqEnv,
-	release *[]func(uint64)) (string, string, error) {
-	type charge struct {
-		z   *inlineZone
-		key string
-	}
-	var charged []charge
+	rs *reqState) (string, string, error) {
 	refund := func() {
-		for _, c := range charged {
+		for _, c := range rs.charged {
 			c.z.state.mu.RLock()
 			if c.z.state.z != nil {
 				c.z.state.z.refund(c.key, env.now)
 			}
 			c.z.state.mu.RUnlock()
 		}
+		rs.charged = rs.charged[:0]
 	}
-	status := "pass"
 	for _, z := range h.zones {
 		if len(z.matchers) > 0 {
 			ok, err := z.matchers.AnyMatchWithError(r)
@@ -135,11 +265,7 @@ func (h *Handler) serveZones(w http.ResponseWriter, r *http.Request, repl *caddy
 				continue
 			}
 		}
-		key := z.cfg.Key
-		if repl != nil {
-			key = repl.ReplaceAll(key, "")
-		}
-		key = applyPrefix(key, z.cfg.IPv4Prefix, z.cfg.IPv6Prefix)
+		key := applyPrefix(z.key.expand(r, repl), z.cfg.IPv4Prefix, z.cfg.IPv6Prefix)
 		st := z.state
 		if z.params.kind != kindConcurrency {
 			st.mu.RLock()
@@ -147,7 +273,7 @@ func (h *Handler) serveZones(w http.ResponseWriter, r *http.Request, repl *caddy
 				st.mu.RUnlock()
 				continue
 			}
-			c, err := st.z.check(key, env.now)
+			c, err := st.z.check(key, env.now, &rs.check)
 			st.mu.RUnlock()
 			if err != nil {
 				h.logger.Error("weir zone check failed; letting the request through", zap.String("zone", z.name), zap.Error(err))
@@ -159,11 +285,17 @@ func (h *Handler) serveZones(w http.ResponseWriter, r *http.Request, repl *caddy
 				return "", "", h.rejected(w, r, repl, env, z.status, z.name, retryAfter(time.Duration(c.retryNS)), nil, key)
 			}
 			st.passed.Add(1)
-			charged = append(charged, charge{z, key})
+			rs.charged = append(rs.charged, charge{z, key})
 			continue
 		}
-		p := emptyPermit()
-		admitted, err := h.acquire(z, key, env, &p)
+		rs.permits = append(rs.permits, emptyPermit())
+		p := &rs.permits[len(rs.permits)-1]
+		admitted, err := h.acquire(z, key, env, p, &rs.check)
+		if err != nil || !admitted || !permitHeld(p) {
+			rs.permits = rs.permits[:len(rs.permits)-1]
+		} else {
+			rs.permitZones = append(rs.permitZones, st)
+		}
 		if err != nil {
 			refund()
 			return "", "", err
@@ -173,22 +305,15 @@ func (h *Handler) serveZones(w http.ResponseWriter, r *http.Request, repl *caddy
 			st.rejected.Add(1)
 			return "", "", h.rejected(w, r, repl, env, z.status, z.name, "1", nil, key)
 		}
-		if admitted && p.limit >= 0 {
+		if permitHeld(p) {
 			st.passed.Add(1)
-			*release = append(*release, func(now uint64) {
-				st.mu.RLock()
-				if st.z != nil {
-					st.z.releasePermit(&p, now)
-				}
-				st.mu.RUnlock()
-			})
 		}
 	}
-	return status, "", nil
+	return "pass", "", nil
 }
 
 // acquire takes a concurrency permit, waiting in the zone's bounded queue when full.
-func (h *Handler) acquire(z *inlineZone, key string, env *reqEnv, p *permit) (bool, error) {
+func (h *Handler) acquire(z *inlineZone, key string, env *reqEnv, p *permit, out *cCheck) (bool, error) {
 	st := z.state
 	try := func(now uint64) (bool, bool) {
 		st.mu.RLock()
@@ -196,7 +321,7 @@ func (h *Handler) acquire(z *inlineZone, key string, env *reqEnv, p *permit) (bo
 		if st.z == nil {
 			return true, false // freed under us (old config draining): let it through
 		}
-		c, err := st.z.acquire(key, now, p)
+		c, err := st.z.acquire(key, now, p, out)
 		if err != nil {
 			h.logger.Error("weir zone acquire failed; letting the request through", zap.String("zone", z.name), zap.Error(err))
 			return true, false
@@ -227,7 +352,7 @@ func (h *Handler) acquire(z *inlineZone, key string, env *reqEnv, p *permit) (bo
 
 // servePolicy evaluates the request with the policy engine (one cgo call).
 func (h *Handler) servePolicy(w http.ResponseWriter, r *http.Request, repl *caddy.Replacer, env *reqEnv,
-	release *[]func(uint64)) (string, string, error) {
+	rs *reqState) (string, string, error) {
 	s := h.policy
 	bp := headerPool.Get().(*[]byte)
 	hb := (*bp)[:0]
@@ -243,8 +368,11 @@ func (h *Handler) servePolicy(w http.ResponseWriter, r *http.Request, repl *cadd
 		hb = packHeaders(hb, "host", r.Host)
 	}
 	defer func() { *bp = hb[:0]; headerPool.Put(bp) }()
-	rv := reqView{method: r.Method, target: r.RequestURI, peer: env.peer, headers: hb}
-	v := new(verdict)
+	rv := reqView{method: r.Method, target: r.RequestURI, peer: env.clientIP(r), headers: hb}
+	v := &rs.v
+	if env.test != nil {
+		v = new(verdict) // the test harness may keep it beyond this request
+	}
 	s.mu.RLock()
 	if s.eng == nil {
 		s.mu.RUnlock()
@@ -254,7 +382,7 @@ func (h *Handler) servePolicy(w http.ResponseWriter, r *http.Request, repl *cadd
 	eng.evaluate(&rv, env.now, v)
 	s.mu.RUnlock()
 	if v.rc == errBadTarget {
-		setPlaceholders(repl, "bad_request", "")
+		setPlaceholders(r, repl, "bad_request", "")
 		testReport(w, env, "bad_request", "", nil)
 		return "", "", caddyhttp.Error(http.StatusBadRequest, errors.New("weir: invalid request target"))
 	}
@@ -263,15 +391,7 @@ func (h *Handler) servePolicy(w http.ResponseWriter, r *http.Request, repl *cadd
 		return "error", "", nil
 	}
 	limit := eng.limitName(v.limit())
-	holdPermits := func() {
-		*release = append(*release, func(now uint64) {
-			s.mu.RLock()
-			if s.eng != nil {
-				s.eng.release(v, now)
-			}
-			s.mu.RUnlock()
-		})
-	}
+	holdPermits := func() { rs.policyHeld = v }
 	switch v.action() {
 	case actReject:
 		return "", "", h.rejected(w, r, repl, env, v.status(), limit, "", v.headerLines(), "")

@@ -44,7 +44,8 @@ var (
 )
 
 func isTestHeader(name string) bool {
-	return strings.HasPrefix(strings.ToLower(name), "x-weir-test-")
+	const prefix = "x-weir-test-"
+	return len(name) >= len(prefix) && strings.EqualFold(name[:len(prefix)], prefix)
 }
 
 func take(id string) *held {

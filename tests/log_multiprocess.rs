@@ -4,20 +4,13 @@
 
 mod common;
 
+use common::fork::{fork_all, run_scenarios, sigkill_rounds, Tally, PROCS, THREADS};
 use common::SharedRegion;
-use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+use std::sync::atomic::Ordering::SeqCst;
 use weir::table::{LogTable, SlidingLog};
 
 const S: u64 = 1_000_000_000;
-const PROCS: usize = 4;
-const THREADS: usize = 2;
 const WINDOWS: u64 = 6;
-
-fn counter(r: &SharedRegion, i: usize) -> &AtomicU64 {
-    assert!(i < 512);
-    // SAFETY: a zeroed, aligned, shared page; AtomicU64 has u64's layout.
-    unsafe { &*(r.ptr as *const AtomicU64).add(i) }
-}
 
 fn shared(log: SlidingLog, keys: usize) -> (SharedRegion, LogTable) {
     let r = SharedRegion::new(LogTable::bytes_for(&log, keys));
@@ -26,45 +19,13 @@ fn shared(log: SlidingLog, keys: usize) -> (SharedRegion, LogTable) {
     (r, t)
 }
 
-fn fork_all(work: impl Fn(usize, usize) + Sync) {
-    let mut pids = vec![];
-    for p in 0..PROCS {
-        // SAFETY: single-threaded parent.
-        let pid = unsafe { libc::fork() };
-        assert!(pid >= 0);
-        if pid == 0 {
-            let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                std::thread::scope(|s| {
-                    for t in 0..THREADS {
-                        let work = &work;
-                        s.spawn(move || work(p, t));
-                    }
-                })
-            }))
-            .is_ok();
-            // SAFETY: leave the child without running the parent's handlers.
-            unsafe { libc::_exit(if ok { 0 } else { 1 }) };
-        }
-        pids.push(pid);
-    }
-    for pid in pids {
-        let mut status = 0;
-        // SAFETY: our own child.
-        unsafe { libc::waitpid(pid, &mut status, 0) };
-        assert!(
-            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-            "a child failed"
-        );
-    }
-}
-
 /// All 8 writers hammer one key, window after window (a barrier between windows, in shared
 /// memory); each window admits exactly `events`. With `refund_every`, every k-th admission is
 /// refunded at once: the net count never exceeds `events`.
 fn hot_key(events: u64, refund_every: u64) {
     let log = SlidingLog::new(events, 10 * S).unwrap();
     let (_r, table) = shared(log, 64);
-    let tally = SharedRegion::new(4096);
+    let tally = Tally::new();
     let key = table.key_hash(b"hot");
     let writers = (PROCS * THREADS) as u64;
     fork_all(|_, _| {
@@ -76,17 +37,17 @@ fn hot_key(events: u64, refund_every: u64) {
                         table.refund(key, now + i % 1000);
                         continue;
                     }
-                    counter(&tally, w as usize).fetch_add(1, SeqCst);
+                    tally.at(w as usize).fetch_add(1, SeqCst);
                 }
             }
-            counter(&tally, 100).fetch_add(1, SeqCst);
-            while counter(&tally, 100).load(SeqCst) < (w + 1) * writers {
+            tally.at(100).fetch_add(1, SeqCst);
+            while tally.at(100).load(SeqCst) < (w + 1) * writers {
                 std::thread::yield_now();
             }
         }
     });
     for w in 0..WINDOWS {
-        let got = counter(&tally, w as usize).load(SeqCst);
+        let got = tally.at(w as usize).load(SeqCst);
         if refund_every == 0 {
             assert_eq!(got, events, "window {w}");
         } else {
@@ -109,37 +70,17 @@ fn refunds_never_over_admit() {
 fn sigkilled_writers_never_wedge_a_key() {
     let log = SlidingLog::new(5, S).unwrap();
     let (_r, table) = shared(log, 16); // 16 records, 40 keys: evictions too
-    let mut rng = 0x9e37_79b9_7f4a_7c15u64;
-    for round in 0..30u64 {
-        let mut pids = vec![];
-        for p in 0..PROCS {
-            // SAFETY: single-threaded parent.
-            let pid = unsafe { libc::fork() };
-            if pid == 0 {
-                let mut i = p as u64;
-                loop {
-                    i = i.wrapping_add(7919);
-                    let h = table.key_hash(&(i % 40).to_le_bytes());
-                    let now = (round * 1000 + i % 900) * S / 1000 + 10 * S;
-                    if table.check(h, now).admitted() && i % 5 == 0 {
-                        table.refund(h, now);
-                    }
-                }
-            }
-            pids.push(pid);
-        }
-        rng ^= rng << 13;
-        rng ^= rng >> 7;
-        rng ^= rng << 17;
-        std::thread::sleep(std::time::Duration::from_micros(200 + rng % 3000));
-        for pid in pids {
-            // SAFETY: our own children.
-            unsafe {
-                libc::kill(pid, libc::SIGKILL);
-                libc::waitpid(pid, std::ptr::null_mut(), 0);
+    sigkill_rounds(30, |round, p| {
+        let mut i = p as u64;
+        loop {
+            i = i.wrapping_add(7919);
+            let h = table.key_hash(&(i % 40).to_le_bytes());
+            let now = (round * 1000 + i % 900) * S / 1000 + 10 * S;
+            if table.check(h, now).admitted() && i % 5 == 0 {
+                table.refund(h, now);
             }
         }
-    }
+    });
     let later = 100_000 * S;
     for k in 0..40u64 {
         let h = table.key_hash(&k.to_le_bytes());
@@ -162,23 +103,5 @@ fn main() {
             sigkilled_writers_never_wedge_a_key,
         ),
     ];
-    let filter = std::env::args().nth(1).filter(|a| !a.starts_with('-'));
-    let (mut passed, mut failed) = (0, 0);
-    for (name, f) in scenarios {
-        if filter.as_deref().is_some_and(|p| !name.contains(p)) {
-            continue;
-        }
-        match std::panic::catch_unwind(f) {
-            Ok(()) => {
-                println!("test {name} ... ok");
-                passed += 1;
-            }
-            Err(_) => {
-                println!("test {name} ... FAILED");
-                failed += 1;
-            }
-        }
-    }
-    println!("{passed} passed, {failed} failed");
-    std::process::exit(if failed == 0 { 0 } else { 1 });
+    run_scenarios(&scenarios)
 }

@@ -4,66 +4,13 @@
 
 mod common;
 
+use common::fork::{fork_all, run_scenarios, sigkill_rounds, Tally, PROCS, THREADS};
 use common::SharedRegion;
-use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+use std::sync::atomic::Ordering::SeqCst;
 use weir::limiter::{Concurrency, Delay, Gcra, Rate, SlidingWindow};
 use weir::table::Table;
 
 const S: u64 = 1_000_000_000;
-const PROCS: usize = 4;
-const THREADS: usize = 2;
-
-/// Shared result counters, in their own mapping.
-struct Tally {
-    region: SharedRegion,
-}
-
-impl Tally {
-    fn new() -> Tally {
-        Tally {
-            region: SharedRegion::new(4096),
-        }
-    }
-    fn at(&self, i: usize) -> &AtomicU64 {
-        assert!(i < 512);
-        // SAFETY: the page is zeroed, aligned, and shared; AtomicU64 has u64's layout.
-        unsafe { &*(self.region.ptr as *const AtomicU64).add(i) }
-    }
-}
-
-/// Runs `work(process, thread)` in `PROCS` forked processes × `THREADS` threads; waits for all.
-fn fork_all(work: impl Fn(usize, usize) + Sync) {
-    let mut pids = vec![];
-    for p in 0..PROCS {
-        // SAFETY: the parent is single-threaded here (no harness), so the child may run Rust.
-        let pid = unsafe { libc::fork() };
-        assert!(pid >= 0, "fork failed");
-        if pid == 0 {
-            let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                std::thread::scope(|s| {
-                    for t in 0..THREADS {
-                        let work = &work;
-                        s.spawn(move || work(p, t));
-                    }
-                })
-            }))
-            .is_ok();
-            // SAFETY: leave the child (never return into the parent's code) without running
-            // the parent's atexit handlers.
-            unsafe { libc::_exit(if ok { 0 } else { 1 }) };
-        }
-        pids.push(pid);
-    }
-    for pid in pids {
-        let mut status = 0;
-        // SAFETY: waiting on our own child.
-        unsafe { libc::waitpid(pid, &mut status, 0) };
-        assert!(
-            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-            "a child failed"
-        );
-    }
-}
 
 fn shared_table(bytes: usize) -> (SharedRegion, Table) {
     let r = SharedRegion::new(bytes);
@@ -155,37 +102,14 @@ fn concurrency_never_exceeds_max() {
 fn sigkilled_writers_never_wedge_the_table() {
     let (_r, table) = shared_table(Table::bytes_for(512));
     let g = Gcra::new(Rate::per_second(1000), 5, Delay::NoDelay).unwrap();
-    let mut rng = 0x9e37_79b9_7f4a_7c15u64;
-    let mut next = move || {
-        rng ^= rng << 13;
-        rng ^= rng >> 7;
-        rng ^= rng << 17;
-        rng
-    };
-    for round in 0..40 {
-        let mut pids = vec![];
-        for p in 0..PROCS {
-            // SAFETY: single-threaded parent.
-            let pid = unsafe { libc::fork() };
-            if pid == 0 {
-                let mut i = p as u64;
-                loop {
-                    i = i.wrapping_add(7919);
-                    let key = (i % 2000).to_le_bytes();
-                    table.check(&g, table.key_hash(&key), 1, (round * 1000 + i % 997) * S);
-                }
-            }
-            pids.push(pid);
+    sigkill_rounds(40, |round, p| {
+        let mut i = p as u64;
+        loop {
+            i = i.wrapping_add(7919);
+            let key = (i % 2000).to_le_bytes();
+            table.check(&g, table.key_hash(&key), 1, (round * 1000 + i % 997) * S);
         }
-        std::thread::sleep(std::time::Duration::from_micros(200 + next() % 3000));
-        for pid in pids {
-            // SAFETY: our own children.
-            unsafe {
-                libc::kill(pid, libc::SIGKILL);
-                libc::waitpid(pid, std::ptr::null_mut(), 0);
-            }
-        }
-    }
+    });
     // Far in the future every state has expired: every key must pass and be stored again.
     let later = 1_000_000 * S;
     for k in 0..2000u64 {
@@ -261,23 +185,5 @@ fn main() {
             sigkilled_permit_holder_is_recovered_by_lease_expiry,
         ),
     ];
-    let filter = std::env::args().nth(1).filter(|a| !a.starts_with('-'));
-    let (mut passed, mut failed) = (0, 0);
-    for (name, f) in scenarios {
-        if filter.as_deref().is_some_and(|p| !name.contains(p)) {
-            continue;
-        }
-        match std::panic::catch_unwind(f) {
-            Ok(()) => {
-                println!("test {name} ... ok");
-                passed += 1;
-            }
-            Err(_) => {
-                println!("test {name} ... FAILED");
-                failed += 1;
-            }
-        }
-    }
-    println!("{passed} passed, {failed} failed");
-    std::process::exit(if failed == 0 { 0 } else { 1 });
+    run_scenarios(&scenarios)
 }

@@ -48,6 +48,9 @@ const AHEAD: u64 = 1 << (SEQ_BITS - 1);
 const NS_PER_MS: u64 = 1_000_000;
 /// Longest window: timestamps are 40-bit milliseconds.
 const MAX_WINDOW_MS: u64 = 1 << 36;
+/// A transparent huge page on x86-64 (the alignment of large in-process tables).
+#[cfg(not(loom))]
+const HUGE_PAGE: usize = 2 << 20;
 
 /// Parameters of an exact sliding log: at most `events` admissions per key in any `window`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -181,12 +184,26 @@ impl LogTable {
         if bytes < minimum {
             return Err(TableError::TooSmall { bytes, minimum });
         }
-        let layout = std::alloc::Layout::from_size_align(bytes, REGION_ALIGN)
+        // As the slot table's (`Table::new`): a table of a huge page or more is aligned to one
+        // and advised to use transparent huge pages, so that a random key rarely costs a TLB
+        // miss on top of its cache misses.
+        let align = if bytes >= HUGE_PAGE {
+            HUGE_PAGE
+        } else {
+            REGION_ALIGN
+        };
+        let layout = std::alloc::Layout::from_size_align(bytes, align)
             .map_err(|_| TableError::Alloc { bytes })?;
+        // Not `alloc_zeroed` (it may write the pages before the advice); `create` zeroes.
         // SAFETY: non-zero size.
-        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        let ptr = unsafe { std::alloc::alloc(layout) };
         if ptr.is_null() {
             return Err(TableError::Alloc { bytes });
+        }
+        if align == HUGE_PAGE {
+            // Advice only: where transparent huge pages are off, this fails and nothing changes.
+            // SAFETY: `[ptr, ptr + bytes)` is this allocation; the advice keeps its contents.
+            unsafe { libc::madvise(ptr.cast(), bytes, libc::MADV_HUGEPAGE) };
         }
         // SAFETY: fresh, exclusive, aligned, `bytes` long.
         let mut t = unsafe { LogTable::create(ptr, bytes, log, clock_base) }.inspect_err(|_| {
@@ -646,6 +663,31 @@ impl LogTable {
         }
     }
 
+    /// Asks the CPU to start loading the first two cache lines (header and newest entries) of
+    /// each record of a probe window at once: the loop in `find` reads them one after the other,
+    /// and in a table much larger than the caches each one is a miss (a missing key reads all
+    /// of them).
+    #[inline]
+    fn prefetch(&self, home: usize, window: usize) {
+        #[cfg(all(target_arch = "x86_64", not(loom)))]
+        for i in 0..window {
+            let mut r = home + i;
+            if r >= self.capacity {
+                r -= self.capacity;
+            }
+            // SAFETY: r < capacity, so the record's first byte is inside the region; a prefetch
+            // reads nothing and cannot fault, so `+ 64` may point past a short record.
+            unsafe {
+                use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+                let p = self.records.as_ptr().add(r * self.stride);
+                _mm_prefetch::<_MM_HINT_T0>(p.cast());
+                _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(64).cast());
+            }
+        }
+        #[cfg(not(all(target_arch = "x86_64", not(loom))))]
+        let _ = (home, window);
+    }
+
     /// Finds `key`'s record in its probe window. With `insert`, a missing key is given the first
     /// empty record, else the record whose newest event is oldest (0 = nothing in the window:
     /// a lossless eviction; otherwise counted as active). Claiming a record moves its head 2N
@@ -653,6 +695,7 @@ impl LogTable {
     fn find(&self, key: u64, now: u64, insert: bool) -> Option<(usize, u128)> {
         let home = ((key as u128 * self.capacity as u128) >> 64) as usize;
         let window = LOG_PROBE_WINDOW.min(self.capacity);
+        self.prefetch(home, window);
         'scan: loop {
             let mut victim: Option<(usize, u128, u64)> = None;
             for i in 0..window {

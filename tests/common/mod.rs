@@ -38,3 +38,5 @@ impl Drop for SharedRegion {
         unsafe { libc::munmap(self.ptr.cast(), self.len) };
     }
 }
+
+pub mod fork;
