@@ -12,6 +12,14 @@
 # (e.g. a `make caddy` of main, copied aside) serves the same weir routes on PORT3 ("base-*"
 # rows, compared with this build's plain route like the others).
 #
+# Each row stops (SIGSTOP) every Caddy but the one it drives. PIN=1 runs every Caddy on CPU 1
+# with GOMAXPROCS=1 and wrk on CPU 0 (needs 2 cores), so the load generator and the server do
+# not take turns on one core.
+#
+# Besides req/s, each row reports the serving Caddy's CPU time per request (utime + stime from
+# /proc/PID/stat over the wrk run ÷ requests): steadier than req/s on a shared machine, and the
+# direct measure of what a handler adds to a request.
+#
 #   bash benches/caddy_wrk.sh            # DURATION=10s THREADS=1 CONNS=32 ROUNDS=1 by default
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,12 +36,19 @@ ADMIN3=${ADMIN3:-18483}
 ROUNDS=${ROUNDS:-1}
 CRL=${CADDY_RATELIMIT:-}
 BASE=${CADDY_BASE:-}
+PIN=${PIN:-0}
+server=()
+client=()
+if [ "$PIN" = 1 ]; then
+	server=(env GOMAXPROCS=1 taskset -c 1)
+	client=(taskset -c 0)
+fi
 command -v wrk >/dev/null || { echo "caddy_wrk: wrk not installed (apt-get install wrk)"; exit 1; }
 [ -x "$CADDY" ] || { echo "caddy_wrk: $CADDY missing (make caddy)"; exit 1; }
 work=$(mktemp -d)
 pid2=
 pid3=
-trap 'kill $pid $pid2 $pid3 2>/dev/null || true; wait $pid $pid2 $pid3 2>/dev/null || true; rm -rf "$work"' EXIT
+trap 'kill -CONT $pid $pid2 $pid3 2>/dev/null || true; kill $pid $pid2 $pid3 2>/dev/null || true; wait $pid $pid2 $pid3 2>/dev/null || true; rm -rf "$work"' EXIT
 
 # Limits generous enough that (almost) every request passes: we measure the cost of the
 # decision, not of rejections.
@@ -112,7 +127,7 @@ cat > "$work/Caddyfile" <<C
 	}
 }
 C
-"$CADDY" run --config "$work/Caddyfile" --adapter caddyfile > "$work/caddy.log" 2>&1 &
+"${server[@]}" "$CADDY" run --config "$work/Caddyfile" --adapter caddyfile > "$work/caddy.log" 2>&1 &
 pid=$!
 for _ in $(seq 100); do curl -fs "http://127.0.0.1:$PORT/plain" >/dev/null 2>&1 && break; sleep 0.1; done
 curl -fs "http://127.0.0.1:$PORT/plain" >/dev/null || { echo "caddy_wrk: caddy did not start:"; cat "$work/caddy.log"; exit 1; }
@@ -120,7 +135,7 @@ curl -fs "http://127.0.0.1:$PORT/plain" >/dev/null || { echo "caddy_wrk: caddy d
 if [ -n "$BASE" ]; then
 	[ -x "$BASE" ] || { echo "caddy_wrk: CADDY_BASE=$BASE is not executable"; exit 1; }
 	sed -e "s/127.0.0.1:$ADMIN\$/127.0.0.1:$ADMIN3/" -e "s/^:$PORT {/:$PORT3 {/" "$work/Caddyfile" > "$work/Caddyfile.base"
-	"$BASE" run --config "$work/Caddyfile.base" --adapter caddyfile > "$work/caddy-base.log" 2>&1 &
+	"${server[@]}" "$BASE" run --config "$work/Caddyfile.base" --adapter caddyfile > "$work/caddy-base.log" 2>&1 &
 	pid3=$!
 	for _ in $(seq 100); do curl -fs "http://127.0.0.1:$PORT3/plain" >/dev/null 2>&1 && break; sleep 0.1; done
 	curl -fs "http://127.0.0.1:$PORT3/plain" >/dev/null || { echo "caddy_wrk: CADDY_BASE did not start:"; cat "$work/caddy-base.log"; exit 1; }
@@ -165,7 +180,7 @@ if [ -n "$CRL" ]; then
 	}
 }
 C
-	"$CRL" run --config "$work/Caddyfile.crl" --adapter caddyfile > "$work/caddy-crl.log" 2>&1 &
+	"${server[@]}" "$CRL" run --config "$work/Caddyfile.crl" --adapter caddyfile > "$work/caddy-crl.log" 2>&1 &
 	pid2=$!
 	for _ in $(seq 100); do curl -fs "http://127.0.0.1:$PORT2/plain" >/dev/null 2>&1 && break; sleep 0.1; done
 	curl -fs "http://127.0.0.1:$PORT2/plain" >/dev/null || { echo "caddy_wrk: caddy-ratelimit did not start:"; cat "$work/caddy-crl.log"; exit 1; }
@@ -183,14 +198,29 @@ request = function()
 end
 L
 
+cpu_ticks() { # pid → utime + stime in clock ticks
+	awk '{ print $14 + $15 }' "/proc/$1/stat"
+}
+
 run() { # name path script [port]
-	local out rps p99
-	out=$(wrk -t"$THREADS" -c"$CONNS" -d"$DURATION" --latency -s "$work/$3.lua" "http://127.0.0.1:${4:-$PORT}$2")
+	local out rps p99 reqs t0 t1 us target=$pid
+	[ "${4:-$PORT}" != "$PORT2" ] || target=$pid2
+	[ "${4:-$PORT}" != "$PORT3" ] || target=$pid3
+	# Only the serving Caddy runs: another one's background work (caddy-ratelimit sweeping a
+	# million keys, a GC cycle) would otherwise land on this row.
+	for p in $pid $pid2 $pid3; do [ "$p" = "$target" ] || kill -STOP "$p"; done
+	kill -CONT "$target"
+	t0=$(cpu_ticks "$target")
+	out=$("${client[@]}" wrk -t"$THREADS" -c"$CONNS" -d"$DURATION" --latency -s "$work/$3.lua" "http://127.0.0.1:${4:-$PORT}$2")
 	rps=$(awk '/Requests\/sec/ {print $2}' <<<"$out")
 	p99=$(awk '$1=="99%" {print $2}' <<<"$out")
 	non2xx=$(awk '/Non-2xx/ {print $5}' <<<"$out")
-	printf '%-22s %12s req/s  p99 %8s  non-2xx %s\n' "$1" "$rps" "$p99" "${non2xx:-0}"
+	t1=$(cpu_ticks "$target")
+	reqs=$(awk '/requests in/ {print $1}' <<<"$out")
+	us=$(awk -v d=$((t1 - t0)) -v n="$reqs" -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.2f", d / hz * 1e6 / n }')
+	printf '%-22s %12s req/s  p99 %8s  non-2xx %-6s  %6s µs CPU/request\n' "$1" "$rps" "$p99" "${non2xx:-0}" "$us"
 	echo "$1 $rps" >> "$work/results"
+	echo "$1 $us" >> "$work/cpu"
 }
 echo "wrk -t$THREADS -c$CONNS -d$DURATION, $ROUNDS round(s), caddy $("$CADDY" version | cut -d' ' -f1), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
 for round in $(seq "$ROUNDS"); do
@@ -207,13 +237,23 @@ for round in $(seq "$ROUNDS"); do
 		[ -z "$BASE" ] || run "base-policy/$k" "/policy-$k" $k "$PORT3"
 	done
 done
+medians() { # file → "row median" per row, sorted by row
+	sort -k1,1 -k2,2n "$1" | awk '
+		{ v[$1] = v[$1] " " $2; n[$1]++ }
+		END { for (k in v) { split(substr(v[k], 2), a, " "); print k, a[int((n[k] + 1) / 2)] } }' | sort
+}
 echo
 echo "medians over $ROUNDS round(s):"
-sort -k1,1 -k2,2n "$work/results" | awk '
-	{ v[$1] = v[$1] " " $2; n[$1]++ }
-	END { for (k in v) { split(substr(v[k], 2), a, " "); m[k] = a[int((n[k] + 1) / 2)] }
-	      for (k in m) { split(k, p, "/"); base = (k ~ /^crl/) ? "crl-plain/" : "plain/"
+medians "$work/results" | awk '
+	{ m[$1] = $2; order[NR] = $1 }
+	END { for (i = 1; i <= NR; i++) { k = order[i]; split(k, p, "/"); base = (k ~ /^crl/) ? "crl-plain/" : "plain/"
 	                     printf "%-22s %10.0f req/s  %.3f of plain Caddy", k, m[k], m[k] / m["plain/" p[2]]
 	                     if (k ~ /^crl\//) printf "  (%.3f of its own plain)", m[k] / m[base p[2]]
 	                     if (k ~ /^(weir|base)-log/ && ("crl/" p[2]) in m) printf "  (%.2fx caddy-ratelimit)", m[k] / m["crl/" p[2]]
-	                     printf "\n" } }' | sort
+	                     printf "\n" } }'
+echo
+echo "Caddy CPU per request, medians over $ROUNDS round(s):"
+medians "$work/cpu" | awk '
+	{ m[$1] = $2; order[NR] = $1 }
+	END { for (i = 1; i <= NR; i++) { k = order[i]; split(k, p, "/"); base = (k ~ /^crl/) ? "crl-plain/" : "plain/"
+	                     printf "%-22s %8.2f µs  %.3f of its plain Caddy\n", k, m[k], m[k] / m[base p[2]] } }'
