@@ -206,6 +206,17 @@ func (v *verdict) dryRunAction() int  { return int(v.v.dry_run_action) }
 func (v *verdict) waitNS() uint64     { return uint64(v.v.wait_ns) }
 func (v *verdict) retryAfterS() int64 { return int64(v.v.retry_after_s) }
 
+// holdsPermits reports whether the engine handed the request concurrency permits, which
+// weir_engine_release must give back (releasing none is a no-op, so it is skipped).
+func (v *verdict) holdsPermits() bool {
+	for i := range v.v.permits {
+		if v.v.permits[i].limit >= 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // headerLines returns the "Name: value" lines the engine emitted.
 func (v *verdict) headerLines() [][2]string {
 	n := int(v.v.headers_len)

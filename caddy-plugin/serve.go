@@ -57,7 +57,7 @@ type reqState struct {
 	charged     []charge
 	permits     []permit // the C permits only (handed to C)
 	permitZones []*zoneState
-	policyHeld  *verdict // policy permits to release (a verdict the engine answered)
+	policyHeld  *verdict // a policy verdict holding permits to release
 
 	chargedBuf     [maxHeld]charge
 	permitsBuf     [maxHeld]permit
@@ -391,7 +391,11 @@ func (h *Handler) servePolicy(w http.ResponseWriter, r *http.Request, repl *cadd
 		return "error", "", nil
 	}
 	limit := eng.limitName(v.limit())
-	holdPermits := func() { rs.policyHeld = v }
+	holdPermits := func() {
+		if v.holdsPermits() {
+			rs.policyHeld = v
+		}
+	}
 	switch v.action() {
 	case actReject:
 		return "", "", h.rejected(w, r, repl, env, v.status(), limit, "", v.headerLines(), "")

@@ -193,3 +193,51 @@ func BenchmarkServeGCRAZone(b *testing.B) { benchServe(b, gcraZoneHandler(), 102
 
 // BenchmarkServePolicy: ServeHTTP with a policy (GCRA per client address).
 func BenchmarkServePolicy(b *testing.B) { benchServe(b, policyHandler(b), 1024) }
+
+// TestPolicyPermitsReleased: a policy's concurrency permit is held while the next handler
+// runs and given back when the request completes; a policy with rate limits only holds none.
+func TestPolicyPermitsReleased(t *testing.T) {
+	p := t.TempDir() + "/p.toml"
+	pol := "[zones.c]\nsize = \"64k\"\nalgorithm = \"concurrency\"\nmax = 1\n" +
+		"[[limit]]\nclass = \"*\"\nzone = \"c\"\nname = \"inflight\"\n"
+	if err := os.WriteFile(p, []byte(pol), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h := &Handler{Policy: p}
+	defer provisioned(t, h)()
+	serve := func(next caddyhttp.Handler) error {
+		w := httptest.NewRecorder()
+		r, _ := caddyRequest(httptest.NewRequest("GET", "/x", nil), w)
+		return h.ServeHTTP(w, r, next)
+	}
+	var inner error
+	holding := caddyhttp.HandlerFunc(func(http.ResponseWriter, *http.Request) error {
+		inner = serve(nextOK) // the one permit is taken by the outer request
+		return nil
+	})
+	if err := serve(holding); err != nil {
+		t.Fatalf("first request: %v", err)
+	}
+	if inner == nil {
+		t.Fatal("a second request in flight passed a limit of 1")
+	}
+	for i := 0; i < 3; i++ {
+		if err := serve(nextOK); err != nil {
+			t.Fatalf("request %d after the first completed: %v (permit not released)", i, err)
+		}
+	}
+
+	rs := reqStates.Get().(*reqState)
+	defer reqStates.Put(rs)
+	h2 := policyHandler(t)
+	defer provisioned(t, h2)()
+	w := httptest.NewRecorder()
+	r, _ := caddyRequest(httptest.NewRequest("GET", "/x", nil), w)
+	env := reqEnv{now: nowNS(), ctx: r.Context()}
+	if _, _, err := h2.servePolicy(w, r, nil, &env, rs); err != nil {
+		t.Fatal(err)
+	}
+	if rs.policyHeld != nil {
+		t.Fatal("a rate-only policy left permits to release")
+	}
+}
