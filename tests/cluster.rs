@@ -297,9 +297,13 @@ fn three_nodes_stay_within_the_bound() {
     let reports = collect(spawn_nodes(&url, secs, RATE, EVENTS, start));
     redis.kill();
     let m = per_window(&reports);
+    // Seconds in which the nodes offered (nearly) their full rate: a node that the machine
+    // slowed down sends part of one second's requests in the next. Seconds with more than
+    // NODES·RATE (a node catching up in a burst) are left out: the bound assumes rate RATE.
+    let offered = NODES as u64 * RATE;
     let full: Vec<_> = m
         .iter()
-        .filter(|(_, v)| v[1] == NODES as u64 * RATE)
+        .filter(|(_, v)| (offered * 9 / 10..=offered).contains(&v[1]))
         .collect();
     assert!(full.len() >= 4, "too few full windows: {m:?}");
     let admitted: Vec<u64> = full.iter().map(|(_, v)| v[0]).collect();
