@@ -43,9 +43,12 @@ func gcraZoneHandler() *Handler {
 		Rate: "1000000r/s", Burst: 100000, Size: 64 << 20}}}
 }
 
-func policyHandler(tb testing.TB) *Handler {
+func policyHandler(tb testing.TB) *Handler { return policyHandlerFor(tb, benchPolicy) }
+
+// policyHandlerFor is a handler whose policy file holds text.
+func policyHandlerFor(tb testing.TB, text string) *Handler {
 	p := tb.TempDir() + "/p.toml"
-	if err := os.WriteFile(p, []byte(benchPolicy), 0o644); err != nil {
+	if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
 		tb.Fatal(err)
 	}
 	return &Handler{Policy: p}
@@ -197,13 +200,8 @@ func BenchmarkServePolicy(b *testing.B) { benchServe(b, policyHandler(b), 1024) 
 // TestPolicyPermitsReleased: a policy's concurrency permit is held while the next handler
 // runs and given back when the request completes; a policy with rate limits only holds none.
 func TestPolicyPermitsReleased(t *testing.T) {
-	p := t.TempDir() + "/p.toml"
-	pol := "[zones.c]\nsize = \"64k\"\nalgorithm = \"concurrency\"\nmax = 1\n" +
-		"[[limit]]\nclass = \"*\"\nzone = \"c\"\nname = \"inflight\"\n"
-	if err := os.WriteFile(p, []byte(pol), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	h := &Handler{Policy: p}
+	h := policyHandlerFor(t, "[zones.c]\nsize = \"64k\"\nalgorithm = \"concurrency\"\nmax = 1\n"+
+		"[[limit]]\nclass = \"*\"\nzone = \"c\"\nname = \"inflight\"\n")
 	defer provisioned(t, h)()
 	serve := func(next caddyhttp.Handler) error {
 		w := httptest.NewRecorder()
