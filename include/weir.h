@@ -499,6 +499,21 @@ int weir_engine_limit_name(const struct weir_engine *e,
                            size_t *len);
 
 /*
+ Number of headers the engine's policy reads (0 for NULL); see `weir_engine_header_name`.
+ */
+size_t weir_engine_header_count(const struct weir_engine *e);
+
+/*
+ The lowercase name of header `i` the policy reads (not NUL-terminated, valid as long as the
+ engine); `cookie` when it reads cookies. The engine's header callback is asked for no other
+ name, so a host that copies request headers for it may copy only these.
+ */
+int weir_engine_header_name(const struct weir_engine *e,
+                            size_t i,
+                            const uint8_t **name,
+                            size_t *len);
+
+/*
  How long a request queued by limit `i` waits (its `timeout`) in nanoseconds, in `*out_ns`;
  0 for limits without a queue. Hosts use it to bound their wait on a WEIR_QUEUE verdict.
  */

@@ -981,6 +981,38 @@ pub unsafe extern "C" fn weir_engine_limit_name(
     })
 }
 
+/// Number of headers the engine's policy reads (0 for NULL); see `weir_engine_header_name`.
+#[no_mangle]
+pub unsafe extern "C" fn weir_engine_header_count(e: *const weir_engine) -> usize {
+    if e.is_null() {
+        return 0;
+    }
+    (*e).engine.header_names().len()
+}
+
+/// The lowercase name of header `i` the policy reads (not NUL-terminated, valid as long as the
+/// engine); `cookie` when it reads cookies. The engine's header callback is asked for no other
+/// name, so a host that copies request headers for it may copy only these.
+#[no_mangle]
+pub unsafe extern "C" fn weir_engine_header_name(
+    e: *const weir_engine,
+    i: usize,
+    name: *mut *const u8,
+    len: *mut usize,
+) -> c_int {
+    guard(|| {
+        if e.is_null() || name.is_null() || len.is_null() {
+            return WEIR_ERR_NULL;
+        }
+        let Some(n) = (*e).engine.header_names().nth(i) else {
+            return WEIR_ERR_INVALID;
+        };
+        *name = n.as_ptr();
+        *len = n.len();
+        WEIR_OK
+    })
+}
+
 /// Per-limit counters.
 #[repr(C)]
 pub struct weir_limit_counters {

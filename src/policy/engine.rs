@@ -265,6 +265,8 @@ pub struct Engine {
     logs: Vec<Option<Arc<LogTable>>>,
     /// The headers the policy reads, looked up in one pass per request.
     headers: HeaderPlan,
+    /// The same names, all of them (the plan keeps the first few): see [`Engine::header_names`].
+    header_names: Vec<Box<[u8]>>,
     /// The policy's classes and exemptions, compiled for matching.
     classes: ClassSet,
     /// Per limit: how its key is made.
@@ -283,9 +285,9 @@ enum KeyPlan {
     General,
 }
 
-/// Every header name `policy` reads: the forwarding header, header and cookie tests of classes
-/// and exemptions, header and cookie key parts.
-fn header_plan(policy: &CompiledPolicy) -> HeaderPlan {
+/// Every header name `policy` reads, lowercase, each once: the forwarding header, header and
+/// cookie tests of classes and exemptions, header and cookie key parts.
+fn read_headers(policy: &CompiledPolicy) -> Vec<Box<[u8]>> {
     let mut names: Vec<&[u8]> = Vec::new();
     names.extend(policy.client_ip.header_name());
     for shape in policy
@@ -306,7 +308,14 @@ fn header_plan(policy: &CompiledPolicy) -> HeaderPlan {
             _ => {}
         }
     }
-    HeaderPlan::new(names)
+    let mut out: Vec<Box<[u8]>> = Vec::new();
+    for n in names {
+        let n = n.to_ascii_lowercase().into_boxed_slice();
+        if !out.contains(&n) {
+            out.push(n);
+        }
+    }
+    out
 }
 
 impl Drop for Engine {
@@ -569,8 +578,10 @@ impl Engine {
                 limiter_for(&policy.zones[z], l, clusters[z].as_ref(), logs[z].as_ref())
             })
             .collect::<Result<Vec<_>, _>>()?;
+        let header_names = read_headers(&policy);
         let mut engine = Engine {
-            headers: header_plan(&policy),
+            headers: HeaderPlan::new(header_names.iter().map(|n| &n[..])),
+            header_names,
             classes: ClassSet::new(&policy.classes, &policy.exemptions),
             policy,
             tables,
@@ -644,6 +655,13 @@ impl Engine {
     /// The cluster zones.
     pub fn clusters(&self) -> impl Iterator<Item = &ClusterZone> + Clone {
         self.clusters.iter().flatten().map(|c| &**c)
+    }
+
+    /// Every header the policy reads (lowercase, each once; `cookie` when it reads cookies).
+    /// A host that copies headers for the engine needs to copy only these: the engine looks
+    /// up no other header.
+    pub fn header_names(&self) -> impl ExactSizeIterator<Item = &[u8]> {
+        self.header_names.iter().map(|n| &n[..])
     }
 
     pub fn policy(&self) -> &CompiledPolicy {

@@ -41,7 +41,28 @@ static int checks;
 /* ---------------------------------------------------------------------------------------- */
 /* Shared vectors */
 
-/* Header lookup over a cJSON array of [name, value] pairs. */
+/* The engine whose requests json_header answers, and how many header names the vectors'
+ * engines listed in all. */
+static const weir_engine *asking;
+static size_t listed_headers;
+
+/* Whether the engine lists `lname` among the headers its policy reads. */
+static int
+listed(const weir_engine *e, const uint8_t *lname, size_t lname_len)
+{
+    const uint8_t *n;
+    size_t len;
+
+    for (size_t i = 0; weir_engine_header_name(e, i, &n, &len) == WEIR_OK; i++) {
+        if (len == lname_len && memcmp(n, lname, len) == 0) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Header lookup over a cJSON array of [name, value] pairs. Also checks that the engine asks
+ * only for headers it lists (hosts may copy only those). */
 static int
 json_header(void *ctx, const uint8_t *lname, size_t lname_len, size_t nth,
     const uint8_t **value, size_t *value_len)
@@ -49,6 +70,9 @@ json_header(void *ctx, const uint8_t *lname, size_t lname_len, size_t nth,
     const cJSON *headers = ctx, *pair;
     size_t seen = 0;
 
+    CHECK(asking == NULL || listed(asking, lname, lname_len),
+        "the engine asked for header %.*s but does not list it", (int) lname_len,
+        (const char *) lname);
     cJSON_ArrayForEach(pair, headers) {
         const cJSON *n = cJSON_GetArrayItem(pair, 0), *v = cJSON_GetArrayItem(pair, 1);
         if (!cJSON_IsString(n) || !cJSON_IsString(v)) {
@@ -215,6 +239,8 @@ run_vector(const cJSON *vec)
         CHECK(0, "%s: %s", name, weir_error_message(err));
         goto done;
     }
+    asking = engine;
+    listed_headers += weir_engine_header_count(engine);
     cJSON_ArrayForEach(step, steps) {
         const cJSON *t = cJSON_GetObjectItem(step, "t_ms");
         const cJSON *rel = cJSON_GetObjectItem(step, "release");
@@ -256,6 +282,7 @@ run_vector(const cJSON *vec)
         i++;
     }
 done:
+    asking = NULL;
     free(verdicts);
     free(reqs);
     weir_error_free(err);
@@ -328,6 +355,7 @@ test_vectors(const char *dir)
     closedir(d);
     printf("vectors: %d of %d passed (%d files)\n", passed, vectors, files);
     CHECK(vectors >= 60, "only %d vectors found in %s", vectors, dir);
+    CHECK(listed_headers > 0, "no vector's engine listed a header it reads");
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -492,6 +520,14 @@ test_bad_inputs(void)
         text[written] = '\0';
         CHECK(strstr(text, "weir_limit_requests_total{limit=") != NULL, "metrics text");
         free(text);
+    }
+    CHECK(weir_engine_header_count(e) == 0, "GOOD_POLICY reads no header");
+    CHECK(weir_engine_header_count(NULL) == 0, "NULL header count");
+    CHECK(weir_engine_header_name(NULL, 0, NULL, NULL) == WEIR_ERR_NULL, "header name NULL");
+    {
+        const uint8_t *nm;
+        size_t nl;
+        CHECK(weir_engine_header_name(e, 0, &nm, &nl) == WEIR_ERR_INVALID, "header 0");
     }
     CHECK(weir_engine_limit_name(e, 99, NULL, NULL) == WEIR_ERR_NULL, "limit name NULL");
     {
