@@ -72,6 +72,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/textproto"
 	"strings"
 	"sync"
 	"time"
@@ -123,10 +125,17 @@ func sptr(s string) *C.uint8_t {
 	return (*C.uint8_t)(unsafe.Pointer(unsafe.StringData(s)))
 }
 
-// engine owns a weir_engine (and the limit names, read once).
+// engine owns a weir_engine (and the limit and header names, read once).
 type engine struct {
 	p      *C.weir_engine
 	limits []string
+	// headers the policy reads; the engine asks for no other, so only these are copied.
+	headers []policyHeader
+}
+
+// policyHeader is a header the policy reads: its key in Go's http.Header and weir's name.
+type policyHeader struct {
+	key, name string
 }
 
 // newEngine parses policy text (name appears in error messages as name:line:col).
@@ -153,6 +162,15 @@ func newEngine(text []byte, name string) (*engine, error) {
 		} else {
 			eng.limits = append(eng.limits, fmt.Sprintf("limit%d", i))
 		}
+	}
+	for i := 0; ; i++ {
+		var p *C.uint8_t
+		var l C.size_t
+		if C.weir_engine_header_name(e, C.size_t(i), &p, &l) != C.WEIR_OK {
+			break
+		}
+		name := C.GoStringN((*C.char)(unsafe.Pointer(p)), C.int(l))
+		eng.headers = append(eng.headers, policyHeader{textproto.CanonicalMIMEHeaderKey(name), name})
 	}
 	return eng, nil
 }
@@ -272,7 +290,25 @@ func (e *engine) counters(i int) (limitCounters, bool) {
 		uint64(c.dry_run_delayed), uint64(c.dry_run_rejected)}, true
 }
 
-// packHeaders appends the request's header lines in the format wgo_header reads.
+// packPolicyHeaders appends the values of the headers e's policy reads, in the format
+// wgo_header reads. Go keeps the Host header in r.Host, not in r.Header.
+func (e *engine) packPolicyHeaders(dst []byte, r *http.Request) []byte {
+	for _, h := range e.headers {
+		if isTestHeader(h.key) {
+			continue
+		}
+		vals := r.Header[h.key]
+		for _, v := range vals {
+			dst = packHeaders(dst, h.name, v)
+		}
+		if h.name == "host" && len(vals) == 0 && r.Host != "" {
+			dst = packHeaders(dst, h.name, r.Host)
+		}
+	}
+	return dst
+}
+
+// packHeaders appends one header line in the format wgo_header reads.
 func packHeaders(dst []byte, name, value string) []byte {
 	var n [4]byte
 	binary.NativeEndian.PutUint32(n[:], uint32(len(name)))

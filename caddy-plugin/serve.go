@@ -354,21 +354,6 @@ func (h *Handler) acquire(z *inlineZone, key string, env *reqEnv, p *permit, out
 func (h *Handler) servePolicy(w http.ResponseWriter, r *http.Request, repl *caddy.Replacer, env *reqEnv,
 	rs *reqState) (string, string, error) {
 	s := h.policy
-	bp := headerPool.Get().(*[]byte)
-	hb := (*bp)[:0]
-	for name, vals := range r.Header {
-		if isTestHeader(name) {
-			continue
-		}
-		for _, v := range vals {
-			hb = packHeaders(hb, name, v)
-		}
-	}
-	if r.Host != "" && len(r.Header["Host"]) == 0 {
-		hb = packHeaders(hb, "host", r.Host)
-	}
-	defer func() { *bp = hb[:0]; headerPool.Put(bp) }()
-	rv := reqView{method: r.Method, target: r.RequestURI, peer: env.clientIP(r), headers: hb}
 	v := &rs.v
 	if env.test != nil {
 		v = new(verdict) // the test harness may keep it beyond this request
@@ -379,8 +364,13 @@ func (h *Handler) servePolicy(w http.ResponseWriter, r *http.Request, repl *cadd
 		return "pass", "", nil
 	}
 	eng := s.eng // its Go fields (limit names) stay valid after a Destruct
+	bp := headerPool.Get().(*[]byte)
+	hb := eng.packPolicyHeaders((*bp)[:0], r)
+	rv := reqView{method: r.Method, target: r.RequestURI, peer: env.clientIP(r), headers: hb}
 	eng.evaluate(&rv, env.now, v)
 	s.mu.RUnlock()
+	*bp = hb[:0]
+	headerPool.Put(bp)
 	if v.rc == errBadTarget {
 		setPlaceholders(r, repl, "bad_request", "")
 		testReport(w, env, "bad_request", "", nil)

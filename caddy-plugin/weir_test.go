@@ -1,6 +1,8 @@
 package weir
 
 import (
+	"bytes"
+	"net/http/httptest"
 	"strconv"
 	"testing"
 	"time"
@@ -78,12 +80,14 @@ func BenchmarkPolicyEvaluate(b *testing.B) {
 	for i := range peers {
 		peers[i] = "10.0." + strconv.Itoa(i/256) + "." + strconv.Itoa(i%256)
 	}
+	r := httptest.NewRequest("GET", "/api/items?page=2", nil)
+	r.Header.Set("User-Agent", "wrk")
+	r.Header.Set("Accept", "*/*")
 	var hb []byte
 	v := new(verdict)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		hb = packHeaders(hb[:0], "User-Agent", "wrk")
-		hb = packHeaders(hb, "Accept", "*/*")
+		hb = e.packPolicyHeaders(hb[:0], r)
 		rv := reqView{method: "GET", target: "/api/items?page=2", peer: peers[i&1023], headers: hb}
 		e.evaluate(&rv, nowNS(), v)
 		if v.rc != 0 || v.action() != actPass {
@@ -130,5 +134,50 @@ func BenchmarkLogZoneCheck(b *testing.B) {
 		if _, err := z.check(keys[i&1023], nowNS(), &c); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// The plugin copies only the headers the policy reads, every value of each, and the Host
+// (which Go keeps outside r.Header) when the policy reads it.
+func TestPackPolicyHeaders(t *testing.T) {
+	const policy = `
+[zones.keys]
+size = "64k"
+algorithm = "gcra"
+rate = "1r/m"
+
+[classes.shop]
+match = [{ header.host = { regex = "^shop\\." } }]
+
+[[limit]]
+class = "shop"
+zone = "keys"
+key = ["header:X-Api-Key"]
+`
+	e, err := newEngine([]byte(policy), "pack.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.free()
+	r := httptest.NewRequest("GET", "http://shop.example/x", nil)
+	r.Header.Add("X-Api-Key", "k1")
+	r.Header.Add("X-Api-Key", "k2")
+	r.Header.Set("User-Agent", "ua")
+	r.Header.Set("Cookie", "session=1")
+	got := e.packPolicyHeaders(nil, r)
+	want := packHeaders(nil, "host", "shop.example")
+	want = packHeaders(want, "x-api-key", "k1")
+	want = packHeaders(want, "x-api-key", "k2")
+	if !bytes.Equal(got, want) {
+		t.Fatalf("packed %q, want %q", got, want)
+	}
+	// The class matches on the packed Host: the second request with the same key is rejected.
+	rv := reqView{method: "GET", target: "/x", peer: "192.0.2.1", headers: got}
+	v := new(verdict)
+	for i := 0; i < 2; i++ {
+		e.evaluate(&rv, nowNS(), v)
+	}
+	if v.rc != 0 || v.action() != actReject || v.limit() != 0 {
+		t.Fatalf("rc %d action %d limit %d, want the shop limit to reject", v.rc, v.action(), v.limit())
 	}
 }
