@@ -10,7 +10,7 @@ use std::hint::black_box;
 use std::net::IpAddr;
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use weir::policy::{CompiledPolicy, Engine, OwnedRequest};
+use weir::policy::{CompiledPolicy, Engine, OwnedRequest, RequestView};
 
 #[path = "../tests/common/engine_fixture.rs"]
 mod fixture;
@@ -37,6 +37,100 @@ fn run(c: &mut Criterion, name: &str, engine: &Engine, reqs: &[OwnedRequest]) {
             black_box(action)
         })
     });
+}
+
+/// A request as sent by another client: `base` with its `X-Forwarded-For` replaced.
+struct FromClient<'a> {
+    base: &'a OwnedRequest,
+    xff: [u8; 32],
+    len: usize,
+}
+
+impl<'a> FromClient<'a> {
+    /// Client `i` of 2^20: `10.a.b.c` behind the fixture's proxy.
+    fn new(base: &'a OwnedRequest, i: u32) -> FromClient<'a> {
+        let mut r = FromClient {
+            base,
+            xff: [0; 32],
+            len: 0,
+        };
+        let mut put = |b: &[u8]| {
+            r.xff[r.len..r.len + b.len()].copy_from_slice(b);
+            r.len += b.len();
+        };
+        put(b"10");
+        for octet in [i >> 16, (i >> 8) & 255, i & 255] {
+            put(b".");
+            let d = [b'0' + (octet / 100) as u8, b'0' + (octet / 10 % 10) as u8];
+            put(&d[(octet < 100) as usize + (octet < 10) as usize..]);
+            put(&[b'0' + (octet % 10) as u8]);
+        }
+        put(b", 172.16.0.9");
+        r
+    }
+}
+
+impl RequestView for FromClient<'_> {
+    fn method(&self) -> &[u8] {
+        self.base.method()
+    }
+    fn target(&self) -> &[u8] {
+        self.base.target()
+    }
+    fn peer(&self) -> IpAddr {
+        self.base.peer()
+    }
+    fn header_nth(&self, name: &[u8], nth: usize) -> Option<&[u8]> {
+        if name == b"x-forwarded-for" {
+            return (nth == 0).then_some(&self.xff[..self.len]);
+        }
+        self.base.header_nth(name, nth)
+    }
+    fn for_each_header<'s>(&'s self, f: &mut dyn FnMut(&'s [u8], &'s [u8])) -> bool {
+        self.base.for_each_header(&mut |n, v| {
+            if n.eq_ignore_ascii_case(b"x-forwarded-for") {
+                f(n, &self.xff[..self.len])
+            } else {
+                f(n, v)
+            }
+        })
+    }
+}
+
+/// The wiki request from a million clients in a scattered order, against the realistic policy
+/// with 64 MiB zones: the per-IP and in-flight tables each hold a million keys, far more than
+/// the caches, so their reads are cache misses as in a large production table.
+fn at_scale(c: &mut Criterion) {
+    let mut src = fixture::REALISTIC_POLICY.to_string();
+    for zone in ["per_ip]\nsize = \"1m\"", "expensive]\nsize = \"256k\""] {
+        let scaled = zone.replace("1m", "64m").replace("256k", "64m");
+        assert!(src.contains(zone), "fixture changed: {zone}");
+        src = src.replace(zone, &scaled);
+    }
+    let engine = engine(&src);
+    let base = fixture::wiki_tool(1);
+    const CLIENTS: u32 = 1 << 20;
+    let mut now = 1_000_000_000u64;
+    let mut i = 0u32;
+    c.bench_function("realistic/wiki_tool_query_1m_clients", |b| {
+        b.iter(|| {
+            // An odd multiplier permutes 0..2^20: every client once per cycle, scattered.
+            let r = FromClient::new(&base, i.wrapping_mul(0x9e37_79b9) % CLIENTS);
+            i = i.wrapping_add(1);
+            now += STEP_NS;
+            let out = engine.evaluate(black_box(&r), now).unwrap();
+            let action = out.action;
+            engine.release(out.permits, now);
+            black_box(action)
+        })
+    });
+    for (z, zone) in engine.policy().zones.iter().enumerate() {
+        eprintln!(
+            "at scale: zone {} holds {} keys",
+            zone.name,
+            engine.zone_stats(z).occupancy
+        );
+    }
 }
 
 fn benches(c: &mut Criterion) {
@@ -67,5 +161,5 @@ fn benches(c: &mut Criterion) {
     run(c, "minimal_1_limit/get_root", &min, &peers);
 }
 
-criterion_group!(policy, benches);
+criterion_group!(policy, benches, at_scale);
 criterion_main!(policy);
