@@ -967,16 +967,28 @@ pub unsafe extern "C" fn weir_engine_limit_name(
     name: *mut *const u8,
     len: *mut usize,
 ) -> c_int {
+    engine_name(e, name, len, |e| {
+        e.policy().limits.get(i).map(|l| l.name.as_bytes())
+    })
+}
+
+/// Writes the name `pick` finds in engine `e` to `*name`/`*len` (it lives as long as the
+/// engine): `WEIR_ERR_NULL` for a NULL argument, `WEIR_ERR_INVALID` when `pick` finds none.
+unsafe fn engine_name(
+    e: *const weir_engine,
+    name: *mut *const u8,
+    len: *mut usize,
+    pick: impl FnOnce(&Engine) -> Option<&[u8]>,
+) -> c_int {
     guard(|| {
         if e.is_null() || name.is_null() || len.is_null() {
             return WEIR_ERR_NULL;
         }
-        let limits = &(*e).engine.policy().limits;
-        let Some(l) = limits.get(i) else {
+        let Some(n) = pick(&(*e).engine) else {
             return WEIR_ERR_INVALID;
         };
-        *name = l.name.as_ptr();
-        *len = l.name.len();
+        *name = n.as_ptr();
+        *len = n.len();
         WEIR_OK
     })
 }
@@ -1000,17 +1012,7 @@ pub unsafe extern "C" fn weir_engine_header_name(
     name: *mut *const u8,
     len: *mut usize,
 ) -> c_int {
-    guard(|| {
-        if e.is_null() || name.is_null() || len.is_null() {
-            return WEIR_ERR_NULL;
-        }
-        let Some(n) = (*e).engine.header_names().nth(i) else {
-            return WEIR_ERR_INVALID;
-        };
-        *name = n.as_ptr();
-        *len = n.len();
-        WEIR_OK
-    })
+    engine_name(e, name, len, |e| e.header_names().nth(i))
 }
 
 /// Per-limit counters.
