@@ -219,23 +219,31 @@ run() { # name path script [port]
 	reqs=$(awk '/requests in/ {print $1}' <<<"$out")
 	us=$(awk -v d=$((t1 - t0)) -v n="$reqs" -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.2f", d / hz * 1e6 / n }')
 	printf '%-22s %12s req/s  p99 %8s  non-2xx %-6s  %6s µs CPU/request\n' "$1" "$rps" "$p99" "${non2xx:-0}" "$us"
-	echo "$1 $rps" >> "$work/results"
-	echo "$1 $us" >> "$work/cpu"
+	echo "$1 $rps $round" >> "$work/results"
+	echo "$1 $us $round" >> "$work/cpu"
 }
 echo "wrk -t$THREADS -c$CONNS -d$DURATION, $ROUNDS round(s), caddy $("$CADDY" version | cut -d' ' -f1), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
+# Rows run in one order on odd rounds and in the reverse order on even rounds, so that a
+# machine whose speed drifts during a round favours no row.
 for round in $(seq "$ROUNDS"); do
 	echo "-- round $round"
+	rows=()
 	for k in hot churn; do
-		run "plain/$k" /plain $k
-		run "weir-log/$k" "/log-$k" $k
-		[ -z "$BASE" ] || run "base-log/$k" "/log-$k" $k "$PORT3"
-		[ -z "$CRL" ] || run "crl/$k" "/log-$k" $k "$PORT2"
-		[ -z "$CRL" ] || run "crl-plain/$k" /plain $k "$PORT2"
-		run "weir-zone/$k" /zone $k
-		[ -z "$BASE" ] || run "base-zone/$k" /zone $k "$PORT3"
-		run "weir-policy/$k" "/policy-$k" $k
-		[ -z "$BASE" ] || run "base-policy/$k" "/policy-$k" $k "$PORT3"
+		rows+=("plain/$k /plain $k")
+		rows+=("weir-log/$k /log-$k $k")
+		[ -z "$BASE" ] || rows+=("base-log/$k /log-$k $k $PORT3")
+		[ -z "$CRL" ] || rows+=("crl/$k /log-$k $k $PORT2")
+		[ -z "$CRL" ] || rows+=("crl-plain/$k /plain $k $PORT2")
+		rows+=("weir-zone/$k /zone $k")
+		[ -z "$BASE" ] || rows+=("base-zone/$k /zone $k $PORT3")
+		rows+=("weir-policy/$k /policy-$k $k")
+		[ -z "$BASE" ] || rows+=("base-policy/$k /policy-$k $k $PORT3")
 	done
+	if [ $((round % 2)) = 0 ]; then
+		for ((i = ${#rows[@]} - 1; i >= 0; i--)); do run ${rows[$i]}; done
+	else
+		for row in "${rows[@]}"; do run $row; done
+	fi
 done
 medians() { # file → "row median" per row, sorted by row
 	sort -k1,1 -k2,2n "$1" | awk '
@@ -257,3 +265,41 @@ medians "$work/cpu" | awk '
 	{ m[$1] = $2; order[NR] = $1 }
 	END { for (i = 1; i <= NR; i++) { k = order[i]; split(k, p, "/"); base = (k ~ /^crl/) ? "crl-plain/" : "plain/"
 	                     printf "%-22s %8.2f µs  %.3f of its plain Caddy\n", k, m[k], m[k] / m[base p[2]] } }'
+
+# Paired per-round ratios: each row against the plain route of its own Caddy measured in the
+# same round, so slow and fast phases of the machine cancel. Mean with a 95 % confidence
+# interval (Student's t), which is what decides whether a row is within a few per cent.
+paired() { # file [vs-crl] → per-row mean ratio ± CI
+	awk -v vs="${2:-}" '
+		function t975(df) { # Student t quantile, 0.975
+			split("12.706 4.303 3.182 2.776 2.571 2.447 2.365 2.306 2.262 2.228 2.201 2.179 2.160 2.145 2.131 2.120 2.110 2.101 2.093 2.086", t, " ")
+			return df <= 20 ? t[df] : 1.96 + 2.4 / df
+		}
+		{ v[$1, $3] = $2; rows[$1] = 1; if ($3 > nr) nr = $3 }
+		END {
+			for (k in rows) {
+				if (k ~ /plain\//) continue
+				split(k, p, "/"); base = (k ~ /^crl/) ? "crl-plain/" p[2] : "plain/" p[2]
+				if (vs != "") { if (k !~ /^weir-log/) continue; base = "crl/" p[2] }
+				n = 0; s = 0; ss = 0
+				for (r = 1; r <= nr; r++) if ((k, r) in v && (base, r) in v && v[base, r] > 0) {
+					x = v[k, r] / v[base, r]; n++; s += x; ss += x * x
+				}
+				if (n == 0) continue
+				m = s / n; h = 0
+				if (n > 1) { sd = sqrt((ss - n * m * m) / (n - 1)); h = t975(n - 1) * sd / sqrt(n) }
+				printf "%-22s %.3f ± %.3f  (95 %% CI %.3f–%.3f, %d rounds)\n", k, m, h, m - h, m + h, n
+			}
+		}' "$1" | sort
+}
+echo
+echo "Caddy CPU per request ÷ its plain Caddy's in the same round (below 1.05 = within 5 %):"
+paired "$work/cpu"
+echo
+echo "req/s ÷ its plain Caddy's in the same round (above 0.95 = within 5 %):"
+paired "$work/results"
+if [ -n "$CRL" ]; then
+	echo
+	echo "req/s of weir's log zone ÷ caddy-ratelimit's in the same round (same zone shape):"
+	paired "$work/results" vs-crl
+fi
