@@ -18,9 +18,12 @@
 #
 # Besides req/s, each row reports the serving Caddy's CPU time per request (utime + stime from
 # /proc/PID/stat over the wrk run ÷ requests): steadier than req/s on a shared machine, and the
-# direct measure of what a handler adds to a request.
+# direct measure of what a handler adds to a request. Rows run in reverse order every other
+# round, and the summary ends with each row's per-round ratio to the plain row of the same
+# round: mean ± 95 % confidence interval, which says how closely this machine can tell.
+# LOADS=churn (or hot) runs one load pattern only.
 #
-#   bash benches/caddy_wrk.sh            # DURATION=10s THREADS=1 CONNS=32 ROUNDS=1 by default
+#   bash benches/caddy_wrk.sh            # DURATION=10s THREADS=1 CONNS=32 ROUNDS=1 LOADS="hot churn"
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CADDY=${CADDY:-target/caddy/caddy}
@@ -34,6 +37,7 @@ ADMIN2=${ADMIN2:-18481}
 PORT3=${PORT3:-18484}
 ADMIN3=${ADMIN3:-18483}
 ROUNDS=${ROUNDS:-1}
+LOADS=${LOADS:-hot churn}
 CRL=${CADDY_RATELIMIT:-}
 BASE=${CADDY_BASE:-}
 PIN=${PIN:-0}
@@ -217,9 +221,14 @@ run() { # name path script [port]
 	non2xx=$(awk '/Non-2xx/ {print $5}' <<<"$out")
 	t1=$(cpu_ticks "$target")
 	reqs=$(awk '/requests in/ {print $1}' <<<"$out")
+	echo "$1 $rps $round" >> "$work/results"
+	if [ "${reqs:-0}" = 0 ]; then
+		# A Caddy that answered nothing for the whole row (seen with caddy-ratelimit under churn).
+		printf '%-22s %12s req/s  no request answered\n' "$1" "$rps"
+		return
+	fi
 	us=$(awk -v d=$((t1 - t0)) -v n="$reqs" -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.2f", d / hz * 1e6 / n }')
 	printf '%-22s %12s req/s  p99 %8s  non-2xx %-6s  %6s µs CPU/request\n' "$1" "$rps" "$p99" "${non2xx:-0}" "$us"
-	echo "$1 $rps $round" >> "$work/results"
 	echo "$1 $us $round" >> "$work/cpu"
 }
 echo "wrk -t$THREADS -c$CONNS -d$DURATION, $ROUNDS round(s), caddy $("$CADDY" version | cut -d' ' -f1), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -228,7 +237,7 @@ echo "wrk -t$THREADS -c$CONNS -d$DURATION, $ROUNDS round(s), caddy $("$CADDY" ve
 for round in $(seq "$ROUNDS"); do
 	echo "-- round $round"
 	rows=()
-	for k in hot churn; do
+	for k in $LOADS; do
 		rows+=("plain/$k /plain $k")
 		rows+=("weir-log/$k /log-$k $k")
 		[ -z "$BASE" ] || rows+=("base-log/$k /log-$k $k $PORT3")
