@@ -157,6 +157,8 @@ caddy-test: caddy caddy-weirtest caddy-lint
 		WEIR_CADDY_TEST=$(CURDIR)/target/caddy/caddy-weirtest WEIR_VECTORS=$(CURDIR)/$(VECTORS) \
 		go test -trimpath -tags weirtest,nobadger,nomysql,nopgx -count=1 -timeout 20m ./...
 
-# wrk: plain Caddy vs weir (hot key, churn). Figures go to docs/PERFORMANCE.md.
+# wrk: plain Caddy vs weir (hot key, churn), then weir's share of Caddy's CPU from CPU
+# profiles. Figures go to docs/PERFORMANCE.md.
 caddy-bench: caddy
 	bash benches/caddy_wrk.sh
+	bash benches/caddy_share.sh
