@@ -11,7 +11,7 @@ VECTORS ?= tests/vectors
 
 .PHONY: setup demo demo-engine test lint unit loom fuzz bench-build bench header lib c-test pc \
 	nginx-module nginx-module-test nginx-test \
-	caddy-lib caddy caddy-weirtest caddy-test caddy-lint caddy-bench
+	caddy-lib caddy caddy-weirtest caddy-test caddy-lint caddy-ratelimit caddy-bench
 
 CFLAGS_TEST = -std=c11 -Wall -Wextra -Werror -g -Iinclude
 NATIVE_LIBS = -lgcc_s -lutil -lrt -lpthread -lm -ldl -lc
@@ -157,8 +157,16 @@ caddy-test: caddy caddy-weirtest caddy-lint
 		WEIR_CADDY_TEST=$(CURDIR)/target/caddy/caddy-weirtest WEIR_VECTORS=$(CURDIR)/$(VECTORS) \
 		go test -trimpath -tags weirtest,nobadger,nomysql,nopgx -count=1 -timeout 20m ./...
 
-# wrk: plain Caddy vs weir (hot key, churn), then weir's share of Caddy's CPU from CPU
-# profiles. Figures go to docs/PERFORMANCE.md.
-caddy-bench: caddy
-	bash benches/caddy_wrk.sh
+# target/caddy/caddy-ratelimit: the same Caddy with github.com/mholt/caddy-ratelimit instead of
+# weir, the benchmark's peer (the newest version the Go module proxy serves).
+CADDY_RATELIMIT_VERSION ?= v0.1.0
+caddy-ratelimit: $(XCADDY)
+	CGO_ENABLED=1 GOFLAGS="$(or $(GOFLAGS),-p=1)" XCADDY_SKIP_CLEANUP=0 $(XCADDY) build $(CADDY_VERSION) \
+		--with github.com/mholt/caddy-ratelimit@$(CADDY_RATELIMIT_VERSION) --output target/caddy/caddy-ratelimit
+	target/caddy/caddy-ratelimit list-modules | grep -qx 'http.handlers.rate_limit'
+
+# wrk: plain Caddy vs caddy-ratelimit vs weir (hot key, churn), then weir's share of Caddy's
+# CPU from CPU profiles. Figures go to docs/PERFORMANCE.md.
+caddy-bench: caddy caddy-ratelimit
+	PIN=1 ROUNDS=10 DURATION=3s CADDY_RATELIMIT=target/caddy/caddy-ratelimit bash benches/caddy_wrk.sh
 	bash benches/caddy_share.sh

@@ -1,29 +1,38 @@
 #!/usr/bin/env bash
 # weir's own share of Caddy's CPU, from Go CPU profiles taken while wrk drives one route: the
-# samples under weir's ServeHTTP minus the next handler (`respond`), over all of Caddy's samples.
-# Unlike req/s or CPU per request compared across wrk runs (rounds on this kind of machine
-# differ by ±10–20 %), both numbers come from the same process over the same seconds.
+# samples with a frame of weir's plugin (its handler, and anything else of it that runs) minus
+# those of the next handler (`respond`), over all of Caddy's samples. Unlike req/s or CPU per
+# request compared across wrk runs (rounds on this kind of machine differ by ±10–20 %), both
+# numbers come from the same process over the same seconds.
 #
-# Routes (all under key churn: a random X-Key out of a million per request, limits above the
-# offered load): `zone` an inline GCRA zone, `log` caddy-ratelimit's zone shape (weir's sliding
-# log), `policy` a policy file with the same GCRA limit keyed by `header:X-Key`. Caddy runs on
-# CPU 1 with GOMAXPROCS=1, wrk on CPU 0. 127.0.0.1 only; needs target/caddy/caddy (make caddy),
-# wrk and Go (for `go tool pprof`).
+# Routes, limits above the offered load: `zone` an inline GCRA zone, `log` caddy-ratelimit's
+# zone shape (weir's sliding log; hot: 4096 events per 50 ms, churn: 10 per 1 s), `policy` a
+# policy file with the GCRA limit keyed by `header:X-Key`. With CADDY_RATELIMIT=/path/to/caddy
+# (a Caddy with github.com/mholt/caddy-ratelimit, e.g. `make caddy-ratelimit`), also `crl`: the
+# log route's zone through caddy-ratelimit in that Caddy, whose share counts every sample with
+# a frame of caddy-ratelimit (its handler and its background sweeper). Loads: `churn` a random
+# X-Key out of a million per request, `hot` one key. Caddy runs on CPU 1 with GOMAXPROCS=1, wrk
+# on CPU 0. 127.0.0.1 only; needs target/caddy/caddy (make caddy), wrk and Go (`go tool pprof`).
 #
-#   bash benches/caddy_share.sh          # PROFILES=3 SECONDS_PER=30 ROUTES="zone log policy"
+#   bash benches/caddy_share.sh   # PROFILES=3 SECONDS_PER=30 ROUTES="zone log policy [crl]" LOADS=churn
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CADDY=$(realpath "${CADDY:-target/caddy/caddy}")
 PROFILES=${PROFILES:-3}
 SECONDS_PER=${SECONDS_PER:-30}
-ROUTES=${ROUTES:-zone log policy}
+CRL=${CADDY_RATELIMIT:-}
+ROUTES=${ROUTES:-zone log policy${CRL:+ crl}}
+LOADS=${LOADS:-churn}
 PORT=${PORT:-18680}
 ADMIN=${ADMIN:-18679}
+PORT2=${PORT2:-18682}
+ADMIN2=${ADMIN2:-18681}
 command -v wrk >/dev/null || { echo "caddy_share: wrk not installed (apt-get install wrk)"; exit 1; }
 [ -x "$CADDY" ] || { echo "caddy_share: $CADDY missing (make caddy)"; exit 1; }
 work=$(mktemp -d)
 pid=
-trap 'kill $pid 2>/dev/null || true; wait $pid 2>/dev/null || true; rm -rf "$work"' EXIT
+pid2=
+trap 'kill $pid $pid2 2>/dev/null || true; wait $pid $pid2 2>/dev/null || true; rm -rf "$work"' EXIT
 
 cat > "$work/churn.toml" <<'T'
 [zones.g]
@@ -58,9 +67,20 @@ cat > "$work/Caddyfile" <<C
 		}
 		respond "ok"
 	}
-	handle /log {
+	handle /log-hot {
 		weir {
-			zone l {
+			zone lh {
+				key {http.request.header.X-Key}
+				events 4096
+				window 50ms
+				size 67108864
+			}
+		}
+		respond "ok"
+	}
+	handle /log-churn {
+		weir {
+			zone lc {
 				key {http.request.header.X-Key}
 				events 10
 				window 1s
@@ -84,36 +104,96 @@ request = function()
   return wrk.format(nil)
 end
 L
-env GOMAXPROCS=1 taskset -c 1 "$CADDY" run --config "$work/Caddyfile" --adapter caddyfile > "$work/caddy.log" 2>&1 &
-pid=$!
-for _ in $(seq 100); do curl -fs -o /dev/null "http://127.0.0.1:$PORT/zone" 2>/dev/null && break; sleep 0.1; done
-curl -fs -o /dev/null "http://127.0.0.1:$PORT/zone" || { echo "caddy_share: caddy did not start:"; cat "$work/caddy.log"; exit 1; }
+cat > "$work/hot.lua" <<'L'
+wrk.headers["X-Key"] = "hot"
+L
+start() { # caddy caddyfile port log → pid in $started
+	env GOMAXPROCS=1 taskset -c 1 "$1" run --config "$2" --adapter caddyfile > "$4" 2>&1 &
+	started=$!
+	for _ in $(seq 100); do curl -fs -o /dev/null "http://127.0.0.1:$3/log-hot" 2>/dev/null && break; sleep 0.1; done
+	curl -fs -o /dev/null "http://127.0.0.1:$3/log-hot" || { echo "caddy_share: $1 did not start:"; cat "$4"; exit 1; }
+}
+start "$CADDY" "$work/Caddyfile" "$PORT" "$work/caddy.log"
+pid=$started
+if [ -n "$CRL" ]; then
+	CRL=$(realpath "$CRL")
+	cat > "$work/Caddyfile.crl" <<C
+{
+	admin 127.0.0.1:$ADMIN2
+	default_bind 127.0.0.1
+	auto_https off
+	persist_config off
+	order rate_limit before respond
+	log default {
+		output discard
+	}
+}
+:$PORT2 {
+	handle /log-hot {
+		rate_limit {
+			zone lh {
+				key {http.request.header.X-Key}
+				events 4096
+				window 50ms
+			}
+		}
+		respond "ok"
+	}
+	handle /log-churn {
+		rate_limit {
+			zone lc {
+				key {http.request.header.X-Key}
+				events 10
+				window 1s
+			}
+		}
+		respond "ok"
+	}
+}
+C
+	start "$CRL" "$work/Caddyfile.crl" "$PORT2" "$work/caddy-crl.log"
+	pid2=$started
+fi
 
-# share FILE → "weir_seconds total_seconds"
+# share BINARY FILE PACKAGE → "seconds_with_the_package total_seconds"
 share() {
-	local top total weir
-	top=$(go tool pprof -top -cum -focus 'weir.*Handler..ServeHTTP' -ignore StaticResponse "$CADDY" "$1" 2>/dev/null)
+	local top total part
+	top=$(go tool pprof -top -nodecount=1000000 -nodefraction=0 -edgefraction=0 -focus "$3" \
+		-ignore StaticResponse "$1" "$2" 2>/dev/null)
 	total=$(sed -n 's/.*Total samples = \([0-9.]*\)\(m\?s\).*/\1 \2/p' <<<"$top" | awk '{ print ($2 == "ms") ? $1 / 1000 : $1 }')
-	weir=$(awk '/caddy-plugin\.\(\*Handler\)\.ServeHTTP$/ { v = $4; u = (v ~ /ms$/) ? 1000 : 1; sub(/m?s$/, "", v); print v / u; exit }' <<<"$top")
-	echo "${weir:-0} $total"
+	part=$(sed -n 's/.*Showing nodes accounting for \([0-9.]*\)\(m\?s\),.*/\1 \2/p' <<<"$top" | awk '{ print ($2 == "ms") ? $1 / 1000 : $1 }')
+	echo "${part:-0} ${total:-0}"
 }
 
 echo "Caddy $("$CADDY" version | cut -d' ' -f1), $PROFILES profile(s) × ${SECONDS_PER}s per route, load $(cut -d' ' -f1-3 /proc/loadavg)"
-for route in $ROUTES; do
-	# Warm up: fill the table's working set and let the Go heap settle.
-	taskset -c 0 wrk -t1 -c32 -d5s -s "$work/churn.lua" "http://127.0.0.1:$PORT/$route" > /dev/null
-	for i in $(seq "$PROFILES"); do
-		taskset -c 0 wrk -t1 -c32 -d$((SECONDS_PER + 4))s -s "$work/churn.lua" "http://127.0.0.1:$PORT/$route" > "$work/wrk.txt" &
-		wrk_pid=$!
-		sleep 1
-		curl -fs -o "$work/$route.$i.pb.gz" "http://127.0.0.1:$ADMIN/debug/pprof/profile?seconds=$SECONDS_PER"
-		wait $wrk_pid
-		read -r w t <<<"$(share "$work/$route.$i.pb.gz")"
-		printf '%-7s profile %d: weir %6.2f s of %6.2f s = %5.2f %%  (%s req/s)\n' "$route" "$i" "$w" "$t" \
-			"$(awk -v w="$w" -v t="$t" 'BEGIN { print 100 * w / t }')" "$(awk '/Requests\/sec/ {print $2}' "$work/wrk.txt")"
-		echo "$route $w $t" >> "$work/shares"
+for load in $LOADS; do
+	for route in $ROUTES; do
+		bin=$CADDY port=$PORT admin=$ADMIN path=/$route pkg='weir-rs/weir/caddy-plugin' target=$pid
+		case $route in
+		log) path=/log-$load ;;
+		crl) bin=$CRL port=$PORT2 admin=$ADMIN2 path=/log-$load pkg='mholt/caddy-ratelimit' target=$pid2 ;;
+		esac
+		[ -n "$target" ] || { echo "caddy_share: route crl needs CADDY_RATELIMIT"; exit 1; }
+		# Only the profiled Caddy runs (the other one's sweeps and GC would share its CPU).
+		for p in $pid $pid2; do [ "$p" = "$target" ] || kill -STOP "$p"; done
+		kill -CONT "$target"
+		url="http://127.0.0.1:$port$path"
+		# Warm up: fill the table's working set and let the Go heap settle.
+		taskset -c 0 wrk -t1 -c32 -d5s -s "$work/$load.lua" "$url" > /dev/null
+		for i in $(seq "$PROFILES"); do
+			taskset -c 0 wrk -t1 -c32 -d$((SECONDS_PER + 4))s -s "$work/$load.lua" "$url" > "$work/wrk.txt" &
+			wrk_pid=$!
+			sleep 1
+			prof="$work/$route-$load.$i.pb.gz"
+			curl -fs -o "$prof" "http://127.0.0.1:$admin/debug/pprof/profile?seconds=$SECONDS_PER"
+			wait $wrk_pid
+			read -r w t <<<"$(share "$bin" "$prof" "$pkg")"
+			printf '%-7s %-5s profile %d: %6.2f s of %6.2f s = %5.2f %%  (%s req/s)\n' "$route" "$load" "$i" "$w" "$t" \
+				"$(awk -v w="$w" -v t="$t" 'BEGIN { print (t > 0) ? 100 * w / t : 0 }')" "$(awk '/Requests\/sec/ {print $2}' "$work/wrk.txt")"
+			echo "$route/$load $w $t" >> "$work/shares"
+		done
 	done
 done
 echo
-echo "pooled over the profiles (weir's samples ÷ Caddy's; what weir adds to plain Caddy = share ÷ (1 − share)):"
-awk '{ w[$1] += $2; t[$1] += $3; n[$1]++ } END { for (r in w) printf "%-7s %5.2f %% of Caddy CPU, +%.2f %% over plain (%d profiles)\n", r, 100 * w[r] / t[r], 100 * w[r] / (t[r] - w[r]), n[r] }' "$work/shares" | sort
+echo "pooled over the profiles (the limiter's samples ÷ Caddy's; what it adds to plain Caddy = share ÷ (1 − share)):"
+awk '{ w[$1] += $2; t[$1] += $3; n[$1]++ } END { for (r in w) printf "%-13s %5.2f %% of Caddy CPU, +%.2f %% over plain (%d profiles)\n", r, 100 * w[r] / t[r], 100 * w[r] / (t[r] - w[r]), n[r] }' "$work/shares" | sort
