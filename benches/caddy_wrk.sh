@@ -3,8 +3,9 @@
 # key and key churn, ROUNDS rounds of every row (interleaved), 127.0.0.1 only. Needs
 # target/caddy/caddy (make caddy) and wrk.
 #
-# Optionally also caddy-ratelimit: CADDY_RATELIMIT=/path/to/caddy, a Caddy binary built
-# elsewhere with github.com/mholt/caddy-ratelimit (nothing here builds it). It then runs as a
+# Optionally also caddy-ratelimit: CADDY_RATELIMIT=/path/to/caddy, a Caddy binary with
+# github.com/mholt/caddy-ratelimit (`make caddy-ratelimit` builds target/caddy/caddy-ratelimit
+# from the Go module proxy). It then runs as a
 # second Caddy (port PORT2) with the same zone shape as weir's log zones ("crl" rows), plus its
 # own plain route ("crl-plain") since it is another binary.
 #
