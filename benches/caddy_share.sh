@@ -32,7 +32,8 @@ command -v wrk >/dev/null || { echo "caddy_share: wrk not installed (apt-get ins
 work=$(mktemp -d)
 pid=
 pid2=
-trap 'kill $pid $pid2 2>/dev/null || true; wait $pid $pid2 2>/dev/null || true; rm -rf "$work"' EXIT
+# A stopped Caddy (see below) must be continued before it can act on SIGTERM.
+trap 'kill -CONT $pid $pid2 2>/dev/null || true; kill $pid $pid2 2>/dev/null || true; wait $pid $pid2 2>/dev/null || true; rm -rf "$work"' EXIT
 
 cat > "$work/churn.toml" <<'T'
 [zones.g]
@@ -110,8 +111,8 @@ L
 start() { # caddy caddyfile port log → pid in $started
 	env GOMAXPROCS=1 taskset -c 1 "$1" run --config "$2" --adapter caddyfile > "$4" 2>&1 &
 	started=$!
-	for _ in $(seq 100); do curl -fs -o /dev/null "http://127.0.0.1:$3/log-hot" 2>/dev/null && break; sleep 0.1; done
-	curl -fs -o /dev/null "http://127.0.0.1:$3/log-hot" || { echo "caddy_share: $1 did not start:"; cat "$4"; exit 1; }
+	for _ in $(seq 100); do curl -fs -m 2 -o /dev/null "http://127.0.0.1:$3/log-hot" 2>/dev/null && break; sleep 0.1; done
+	curl -fs -m 2 -o /dev/null "http://127.0.0.1:$3/log-hot" || { echo "caddy_share: $1 did not start:"; cat "$4"; exit 1; }
 }
 start "$CADDY" "$work/Caddyfile" "$PORT" "$work/caddy.log"
 pid=$started
