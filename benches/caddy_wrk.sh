@@ -297,16 +297,16 @@ paired() { # file [vs-crl] → per-row mean ratio ± CI
 				}
 				if (n == 0) continue
 				m = s / n; h = 0
-				if (n > 1) { sd = sqrt((ss - n * m * m) / (n - 1)); h = t975(n - 1) * sd / sqrt(n) }
+				if (n > 1) { var = (ss - n * m * m) / (n - 1); sd = sqrt(var > 0 ? var : 0); h = t975(n - 1) * sd / sqrt(n) }
 				printf "%-22s %.3f ± %.3f  (95 %% CI %.3f–%.3f, %d rounds)\n", k, m, h, m - h, m + h, n
 			}
 		}' "$1" | sort
 }
 echo
-echo "Caddy CPU per request ÷ its plain Caddy's in the same round (below 1.05 = within 5 %):"
+echo "Caddy CPU per request ÷ its plain Caddy's in the same round (within 5 % when the whole interval is below 1.05):"
 paired "$work/cpu"
 echo
-echo "req/s ÷ its plain Caddy's in the same round (above 0.95 = within 5 %):"
+echo "req/s ÷ its plain Caddy's in the same round (within 5 % when the whole interval is above 0.95):"
 paired "$work/results"
 if [ -n "$CRL" ]; then
 	echo
