@@ -5,9 +5,10 @@
 # request compared across wrk runs (rounds on this kind of machine differ by ±10–20 %), both
 # numbers come from the same process over the same seconds.
 #
-# Routes, limits above the offered load: `zone` an inline GCRA zone, `log` caddy-ratelimit's
-# zone shape (weir's sliding log; hot: 4096 events per 50 ms, churn: 10 per 1 s), `policy` a
-# policy file with the GCRA limit keyed by `header:X-Key`. With CADDY_RATELIMIT=/path/to/caddy
+# Routes (benches/caddy_routes.sh, limits above the offered load): `zone` an inline GCRA zone,
+# `log` caddy-ratelimit's zone shape (weir's sliding log; hot: 4096 events per 50 ms, churn: 10
+# per 1 s), `policy` a policy file with the same GCRA limit (key `global` for hot,
+# `header:X-Key` for churn). With CADDY_RATELIMIT=/path/to/caddy
 # (a Caddy with github.com/mholt/caddy-ratelimit, e.g. `make caddy-ratelimit`), also `crl`: the
 # log route's zone through caddy-ratelimit in that Caddy, whose share counts every sample with
 # a frame of caddy-ratelimit (its handler and its background sweeper). Loads: `churn` a random
@@ -35,124 +36,14 @@ pid2=
 # A stopped Caddy (see below) must be continued before it can act on SIGTERM.
 trap 'kill -CONT $pid $pid2 2>/dev/null || true; kill $pid $pid2 2>/dev/null || true; wait $pid $pid2 2>/dev/null || true; rm -rf "$work"' EXIT
 
-cat > "$work/churn.toml" <<'T'
-[zones.g]
-size = "64m"
-algorithm = "gcra"
-rate = "1000000r/s"
-[[limit]]
-class = "*"
-zone = "g"
-key = "header:X-Key"
-burst = 100000
-nodelay = true
-T
-cat > "$work/Caddyfile" <<C
-{
-	admin 127.0.0.1:$ADMIN
-	default_bind 127.0.0.1
-	auto_https off
-	persist_config off
-	log default {
-		output discard
-	}
-}
-:$PORT {
-	handle /zone {
-		weir {
-			zone z {
-				key {http.request.header.X-Key}
-				rate 1000000r/s burst 100000
-				size 67108864
-			}
-		}
-		respond "ok"
-	}
-	handle /log-hot {
-		weir {
-			zone lh {
-				key {http.request.header.X-Key}
-				events 4096
-				window 50ms
-				size 67108864
-			}
-		}
-		respond "ok"
-	}
-	handle /log-churn {
-		weir {
-			zone lc {
-				key {http.request.header.X-Key}
-				events 10
-				window 1s
-				size 67108864
-			}
-		}
-		respond "ok"
-	}
-	handle /policy {
-		weir {
-			policy $work/churn.toml
-		}
-		respond "ok"
-	}
-}
-C
-cat > "$work/churn.lua" <<'L'
-math.randomseed(os.time())
-request = function()
-  wrk.headers["X-Key"] = tostring(math.random(1, 1000000))
-  return wrk.format(nil)
-end
-L
-cat > "$work/hot.lua" <<'L'
-wrk.headers["X-Key"] = "hot"
-L
-start() { # caddy caddyfile port log → pid in $started
-	env GOMAXPROCS=1 taskset -c 1 "$1" run --config "$2" --adapter caddyfile > "$4" 2>&1 &
-	started=$!
-	for _ in $(seq 100); do curl -fs -m 2 -o /dev/null "http://127.0.0.1:$3/log-hot" 2>/dev/null && break; sleep 0.1; done
-	curl -fs -m 2 -o /dev/null "http://127.0.0.1:$3/log-hot" || { echo "caddy_share: $1 did not start:"; cat "$4"; exit 1; }
-}
-start "$CADDY" "$work/Caddyfile" "$PORT" "$work/caddy.log"
+. benches/caddy_routes.sh
+caddy_routes_write "$work" "$PORT" "$ADMIN" "$PORT2" "$ADMIN2"
+server=(env GOMAXPROCS=1 taskset -c 1)
+caddy_start "$CADDY" "$work/Caddyfile" "$PORT" "$work/caddy.log" "${server[@]}"
 pid=$started
 if [ -n "$CRL" ]; then
 	CRL=$(realpath "$CRL")
-	cat > "$work/Caddyfile.crl" <<C
-{
-	admin 127.0.0.1:$ADMIN2
-	default_bind 127.0.0.1
-	auto_https off
-	persist_config off
-	order rate_limit before respond
-	log default {
-		output discard
-	}
-}
-:$PORT2 {
-	handle /log-hot {
-		rate_limit {
-			zone lh {
-				key {http.request.header.X-Key}
-				events 4096
-				window 50ms
-			}
-		}
-		respond "ok"
-	}
-	handle /log-churn {
-		rate_limit {
-			zone lc {
-				key {http.request.header.X-Key}
-				events 10
-				window 1s
-			}
-		}
-		respond "ok"
-	}
-}
-C
-	start "$CRL" "$work/Caddyfile.crl" "$PORT2" "$work/caddy-crl.log"
+	caddy_start "$CRL" "$work/Caddyfile.crl" "$PORT2" "$work/caddy-crl.log" "${server[@]}"
 	pid2=$started
 fi
 
@@ -169,9 +60,9 @@ share() {
 echo "Caddy $("$CADDY" version | cut -d' ' -f1), $PROFILES profile(s) × ${SECONDS_PER}s per route, load $(cut -d' ' -f1-3 /proc/loadavg)"
 for load in $LOADS; do
 	for route in $ROUTES; do
-		bin=$CADDY port=$PORT admin=$ADMIN path=/$route pkg='weir-rs/weir/caddy-plugin' target=$pid
+		bin=$CADDY port=$PORT admin=$ADMIN path=/$route-$load pkg='weir-rs/weir/caddy-plugin' target=$pid
 		case $route in
-		log) path=/log-$load ;;
+		zone) path=/zone ;;
 		crl) bin=$CRL port=$PORT2 admin=$ADMIN2 path=/log-$load pkg='mholt/caddy-ratelimit' target=$pid2 ;;
 		esac
 		[ -n "$target" ] || { echo "caddy_share: route crl needs CADDY_RATELIMIT"; exit 1; }

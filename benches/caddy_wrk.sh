@@ -51,157 +51,28 @@ fi
 command -v wrk >/dev/null || { echo "caddy_wrk: wrk not installed (apt-get install wrk)"; exit 1; }
 [ -x "$CADDY" ] || { echo "caddy_wrk: $CADDY missing (make caddy)"; exit 1; }
 work=$(mktemp -d)
+pid=
 pid2=
 pid3=
 trap 'kill -CONT $pid $pid2 $pid3 2>/dev/null || true; kill $pid $pid2 $pid3 2>/dev/null || true; wait $pid $pid2 $pid3 2>/dev/null || true; rm -rf "$work"' EXIT
 
-# Limits generous enough that (almost) every request passes: we measure the cost of the
-# decision, not of rejections.
-cat > "$work/hot.toml" <<'T'
-[zones.g]
-size = "64m"
-algorithm = "gcra"
-rate = "1000000r/s"
-[[limit]]
-class = "*"
-zone = "g"
-key = "global"
-burst = 100000
-nodelay = true
-T
-sed -e 's/key = "global"/key = "header:X-Key"/' "$work/hot.toml" > "$work/churn.toml"
-cat > "$work/Caddyfile" <<C
-{
-	admin 127.0.0.1:$ADMIN
-	default_bind 127.0.0.1
-	auto_https off
-	persist_config off
-	log default {
-		output discard
-	}
-}
-:$PORT {
-	handle /plain {
-		respond "ok"
-	}
-	handle /zone {
-		weir {
-			zone z {
-				key {http.request.header.X-Key}
-				rate 1000000r/s burst 100000
-				size 67108864
-			}
-		}
-		respond "ok"
-	}
-	# caddy-ratelimit's zone shape (weir's exact sliding log); limits above the offered load
-	# (hot: 4096 per 50 ms is 80k req/s; with 100 ms, bursts at 30k req/s were rejected).
-	handle /log-hot {
-		weir {
-			zone lh {
-				key {http.request.header.X-Key}
-				events 4096
-				window 50ms
-				size 67108864
-			}
-		}
-		respond "ok"
-	}
-	handle /log-churn {
-		weir {
-			zone lc {
-				key {http.request.header.X-Key}
-				events 10
-				window 1s
-				size 67108864
-			}
-		}
-		respond "ok"
-	}
-	handle /policy-hot {
-		weir {
-			policy $work/hot.toml
-		}
-		respond "ok"
-	}
-	handle /policy-churn {
-		weir {
-			policy $work/churn.toml
-		}
-		respond "ok"
-	}
-}
-C
-"${server[@]}" "$CADDY" run --config "$work/Caddyfile" --adapter caddyfile > "$work/caddy.log" 2>&1 &
-pid=$!
-for _ in $(seq 100); do curl -fs "http://127.0.0.1:$PORT/plain" >/dev/null 2>&1 && break; sleep 0.1; done
-curl -fs "http://127.0.0.1:$PORT/plain" >/dev/null || { echo "caddy_wrk: caddy did not start:"; cat "$work/caddy.log"; exit 1; }
+. benches/caddy_routes.sh
+caddy_routes_write "$work" "$PORT" "$ADMIN" "$PORT2" "$ADMIN2"
+caddy_start "$CADDY" "$work/Caddyfile" "$PORT" "$work/caddy.log" "${server[@]}"
+pid=$started
 
 if [ -n "$BASE" ]; then
 	[ -x "$BASE" ] || { echo "caddy_wrk: CADDY_BASE=$BASE is not executable"; exit 1; }
 	sed -e "s/127.0.0.1:$ADMIN\$/127.0.0.1:$ADMIN3/" -e "s/^:$PORT {/:$PORT3 {/" "$work/Caddyfile" > "$work/Caddyfile.base"
-	"${server[@]}" "$BASE" run --config "$work/Caddyfile.base" --adapter caddyfile > "$work/caddy-base.log" 2>&1 &
-	pid3=$!
-	for _ in $(seq 100); do curl -fs "http://127.0.0.1:$PORT3/plain" >/dev/null 2>&1 && break; sleep 0.1; done
-	curl -fs "http://127.0.0.1:$PORT3/plain" >/dev/null || { echo "caddy_wrk: CADDY_BASE did not start:"; cat "$work/caddy-base.log"; exit 1; }
+	caddy_start "$BASE" "$work/Caddyfile.base" "$PORT3" "$work/caddy-base.log" "${server[@]}"
+	pid3=$started
 fi
 
 if [ -n "$CRL" ]; then
 	[ -x "$CRL" ] || { echo "caddy_wrk: CADDY_RATELIMIT=$CRL is not executable"; exit 1; }
-	cat > "$work/Caddyfile.crl" <<C
-{
-	admin 127.0.0.1:$ADMIN2
-	default_bind 127.0.0.1
-	auto_https off
-	persist_config off
-	order rate_limit before respond
-	log default {
-		output discard
-	}
-}
-:$PORT2 {
-	handle /plain {
-		respond "ok"
-	}
-	handle /log-hot {
-		rate_limit {
-			zone lh {
-				key {http.request.header.X-Key}
-				events 4096
-				window 50ms
-			}
-		}
-		respond "ok"
-	}
-	handle /log-churn {
-		rate_limit {
-			zone lc {
-				key {http.request.header.X-Key}
-				events 10
-				window 1s
-			}
-		}
-		respond "ok"
-	}
-}
-C
-	"${server[@]}" "$CRL" run --config "$work/Caddyfile.crl" --adapter caddyfile > "$work/caddy-crl.log" 2>&1 &
-	pid2=$!
-	for _ in $(seq 100); do curl -fs "http://127.0.0.1:$PORT2/plain" >/dev/null 2>&1 && break; sleep 0.1; done
-	curl -fs "http://127.0.0.1:$PORT2/plain" >/dev/null || { echo "caddy_wrk: caddy-ratelimit did not start:"; cat "$work/caddy-crl.log"; exit 1; }
+	caddy_start "$CRL" "$work/Caddyfile.crl" "$PORT2" "$work/caddy-crl.log" "${server[@]}"
+	pid2=$started
 fi
-
-# hot: every request the same key; churn: a random key out of a million per request.
-cat > "$work/hot.lua" <<'L'
-wrk.headers["X-Key"] = "hot"
-L
-cat > "$work/churn.lua" <<'L'
-math.randomseed(os.time())
-request = function()
-  wrk.headers["X-Key"] = tostring(math.random(1, 1000000))
-  return wrk.format(nil)
-end
-L
 
 cpu_ticks() { # pid → utime + stime in clock ticks
 	awk '{ print $14 + $15 }' "/proc/$1/stat"
