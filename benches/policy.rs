@@ -5,6 +5,10 @@
 //!
 //! Time advances 100 ms per request, so every request passes: the measured path is the full one
 //! (normalize, exemptions, classes, keys, predict, acquire, charge, release).
+//!
+//! The `*_2_threads` cases run the same loop on two threads at once, each with its own clients,
+//! and report ns per request per thread: what sharing the engine's counters and tables between
+//! cores adds (equal to the one-thread case when nothing is shared).
 
 use std::hint::black_box;
 use std::net::IpAddr;
@@ -97,6 +101,38 @@ impl RequestView for FromClient<'_> {
     }
 }
 
+/// `make(t, client)` requests evaluated on `THREADS` threads at once (clients differ between
+/// threads, except for keys that are global by policy); criterion's time is the slowest thread's,
+/// for `iters` requests on each.
+fn threaded(c: &mut Criterion, name: &str, engine: &Engine, make: fn(u8) -> OwnedRequest) {
+    const THREADS: u8 = 2;
+    let reqs: Vec<Vec<OwnedRequest>> = (0..THREADS)
+        .map(|t| (1..=16u8).map(|k| make(16 * t + k)).collect())
+        .collect();
+    let mut start = 1_000_000_000u64;
+    c.bench_function(name, |b| {
+        b.iter_custom(|iters| {
+            let t0 = std::time::Instant::now();
+            std::thread::scope(|s| {
+                for mine in &reqs {
+                    s.spawn(move || {
+                        let mut now = start;
+                        for i in 0..iters as usize {
+                            now += STEP_NS;
+                            let out = engine.evaluate(black_box(&mine[i % mine.len()]), now);
+                            let out = out.unwrap();
+                            engine.release(out.permits, now);
+                            black_box(out.action);
+                        }
+                    });
+                }
+            });
+            start += iters * STEP_NS;
+            t0.elapsed()
+        })
+    });
+}
+
 /// The wiki request from a million clients in a scattered order, against the realistic policy
 /// with 64 MiB zones: the per-IP and in-flight tables each hold a million keys, far more than
 /// the caches, so their reads are cache misses as in a large production table.
@@ -153,6 +189,18 @@ fn benches(c: &mut Criterion) {
     run(c, "realistic/static_exempt", &real, &stat);
     run(c, "realistic/api_call", &real, &api);
     run(c, "realistic/mix_3", &real, &mix);
+    threaded(
+        c,
+        "realistic/static_exempt_2_threads",
+        &real,
+        fixture::static_asset,
+    );
+    threaded(
+        c,
+        "realistic/wiki_tool_query_2_threads",
+        &real,
+        fixture::wiki_tool,
+    );
 
     let min = engine(fixture::MINIMAL_POLICY);
     let peers: Vec<_> = (1..=16u8)

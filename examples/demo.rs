@@ -164,21 +164,15 @@ fn main() {
     );
     for i in 0..engine.policy().limits.len() {
         let c = engine.counters(i);
-        let get = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
         println!(
             "{:<26} {:>9} {:>9} {:>9} {:>9}",
             engine.limit_name(i),
-            get(&c.passed),
-            get(&c.delayed),
-            get(&c.rejected),
-            get(&c.dry_run_rejected) + get(&c.dry_run_delayed)
+            c.passed,
+            c.delayed,
+            c.rejected,
+            c.dry_run_rejected + c.dry_run_delayed
         );
     }
     let t = engine.totals();
-    let get = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
-    println!(
-        "\nexempt {}, matched no limit {}",
-        get(&t.exempt),
-        get(&t.unmatched)
-    );
+    println!("\nexempt {}, matched no limit {}", t.exempt, t.unmatched);
 }

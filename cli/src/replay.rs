@@ -222,12 +222,12 @@ impl Sim {
         for l in 0..self.snaps.len() {
             let c = self.engine.counters(l);
             let s = Snap {
-                passed: c.passed.load(Relaxed),
-                delayed: c.delayed.load(Relaxed),
-                rejected: c.rejected.load(Relaxed),
-                queued: c.queued.load(Relaxed),
-                dry_delayed: c.dry_run_delayed.load(Relaxed),
-                dry_rejected: c.dry_run_rejected.load(Relaxed),
+                passed: c.passed,
+                delayed: c.delayed,
+                rejected: c.rejected,
+                queued: c.queued,
+                dry_delayed: c.dry_run_delayed,
+                dry_rejected: c.dry_run_rejected,
             };
             let p = std::mem::replace(&mut self.snaps[l], s);
             let ok = (s.passed - p.passed) + (s.delayed - p.delayed);
@@ -604,12 +604,12 @@ fn build_report(sim: &Sim, top: usize) -> (Report, Timeline) {
                 zone: p.zones[l.zone].name.clone(),
                 key: describe_key(l),
                 dry_run: l.dry_run,
-                passed: k.passed.load(Relaxed),
-                delayed: k.delayed.load(Relaxed),
-                rejected: k.rejected.load(Relaxed),
-                queued: k.queued.load(Relaxed),
-                dry_run_delayed: k.dry_run_delayed.load(Relaxed),
-                dry_run_rejected: k.dry_run_rejected.load(Relaxed),
+                passed: k.passed,
+                delayed: k.delayed,
+                rejected: k.rejected,
+                queued: k.queued,
+                dry_run_delayed: k.dry_run_delayed,
+                dry_run_rejected: k.dry_run_rejected,
                 distinct_rejected_clients: st.clients.count().0,
                 top_exact: st.top_keys.exact() && st.top_clients.exact(),
                 top_keys: st

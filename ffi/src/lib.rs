@@ -1084,14 +1084,13 @@ pub unsafe extern "C" fn weir_engine_limit_counters(
             return WEIR_ERR_INVALID;
         }
         let c = engine.counters(i);
-        let g = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
         *out = weir_limit_counters {
-            passed: g(&c.passed),
-            delayed: g(&c.delayed),
-            rejected: g(&c.rejected),
-            queued: g(&c.queued),
-            dry_run_delayed: g(&c.dry_run_delayed),
-            dry_run_rejected: g(&c.dry_run_rejected),
+            passed: c.passed,
+            delayed: c.delayed,
+            rejected: c.rejected,
+            queued: c.queued,
+            dry_run_delayed: c.dry_run_delayed,
+            dry_run_rejected: c.dry_run_rejected,
         };
         WEIR_OK
     })

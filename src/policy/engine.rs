@@ -15,13 +15,12 @@
 //!    delays and rejections are only reported.
 
 use std::fmt::Write as _;
-use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use super::classset::ClassSet;
 use super::config::{self, CompiledPolicy, Limit};
 use super::counters::{fingerprint, Counters};
-pub use super::counters::{EngineCounters, LimitCounters};
+pub use super::counters::{EngineCounts, LimitCounts};
 use super::key::KeyPart;
 use super::key::{ip_key, KEY_BUF_LEN};
 use super::normalize::{self, UriError};
@@ -680,11 +679,13 @@ impl Engine {
         }
     }
 
-    pub fn counters(&self, limit: usize) -> &LimitCounters {
+    /// Limit `limit`'s request counts by verdict (summed over every thread and process).
+    pub fn counters(&self, limit: usize) -> LimitCounts {
         self.counters.limit(limit)
     }
 
-    pub fn totals(&self) -> &EngineCounters {
+    /// Engine-wide request counts (summed over every thread and process).
+    pub fn totals(&self) -> EngineCounts {
         self.counters.totals()
     }
 
@@ -740,7 +741,7 @@ impl Engine {
     ) -> Result<Outcome, EvalError> {
         if ticket.is_none() {
             // A queued request polling again is the same request.
-            self.totals().requests.fetch_add(1, Relaxed);
+            self.counters.add_total(|t| &t.requests);
         }
         let parts = normalize::split_target(req.target()).map_err(|e| self.bad(e))?;
         let query = parts.query.unwrap_or(b"");
@@ -789,7 +790,7 @@ impl Engine {
         let mut out = Outcome::new();
         let mut facts = self.classes.facts(&prepared);
         if let Some(i) = self.classes.exemption(&prepared, &mut facts) {
-            self.totals().exempt.fetch_add(1, Relaxed);
+            self.counters.add_total(|t| &t.exempt);
             out.exempt = Some(i as u16);
             if let Some(t) = ticket.take() {
                 self.abandon(t, now);
@@ -836,7 +837,7 @@ impl Engine {
         }
         let hits = &hits[..n];
         if hits.is_empty() {
-            self.totals().unmatched.fetch_add(1, Relaxed);
+            self.counters.add_total(|t| &t.unmatched);
             out.unmatched = true;
             if let Some(t) = ticket.take() {
                 self.abandon(t, now);
@@ -883,7 +884,7 @@ impl Engine {
                                         permit,
                                     });
                                 if entered.is_some() {
-                                    self.counters(h.limit).queued.fetch_add(1, Relaxed);
+                                    self.counters.add_limit(h.limit, |c| &c.queued);
                                 }
                                 entered
                             }
@@ -988,14 +989,12 @@ impl Engine {
             }
         }
         for (k, h) in hits.iter().enumerate() {
-            let c = self.counters(h.limit);
-            match pending[k] {
+            self.counters.add_limit(h.limit, |c| match pending[k] {
                 Counted::Pass => &c.passed,
                 Counted::Delayed => &c.delayed,
                 Counted::DryDelayed => &c.dry_run_delayed,
                 Counted::DryRejected => &c.dry_run_rejected,
-            }
-            .fetch_add(1, Relaxed);
+            });
         }
         out
     }
@@ -1031,12 +1030,12 @@ impl Engine {
     }
 
     fn bad(&self, e: UriError) -> EvalError {
-        self.totals().bad_target.fetch_add(1, Relaxed);
+        self.counters.add_total(|t| &t.bad_target);
         EvalError::BadTarget(e)
     }
 
     fn reject(&self, out: &mut Outcome, limit: usize, retry_after_ns: u64) {
-        self.counters(limit).rejected.fetch_add(1, Relaxed);
+        self.counters.add_limit(limit, |c| &c.rejected);
         out.action = Action::Reject;
         out.status = self.policy.limits[limit].status;
         out.retry_after_ns = retry_after_ns;

@@ -3,13 +3,8 @@
 //! No per-key labels: cardinality is bounded by the policy (limits and zones).
 
 use std::fmt::{self, Write};
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use super::engine::Engine;
-
-fn get(a: &AtomicU64) -> u64 {
-    a.load(Relaxed)
-}
 
 /// Label values are policy names (validated identifiers), but escape anyway.
 fn label(out: &mut impl Write, v: &str) -> fmt::Result {
@@ -30,25 +25,25 @@ impl Engine {
         let t = self.totals();
         writeln!(out, "# HELP weir_requests_total Requests evaluated.")?;
         writeln!(out, "# TYPE weir_requests_total counter")?;
-        writeln!(out, "weir_requests_total {}", get(&t.requests))?;
+        writeln!(out, "weir_requests_total {}", t.requests)?;
         writeln!(
             out,
             "# HELP weir_exempt_total Requests that matched an exemption."
         )?;
         writeln!(out, "# TYPE weir_exempt_total counter")?;
-        writeln!(out, "weir_exempt_total {}", get(&t.exempt))?;
+        writeln!(out, "weir_exempt_total {}", t.exempt)?;
         writeln!(
             out,
             "# HELP weir_unmatched_total Requests that matched no limit."
         )?;
         writeln!(out, "# TYPE weir_unmatched_total counter")?;
-        writeln!(out, "weir_unmatched_total {}", get(&t.unmatched))?;
+        writeln!(out, "weir_unmatched_total {}", t.unmatched)?;
         writeln!(
             out,
             "# HELP weir_bad_target_total Requests with a target nginx answers 400."
         )?;
         writeln!(out, "# TYPE weir_bad_target_total counter")?;
-        writeln!(out, "weir_bad_target_total {}", get(&t.bad_target))?;
+        writeln!(out, "weir_bad_target_total {}", t.bad_target)?;
 
         writeln!(
             out,
@@ -58,16 +53,16 @@ impl Engine {
         for i in 0..self.policy().limits.len() {
             let c = self.counters(i);
             for (verdict, v) in [
-                ("passed", &c.passed),
-                ("delayed", &c.delayed),
-                ("rejected", &c.rejected),
-                ("queued", &c.queued),
-                ("dry_run_delayed", &c.dry_run_delayed),
-                ("dry_run_rejected", &c.dry_run_rejected),
+                ("passed", c.passed),
+                ("delayed", c.delayed),
+                ("rejected", c.rejected),
+                ("queued", c.queued),
+                ("dry_run_delayed", c.dry_run_delayed),
+                ("dry_run_rejected", c.dry_run_rejected),
             ] {
                 out.write_str("weir_limit_requests_total{limit=\"")?;
                 label(out, self.limit_name(i))?;
-                writeln!(out, "\",verdict=\"{verdict}\"}} {}", get(v))?;
+                writeln!(out, "\",verdict=\"{verdict}\"}} {v}")?;
             }
         }
 

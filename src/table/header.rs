@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"WEIRTBL\x02");
 /// Bumped whenever the meaning of any byte in the region changes.
 pub const LAYOUT_VERSION: u64 = 2;
+/// Counter stripes per region (the engine's counter block has as many).
 pub(crate) const STRIPES: usize = 16;
 
 #[repr(C, align(64))]
@@ -82,7 +83,7 @@ pub(crate) fn new_boxed() -> Box<Header> {
 /// on the process id, so single-threaded worker processes sharing a region (nginx) spread over
 /// the stripes instead of all writing stripe 0.
 #[inline]
-fn stripe_index() -> usize {
+pub(crate) fn stripe_index() -> usize {
     static NEXT: AtomicUsize = AtomicUsize::new(usize::MAX);
     thread_local! {
         static INDEX: Cell<usize> = const { Cell::new(usize::MAX) };

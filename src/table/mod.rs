@@ -11,6 +11,7 @@ mod log;
 mod slot;
 
 pub use header::LAYOUT_VERSION;
+pub(crate) use header::{stripe_index, STRIPES};
 pub use log::{LogTable, SlidingLog, LOG_PROBE_WINDOW, MAX_LOG_EVENTS};
 
 use crate::limiter::{Algorithm, Concurrency, Decision, Permit, Verdict};
