@@ -74,6 +74,8 @@ pub struct Counters {
     /// The block's first word.
     words: NonNull<AtomicU64>,
     limits: usize,
+    /// Words per stripe: `stripe_words(limits)`.
+    stride: usize,
     _owned: Option<Box<[AtomicU64]>>,
 }
 
@@ -102,6 +104,7 @@ impl Counters {
         Counters {
             words: start,
             limits,
+            stride: stripe_words(limits),
             _owned: Some(owned),
         }
     }
@@ -131,6 +134,7 @@ impl Counters {
         let c = Counters {
             words,
             limits,
+            stride: stripe_words(limits),
             _owned: None,
         };
         let same = c.word(0).load(Relaxed) == MAGIC
@@ -158,11 +162,7 @@ impl Counters {
     fn stripe(&self, s: usize) -> *const AtomicU64 {
         debug_assert!(s < STRIPES);
         // SAFETY: stripe `s < STRIPES` lies within the block (see `bytes_for`).
-        unsafe {
-            self.words
-                .as_ptr()
-                .add(HEADER_WORDS + s * stripe_words(self.limits))
-        }
+        unsafe { self.words.as_ptr().add(HEADER_WORDS + s * self.stride) }
     }
 
     /// Stripe `s`'s engine-wide counters.
