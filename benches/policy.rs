@@ -101,8 +101,8 @@ impl RequestView for FromClient<'_> {
     }
 }
 
-/// `make(t, client)` requests evaluated on `THREADS` threads at once (clients differ between
-/// threads, except for keys that are global by policy); criterion's time is the slowest thread's,
+/// `make(client)` requests evaluated on `THREADS` threads at once (16 clients per thread, none
+/// shared; keys that are global by policy are); criterion's time is the slowest thread's,
 /// for `iters` requests on each.
 fn threaded(c: &mut Criterion, name: &str, engine: &Engine, make: fn(u8) -> OwnedRequest) {
     const THREADS: u8 = 2;
@@ -119,8 +119,8 @@ fn threaded(c: &mut Criterion, name: &str, engine: &Engine, make: fn(u8) -> Owne
                         let mut now = start;
                         for i in 0..iters as usize {
                             now += STEP_NS;
-                            let out = engine.evaluate(black_box(&mine[i % mine.len()]), now);
-                            let out = out.unwrap();
+                            let r = &mine[i % mine.len()];
+                            let out = engine.evaluate(black_box(r), now).unwrap();
                             engine.release(out.permits, now);
                             black_box(out.action);
                         }
