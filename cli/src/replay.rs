@@ -20,6 +20,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
 use weir::policy::config::Limit;
+use weir::policy::counters::LimitCounts;
 use weir::policy::engine::Permits;
 use weir::policy::key::KeyPart;
 use weir::policy::matcher::mask_ip;
@@ -83,16 +84,6 @@ impl Ord for Held {
     }
 }
 
-#[derive(Default, Clone, Copy)]
-struct Snap {
-    passed: u64,
-    delayed: u64,
-    rejected: u64,
-    queued: u64,
-    dry_delayed: u64,
-    dry_rejected: u64,
-}
-
 struct LimitStats {
     top_keys: SpaceSaving<String>,
     top_clients: SpaceSaving<IpAddr>,
@@ -107,7 +98,7 @@ struct Sim {
     first_t: Option<i64>,
     held: BinaryHeap<Held>,
     seq: u64,
-    snaps: Vec<Snap>,
+    snaps: Vec<LimitCounts>,
     limits: Vec<LimitStats>,
     exempt_by: Vec<u64>,
     clients: Distinct<IpAddr>,
@@ -220,25 +211,18 @@ impl Sim {
         // Per-limit effects of this request, from the engine's own counters.
         let mut key_for_verdict = false;
         for l in 0..self.snaps.len() {
-            let c = self.engine.counters(l);
-            let s = Snap {
-                passed: c.passed,
-                delayed: c.delayed,
-                rejected: c.rejected,
-                queued: c.queued,
-                dry_delayed: c.dry_run_delayed,
-                dry_rejected: c.dry_run_rejected,
-            };
+            let s = self.engine.counters(l);
             let p = std::mem::replace(&mut self.snaps[l], s);
             let ok = (s.passed - p.passed) + (s.delayed - p.delayed);
             let limited = (s.rejected - p.rejected) + (s.queued - p.queued);
-            let dry_limited = (s.dry_rejected - p.dry_rejected) + (s.dry_delayed - p.dry_delayed);
+            let dry_limited =
+                (s.dry_run_rejected - p.dry_run_rejected) + (s.dry_run_delayed - p.dry_run_delayed);
             if ok + limited + dry_limited == 0 {
                 continue;
             }
             self.timeline
-                .add(l, t, ok, limited, s.dry_rejected - p.dry_rejected);
-            if limited + (s.dry_rejected - p.dry_rejected) > 0 {
+                .add(l, t, ok, limited, s.dry_run_rejected - p.dry_run_rejected);
+            if limited + (s.dry_run_rejected - p.dry_run_rejected) > 0 {
                 let limit = &self.engine.policy().limits[l];
                 render_key(&self.engine, limit, e, &mut self.scratch, &mut self.key_buf);
                 let st = &mut self.limits[l];
@@ -462,7 +446,7 @@ pub fn run(opts: &Options) -> Result<(Report, Timeline), String> {
         first_t: None,
         held: BinaryHeap::new(),
         seq: 0,
-        snaps: vec![Snap::default(); nlimits],
+        snaps: vec![LimitCounts::default(); nlimits],
         limits: (0..nlimits)
             .map(|_| LimitStats {
                 top_keys: SpaceSaving::new(TOP_CAPACITY),

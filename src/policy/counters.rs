@@ -152,7 +152,7 @@ impl Counters {
     }
 
     fn word(&self, i: usize) -> &AtomicU64 {
-        assert!(i < Self::bytes_for(self.limits) / 8);
+        debug_assert!(i < Self::bytes_for(self.limits) / 8);
         // SAFETY: `i` is within the block (see `bytes_for`).
         unsafe { &*self.words.as_ptr().add(i) }
     }

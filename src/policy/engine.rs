@@ -679,12 +679,13 @@ impl Engine {
         }
     }
 
-    /// Limit `limit`'s request counts by verdict (summed over every thread and process).
+    /// Limit `limit`'s request counts by verdict (every thread's, and every process's that
+    /// shares the counter block).
     pub fn counters(&self, limit: usize) -> LimitCounts {
         self.counters.limit(limit)
     }
 
-    /// Engine-wide request counts (summed over every thread and process).
+    /// Engine-wide request counts (summed as [`Engine::counters`]).
     pub fn totals(&self) -> EngineCounts {
         self.counters.totals()
     }
