@@ -174,6 +174,10 @@ fn benches(c: &mut Criterion) {
     // 16 clients of each kind, so the tables hold several keys.
     let clients = 1..=16u8;
     let wiki: Vec<_> = clients.clone().map(fixture::wiki_tool).collect();
+    let wiki_long_cookie: Vec<_> = clients
+        .clone()
+        .map(fixture::wiki_tool_long_cookie)
+        .collect();
     let stat: Vec<_> = clients.clone().map(fixture::static_asset).collect();
     let api: Vec<_> = clients.clone().map(fixture::api_call).collect();
     let mix: Vec<_> = clients
@@ -186,6 +190,12 @@ fn benches(c: &mut Criterion) {
         })
         .collect();
     run(c, "realistic/wiki_tool_query", &real, &wiki);
+    run(
+        c,
+        "realistic/wiki_tool_query_long_cookie",
+        &real,
+        &wiki_long_cookie,
+    );
     run(c, "realistic/static_exempt", &real, &stat);
     run(c, "realistic/api_call", &real, &api);
     run(c, "realistic/mix_3", &real, &mix);

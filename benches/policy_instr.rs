@@ -4,7 +4,7 @@
 //!
 //! ```sh
 //! BIN=$(cargo bench --bench policy_instr --no-run 2>&1 | sed -n 's/.*(\(target[^)]*\)).*/\1/p')
-//! for case in wiki static api mix min; do
+//! for case in wiki wiki_long_cookie static api mix min; do
 //!   a=$(valgrind --tool=callgrind --callgrind-out-file=/dev/null $BIN $case 1000 2>&1 | sed -n 's/.*refs: *//p' | tr -d ,)
 //!   b=$(valgrind --tool=callgrind --callgrind-out-file=/dev/null $BIN $case 11000 2>&1 | sed -n 's/.*refs: *//p' | tr -d ,)
 //!   echo "$case $(( (b - a) / 10000 ))"
@@ -37,6 +37,10 @@ fn main() {
             engine(fixture::REALISTIC_POLICY),
             clients.map(fixture::wiki_tool).collect(),
         ),
+        "wiki_long_cookie" => (
+            engine(fixture::REALISTIC_POLICY),
+            clients.map(fixture::wiki_tool_long_cookie).collect(),
+        ),
         "static" => (
             engine(fixture::REALISTIC_POLICY),
             clients.map(fixture::static_asset).collect(),
@@ -63,7 +67,7 @@ fn main() {
                 .map(|c| OwnedRequest::new("GET", "/", IpAddr::from([198, 51, 100, c])))
                 .collect(),
         ),
-        other => panic!("unknown case {other:?} (wiki, static, api, mix, min)"),
+        other => panic!("unknown case {other:?} (wiki, wiki_long_cookie, static, api, mix, min)"),
     };
     // As benches/policy.rs: 100 ms per request, so every request passes.
     let mut now = 1_000_000_000u64;

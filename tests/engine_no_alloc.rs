@@ -70,8 +70,9 @@ fn main() {
 
     // Several clients per kind: distinct ip / API-key / cookie+path keys in the tables.
     type Make = fn(u8) -> OwnedRequest;
-    let kinds: [(&str, Make); 5] = [
+    let kinds: [(&str, Make); 6] = [
         ("wiki_tool", fixture::wiki_tool),
+        ("wiki_tool_long_cookie", fixture::wiki_tool_long_cookie),
         ("static_asset", fixture::static_asset),
         ("api_call", fixture::api_call),
         ("bot_search", fixture::bot_search),
@@ -94,7 +95,7 @@ fn main() {
         now += S / 10;
     }
     assert!(permits_seen > 0 && exempt_seen > 0);
-    let mut per_kind = [0usize; 5];
+    let mut per_kind = [0usize; 6];
     let mut failures = 0;
     for i in 0..10_000 {
         let (k, r) = &reqs[i % reqs.len()];

@@ -152,6 +152,28 @@ pub fn wiki_tool(client: u8) -> OwnedRequest {
     )
 }
 
+/// [`wiki_tool`] from a browser that carries analytics and consent cookies: a 1 KiB
+/// `Cookie` header with the session cookie last, as on many real sites.
+pub fn wiki_tool_long_cookie(client: u8) -> OwnedRequest {
+    let mut r = wiki_tool(client);
+    let cookie = r.headers.iter_mut().find(|(n, _)| n == b"cookie").unwrap();
+    cookie.1 = LONG_COOKIE.as_bytes().to_vec();
+    r
+}
+
+const LONG_COOKIE: &str = "_ga=GA1.2.1843274521.1733184000; _gid=GA1.2.987654321.1733184000; \
+_fbp=fb.1.1733184000123.1234567890; _gcl_au=1.1.1122334455.1733184000; \
+OptanonAlertBoxClosed=2026-11-30T10:11:12.345Z; \
+OptanonConsent=isGpcEnabled=0&datestamp=Mon+Nov+30+2026+10%3A11%3A12+GMT%2B0000&version=202409.1.0\
+&browserGpcFlag=0&isIABGlobal=false&hosts=&consentId=0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0\
+&interactionCount=1&isAnonUser=1&landingPath=NotLandingPage&groups=C0001%3A1%2CC0002%3A1%2CC0003%3A1\
+%2CC0004%3A0&AwaitingReconsent=false; \
+_hjSessionUser_123456=eyJpZCI6IjEyMzQ1Njc4LTkwYWItY2RlZi0xMjM0LTU2Nzg5MGFiY2RlZiIsImNyZWF0ZWQiOjE3MzMxODQwMDAwMDAsImV4aXN0aW5nIjp0cnVlfQ==; \
+_hjSession_123456=eyJpZCI6ImFiY2RlZjEyLTM0NTYtNzg5MC1hYmNkLWVmMTIzNDU2Nzg5MCIsImMiOjE3MzMxODQwMDAwMDAsInMiOjAsInIiOjAsInNiIjowfQ==; \
+GeoIP=US:CA:San_Francisco:37.77:-122.42:v4; enwikimwuser-sessionId=7c1f2e3d4b5a6978; \
+centralauth_User=Alice; enwikiUserName=Alice; VEE=wikitext; \
+session=8f3a2c1de4b5";
+
 /// A static asset: exempt.
 pub fn static_asset(client: u8) -> OwnedRequest {
     OwnedRequest::new("GET", "/static/images/project-logos/enwiki.png?v=2", peer())
