@@ -1407,7 +1407,7 @@ fn compile_shape(cx: &mut Cx<'_>, s: &Spanned<ShapeSpec>) -> Shape {
             if let Some(m) = compile_value(cx, v) {
                 match kind {
                     "header" => shape.headers.push((key, m)),
-                    "cookie" => shape.cookies.push((key, m)),
+                    "cookie" => shape.cookies.push((key.into(), m)),
                     _ => shape.query.push((key, m)),
                 }
             }

@@ -46,7 +46,7 @@ use std::hash::{BuildHasher, Hasher};
 use std::net::IpAddr;
 
 use super::matcher::mask_ip;
-use super::request::PreparedRequest;
+use super::request::{CookieName, PreparedRequest};
 
 /// Recommended key buffer size.
 pub const KEY_BUF_LEN: usize = 256;
@@ -72,7 +72,7 @@ pub enum KeyPart {
     /// First occurrence of a header (lowercase name), raw value.
     Header(Box<[u8]>),
     /// First cookie with this name, raw value.
-    Cookie(Box<[u8]>),
+    Cookie(CookieName),
     /// Normalized path.
     Path,
     /// Request method.
@@ -179,7 +179,7 @@ impl KeySpec {
                     put_named(w, 0x03, name, req.header(name));
                 }
                 KeyPart::Cookie(name) => {
-                    put_named(w, 0x04, name, req.cookie(name));
+                    put_named(w, 0x04, name, req.cookie_named(name));
                 }
                 KeyPart::Path => {
                     w.put(&[0x05]);

@@ -25,7 +25,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use regex::bytes::Regex;
 
-use super::request::PreparedRequest;
+use super::request::{CookieName, PreparedRequest};
 
 /// Query arguments up to this many bytes are percent-decoded on the stack.
 pub const QUERY_STACK_BUF: usize = 512;
@@ -520,7 +520,7 @@ pub struct Shape {
     /// Header tests: (lowercase name, matcher).
     pub headers: Vec<(Box<[u8]>, ValueMatcher)>,
     /// Cookie tests: (name, matcher); values are raw (not decoded).
-    pub cookies: Vec<(Box<[u8]>, ValueMatcher)>,
+    pub cookies: Vec<(CookieName, ValueMatcher)>,
     /// Query tests: (name, matcher) on percent-decoded names and values.
     pub query: Vec<(Box<[u8]>, ValueMatcher)>,
 }
@@ -564,7 +564,7 @@ impl Shape {
             }
         }
         for (name, m) in &self.cookies {
-            if !m.matches_all(req.cookie_values(name)) {
+            if !m.matches_all(req.cookie_values_named(name)) {
                 return false;
             }
         }
