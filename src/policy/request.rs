@@ -240,22 +240,7 @@ impl<'a> Iterator for NamedCookie<'a, '_> {
         let name = self.name;
         let mut rest = self.rest;
         if let Some(finder) = self.finder.filter(|_| rest.len() >= FINDER_MIN_LEN) {
-            // Each occurrence of the name, left to right, is the first such pair iff only
-            // whitespace separates it from the header's start or the `;` before it.
-            let mut from = 0;
-            while let Some(off) = finder.find(&rest[from..]) {
-                let i = from + off;
-                from = i + 1;
-                let before = rest[..i].iter().rposition(|&b| b != b' ' && b != b'\t');
-                if before.is_some_and(|b| rest[b] != b';') {
-                    continue;
-                }
-                if let Some(v) = trim_start(&rest[i + name.len()..]).strip_prefix(b"=") {
-                    return Some(self.take_value(v));
-                }
-            }
-            self.rest = &rest[rest.len()..];
-            return None;
+            return self.search(finder);
         }
         // Short headers: each pair's start is tested before its end is looked for, so only
         // the pairs of other names are scanned to their `;`.
@@ -277,6 +262,28 @@ impl<'a> Iterator for NamedCookie<'a, '_> {
 }
 
 impl<'a> NamedCookie<'a, '_> {
+    /// The finder's walk (out of line: the pair walk of short headers stays compact).
+    #[inline(never)]
+    fn search(&mut self, finder: &Finder<'_>) -> Option<&'a [u8]> {
+        // Each occurrence of the name, left to right, is the first pair so named iff only
+        // whitespace separates it from the header's start or the `;` before it.
+        let rest = self.rest;
+        let mut from = 0;
+        while let Some(off) = finder.find(&rest[from..]) {
+            let i = from + off;
+            from = i + 1;
+            let before = rest[..i].iter().rposition(|&b| b != b' ' && b != b'\t');
+            if before.is_some_and(|b| rest[b] != b';') {
+                continue;
+            }
+            if let Some(v) = trim_start(&rest[i + self.name.len()..]).strip_prefix(b"=") {
+                return Some(self.take_value(v));
+            }
+        }
+        self.rest = &rest[rest.len()..];
+        None
+    }
+
     /// The value starting at `v` (just after its `=`), trimmed and unquoted; the iterator
     /// continues after it.
     #[inline]
