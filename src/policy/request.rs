@@ -1042,36 +1042,58 @@ fn parse_v6_plain(s: &[u8]) -> Option<std::net::Ipv6Addr> {
 /// accepts (1–3 digits per octet, at most 255, no leading zero), and the bytes after it.
 #[inline]
 fn parse_v4_prefix(s: &[u8]) -> Option<(std::net::Ipv4Addr, &[u8])> {
-    let digit = |i: usize| s.get(i).map(|b| b.wrapping_sub(b'0')).filter(|d| *d <= 9);
-    let mut octets = [0u8; 4];
-    let mut i = 0;
-    for (k, o) in octets.iter_mut().enumerate() {
+    // The longest address is 15 bytes; the parse reads a zero-padded copy of the first 16, so
+    // it needs no bounds checks (padding is not a digit or a dot, so it ends the address).
+    let b = first16(s);
+    let digit = |i: usize| b[i & 15].wrapping_sub(b'0');
+    let (mut addr, mut i) = (0u32, 0usize);
+    for k in 0..4 {
         if k > 0 {
-            if s.get(i) != Some(&b'.') {
+            if b[i & 15] != b'.' {
                 return None;
             }
             i += 1;
         }
-        let d0 = digit(i)?;
-        let mut v = d0 as u32;
-        i += 1;
-        if let Some(d1) = digit(i) {
-            if d0 == 0 {
-                return None; // leading zero
-            }
-            v = v * 10 + d1 as u32;
-            i += 1;
-            if let Some(d2) = digit(i) {
-                v = v * 10 + d2 as u32;
-                i += 1;
-                if v > 255 || digit(i).is_some() {
+        // An octet starts at 12 at the latest, so `i + 3 <= 15`: no index wraps.
+        let (d0, d1, d2) = (digit(i), digit(i + 1), digit(i + 2));
+        let (v, len) = match (d0 <= 9, d1 <= 9, d2 <= 9) {
+            (false, _, _) => return None,
+            (true, false, _) => (d0 as u32, 1),
+            // More than one digit: no leading zero.
+            _ if d0 == 0 => return None,
+            (true, true, false) => (d0 as u32 * 10 + d1 as u32, 2),
+            (true, true, true) => {
+                let v = d0 as u32 * 100 + d1 as u32 * 10 + d2 as u32;
+                if v > 255 || digit(i + 3) <= 9 {
                     return None;
                 }
+                (v, 3)
             }
-        }
-        *o = v as u8;
+        };
+        addr = addr << 8 | v;
+        i += len;
     }
-    Some((std::net::Ipv4Addr::from(octets), &s[i..]))
+    // Every byte read up to `i` was a digit or a dot, so it came from `s`: `i <= s.len()`.
+    Some((std::net::Ipv4Addr::from(addr), &s[i..]))
+}
+
+/// The first 16 bytes of `s`, zero-padded.
+#[inline]
+fn first16(s: &[u8]) -> [u8; 16] {
+    let mut b = [0u8; 16];
+    let n = s.len();
+    if n >= 16 {
+        b.copy_from_slice(&s[..16]);
+    } else if n >= 8 {
+        b[..8].copy_from_slice(&s[..8]);
+        b[n - 8..n].copy_from_slice(&s[n - 8..]);
+    } else if n >= 4 {
+        b[..4].copy_from_slice(&s[..4]);
+        b[n - 4..n].copy_from_slice(&s[n - 4..]);
+    } else {
+        b[..n].copy_from_slice(s);
+    }
+    b
 }
 
 #[inline(never)]
