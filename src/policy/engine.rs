@@ -17,6 +17,8 @@
 use std::fmt::Write as _;
 use std::sync::Arc;
 
+use arrayvec::ArrayVec;
+
 use super::classset::ClassSet;
 use super::config::{self, CompiledPolicy, Limit};
 use super::counters::{fingerprint, Counters};
@@ -799,15 +801,8 @@ impl Engine {
             return out;
         }
 
-        let mut hits = [Hit {
-            limit: 0,
-            key_hash: 0,
-        }; MAX_HITS];
-        let mut n = 0;
+        let mut hits = ArrayVec::<Hit, MAX_HITS>::new();
         for (i, limit) in self.policy.limits.iter().enumerate() {
-            if n == MAX_HITS {
-                break;
-            }
             if !limit.classes.is_empty()
                 && !limit
                     .classes
@@ -833,10 +828,11 @@ impl Engine {
                     self.key_hash(limit.zone, &key[..len])
                 }
             };
-            hits[n] = Hit { limit: i, key_hash };
-            n += 1;
+            if hits.try_push(Hit { limit: i, key_hash }).is_err() {
+                break;
+            }
         }
-        let hits = &hits[..n];
+        let hits = &hits[..];
         if hits.is_empty() {
             self.counters.add_total(|t| &t.unmatched);
             out.unmatched = true;
