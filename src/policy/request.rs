@@ -459,38 +459,35 @@ impl<'a> HeaderCache<'a> {
 
     /// Reads the planned headers of `view` in one pass (if the host can enumerate them).
     pub fn fill(plan: &'a HeaderPlan, view: &'a dyn RequestView) -> HeaderCache<'a> {
-        let mut c = HeaderCache::NONE;
-        if plan.names.is_empty() {
-            return c;
-        }
         let names = &plan.names[..];
         let quick = &plan.quick[..];
         let (mut first, mut multi) = ([None; MAX_PLANNED_HEADERS], 0u8);
         let by_len = &plan.by_len;
-        let enumerated = view.for_each_header(&mut |n, v| {
-            // Only names of this length can match; usually none or one.
-            let mut cands = by_len[n.len().min(BY_LEN - 1)];
-            while cands != 0 {
-                let i = cands.trailing_zeros() as usize;
-                cands &= cands - 1;
-                if quick[i].matches(n) {
-                    if first[i].is_none() {
-                        first[i] = Some(v);
-                    } else {
-                        multi |= 1 << i;
+        // An empty plan reads nothing (the pass is skipped); built field by field, not copied
+        // from `NONE`, so the compiler builds the cache in place.
+        let enumerated = !names.is_empty()
+            && view.for_each_header(&mut |n, v| {
+                // Only names of this length can match; usually none or one.
+                let mut cands = by_len[n.len().min(BY_LEN - 1)];
+                while cands != 0 {
+                    let i = cands.trailing_zeros() as usize;
+                    cands &= cands - 1;
+                    if quick[i].matches(n) {
+                        if first[i].is_none() {
+                            first[i] = Some(v);
+                        } else {
+                            multi |= 1 << i;
+                        }
+                        break;
                     }
-                    break;
                 }
-            }
-        });
-        if enumerated {
-            c = HeaderCache {
-                names,
-                first,
-                multi,
-            };
+            });
+        // Without enumeration, no names: every lookup goes to the host's view.
+        HeaderCache {
+            names: if enumerated { names } else { &[] },
+            first,
+            multi,
         }
-        c
     }
 
     /// `Some(first value)` when `name` is cached with at most one occurrence.
