@@ -865,10 +865,7 @@ impl Engine {
                         if let Some(t) = ticket.take() {
                             self.abandon(t, now);
                         }
-                        // Returned through `out`, like every other verdict: one return value,
-                        // which the compiler builds in place instead of copying.
-                        out = rejected;
-                        return out;
+                        return rejected;
                     }
                     let mine = ticket.as_ref().is_some_and(|t| t.limit as usize == h.limit);
                     if mine || (ticket.is_none() && limit.queue > 0) {
