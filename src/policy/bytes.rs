@@ -110,9 +110,64 @@ pub fn find3(s: &[u8], a: u8, b: u8, c: u8) -> Option<usize> {
     )
 }
 
+/// `a == b`, inline for the short slices the hot path compares (header and cookie names,
+/// glob prefixes and suffixes, query argument names), where a `memcmp` call costs more than
+/// the comparison: up to 32 bytes as overlapping word (or half-word) compares.
+#[inline]
+pub fn eq(a: &[u8], b: &[u8]) -> bool {
+    let n = a.len();
+    if n != b.len() {
+        return false;
+    }
+    let half = |s: &[u8], i: usize| u32::from_le_bytes(s[i..i + 4].try_into().unwrap_or([0; 4]));
+    match n {
+        0..=3 => a.iter().zip(b).all(|(x, y)| x == y),
+        4..=7 => half(a, 0) == half(b, 0) && half(a, n - 4) == half(b, n - 4),
+        8..=16 => word(a, 0) == word(b, 0) && word(a, n - 8) == word(b, n - 8),
+        17..=32 => {
+            (word(a, 0) ^ word(b, 0)) | (word(a, 8) ^ word(b, 8)) == 0
+                && (word(a, n - 16) ^ word(b, n - 16)) | (word(a, n - 8) ^ word(b, n - 8)) == 0
+        }
+        _ => a == b,
+    }
+}
+
+/// `s.starts_with(p)` with [`eq`].
+#[inline]
+pub fn starts_with(s: &[u8], p: &[u8]) -> bool {
+    s.len() >= p.len() && eq(&s[..p.len()], p)
+}
+
+/// `s.ends_with(p)` with [`eq`].
+#[inline]
+pub fn ends_with(s: &[u8], p: &[u8]) -> bool {
+    s.len() >= p.len() && eq(&s[s.len() - p.len()..], p)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn eq_agrees_with_slices() {
+        let base: Vec<u8> = (0..40u8).map(|i| b'a' + i % 26).collect();
+        for n in 0..=40 {
+            // (0..=40 covers every arm of `eq`.)
+            let a = &base[..n];
+            assert!(eq(a, a) && starts_with(&base, a) && ends_with(a, a));
+            assert!(!eq(a, &base[..n.saturating_sub(1)]) || n == 0);
+            // One byte changed at every position, and every prefix and suffix length.
+            for i in 0..n {
+                let mut b = a.to_vec();
+                b[i] ^= 0x20;
+                assert!(!eq(a, &b), "{n} {i}");
+                assert!(starts_with(a, &b[..i]), "{n} {i}");
+                assert!(!starts_with(a, &b[..=i]), "{n} {i}");
+                assert!(ends_with(a, &b[i + 1..]), "{n} {i}");
+                assert!(!ends_with(a, &b[i..]), "{n} {i}");
+            }
+        }
+    }
 
     #[test]
     fn agrees_with_memchr() {

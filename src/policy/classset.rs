@@ -20,6 +20,7 @@
 //! [`Shape::matches`], after the cheap tests of the shape have passed. A policy with more
 //! distinct path tests or methods than the masks hold is matched shape by shape as before.
 
+use super::bytes;
 use super::matcher::{Class, LiteralGlob, PathTest, Shape};
 use super::request::PreparedRequest;
 
@@ -138,14 +139,17 @@ impl Literals {
         let n = p.path.len();
         let mut hit = 0;
         for l in &self.exact {
-            if n == l.len && p.head == l.word && (l.rest.is_empty() || p.path[8..] == l.rest[..]) {
+            if n == l.len
+                && p.head == l.word
+                && (l.rest.is_empty() || bytes::eq(&p.path[8..], &l.rest))
+            {
                 hit |= l.bit;
             }
         }
         for l in &self.prefix {
             if n >= l.len
                 && p.head & l.mask == l.word
-                && (l.rest.is_empty() || p.path[8..l.len] == l.rest[..])
+                && (l.rest.is_empty() || bytes::eq(&p.path[8..l.len], &l.rest))
             {
                 hit |= l.bit;
             }
@@ -153,7 +157,7 @@ impl Literals {
         for l in &self.suffix {
             if n >= l.len
                 && p.tail.checked_shr(l.shift).unwrap_or(0) == l.word
-                && (l.rest.is_empty() || p.path[n - l.len..n - 8] == l.rest[..])
+                && (l.rest.is_empty() || bytes::eq(&p.path[n - l.len..n - 8], &l.rest))
             {
                 hit |= l.bit;
             }

@@ -25,6 +25,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use regex::bytes::Regex;
 
+use super::bytes;
 use super::request::{CookieName, PreparedRequest};
 
 /// Query arguments up to this many bytes are percent-decoded on the stack.
@@ -160,10 +161,12 @@ impl Glob {
     /// Does the whole of `s` match?
     pub fn is_match(&self, s: &[u8]) -> bool {
         match &self.kind {
-            GlobKind::Exact(l) => s == &l[..],
-            GlobKind::Prefix(p) => s.starts_with(p),
+            GlobKind::Exact(l) => bytes::eq(s, l),
+            GlobKind::Prefix(p) => bytes::starts_with(s, p),
             // The last byte first: most paths end differently (`*.css` against `.php`).
-            GlobKind::Suffix(p) => s.len() >= p.len() && s.last() == p.last() && s.ends_with(p),
+            GlobKind::Suffix(p) => {
+                s.len() >= p.len() && s.last() == p.last() && bytes::ends_with(s, p)
+            }
             GlobKind::General(t) => match_toks(t, s),
         }
     }
@@ -673,8 +676,7 @@ fn query_matches(query: &[u8], name: &[u8], m: &ValueMatcher) -> bool {
         };
         // Decoding never lengthens a name (`%XX` → 1 byte, `+` → 1 byte): a shorter raw name
         // cannot be equal, and an equal one needs no decoding.
-        let named = n.len() >= name.len()
-            && ((n.len() == name.len() && n == name) || with_decoded(n, |d| d == name));
+        let named = n.len() >= name.len() && (bytes::eq(n, name) || with_decoded(n, |d| d == name));
         if !named {
             continue;
         }

@@ -12,7 +12,7 @@ use std::net::IpAddr;
 
 use memchr::memmem::Finder;
 
-use super::bytes::{find, find2, rfind};
+use super::bytes::{self, find, find2, rfind};
 use super::matcher::CidrSet;
 
 /// Read-only access to one HTTP request, implemented by each host.
@@ -246,7 +246,7 @@ impl<'a> Iterator for NamedCookie<'a, '_> {
         // the pairs of other names are scanned to their `;`.
         while !rest.is_empty() {
             let p = trim_start(rest);
-            if p.len() > name.len() && p[0] == name[0] && p.starts_with(name) {
+            if p.len() > name.len() && p[0] == name[0] && bytes::starts_with(p, name) {
                 if let Some(v) = trim_start(&p[name.len()..]).strip_prefix(b"=") {
                     return Some(self.take_value(v));
                 }
@@ -493,7 +493,10 @@ impl<'a> HeaderCache<'a> {
     /// `Some(first value)` when `name` is cached with at most one occurrence.
     #[inline]
     fn single(&self, lowercase_name: &[u8]) -> Option<Option<&'a [u8]>> {
-        let i = self.names.iter().position(|n| **n == *lowercase_name)?;
+        let i = self
+            .names
+            .iter()
+            .position(|n| bytes::eq(n, lowercase_name))?;
         if self.multi & (1 << i) != 0 {
             return None;
         }
