@@ -361,12 +361,33 @@ fn split_rest<'a>(
 ) -> Result<Target<'a>, UriError> {
     let rest = target.get(start..).unwrap_or(&[]);
     // Branch-free scan (vectorizes) for any forbidden byte; locate it only if there is one.
-    let bad = rest.iter().fold(false, |acc, &b| acc | forbidden(b));
+    // The same pass notes a `#`: clients do not send fragments, so the searches below can
+    // nearly always look for `?` alone.
+    let (bad, hash) = rest.iter().fold((false, false), |(bad, hash), &b| {
+        (bad | forbidden(b), hash | (b == b'#'))
+    });
     if bad {
         let pos = rest.iter().position(|&b| forbidden(b)).unwrap_or(0);
         return Err(UriError::ForbiddenByte {
             offset: start + pos,
             byte: rest[pos],
+        });
+    }
+    if !hash {
+        let (path, query) = match memchr::memchr(b'?', rest) {
+            Some(0) => (&b"/"[..], Some(&rest[1..])),
+            Some(q) => (&rest[..q], Some(&rest[q + 1..])),
+            None if rest.is_empty() => (&b"/"[..], None),
+            None => (rest, None),
+        };
+        return Ok(Target {
+            scheme,
+            host,
+            port,
+            path,
+            query,
+            fragment: None,
+            path_offset: start,
         });
     }
     let path_end = memchr::memchr2(b'?', b'#', rest).unwrap_or(rest.len());
@@ -790,6 +811,51 @@ mod tests {
         assert_eq!((t.path, t.query), (&b"/a"[..], None));
         let t = split_target(b"/a?").unwrap();
         assert_eq!(t.query, Some(&b""[..]));
+    }
+
+    /// Path, query and fragment of every target over a small alphabet, with and without a
+    /// `#` (the two ways `split_rest` takes), against a plain reading of RFC 3986.
+    #[test]
+    fn split_agrees_with_reference() {
+        let alphabet = b"/a?#=&";
+        for len in 0..=7u32 {
+            for mut code in 0..6u32.pow(len) {
+                let mut rest = vec![];
+                for _ in 0..len {
+                    rest.push(alphabet[(code % 6) as usize]);
+                    code /= 6;
+                }
+                let end = rest
+                    .iter()
+                    .position(|&b| b == b'?' || b == b'#')
+                    .unwrap_or(rest.len());
+                let path: &[u8] = if end == 0 { b"/" } else { &rest[..end] };
+                let (query, fragment) = match rest.get(end) {
+                    Some(b'?') => {
+                        let q = &rest[end + 1..];
+                        match q.iter().position(|&b| b == b'#') {
+                            Some(h) => (Some(&q[..h]), Some(&q[h + 1..])),
+                            None => (Some(q), None),
+                        }
+                    }
+                    Some(_) => (None, Some(&rest[end + 1..])),
+                    None => (None, None),
+                };
+                let want = (path, query, fragment);
+                // Absolute form: the authority ends at `/`, `?` or the end, so what follows
+                // it may also be empty or start with `?`.
+                if matches!(rest.first(), None | Some(b'/' | b'?')) {
+                    let t = [&b"http://h"[..], &rest].concat();
+                    let got = split_target(&t).unwrap();
+                    assert_eq!((got.path, got.query, got.fragment), want, "{t:?}");
+                }
+                // Origin form: the same target from its leading `/`.
+                if rest.first() == Some(&b'/') {
+                    let got = split_target(&rest).unwrap();
+                    assert_eq!((got.path, got.query, got.fragment), want, "{rest:?}");
+                }
+            }
+        }
     }
 
     #[test]
