@@ -588,12 +588,7 @@ fn build_report(sim: &Sim, top: usize) -> (Report, Timeline) {
                 zone: p.zones[l.zone].name.clone(),
                 key: describe_key(l),
                 dry_run: l.dry_run,
-                passed: k.passed,
-                delayed: k.delayed,
-                rejected: k.rejected,
-                queued: k.queued,
-                dry_run_delayed: k.dry_run_delayed,
-                dry_run_rejected: k.dry_run_rejected,
+                counts: k,
                 distinct_rejected_clients: st.clients.count().0,
                 top_exact: st.top_keys.exact() && st.top_clients.exact(),
                 top_keys: st

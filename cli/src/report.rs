@@ -4,6 +4,7 @@
 use std::fmt::Write as _;
 
 use serde::Serialize;
+use weir::policy::counters::LimitCounts;
 
 use crate::timefmt::{self, NS};
 
@@ -44,12 +45,9 @@ pub struct LimitReport {
     pub zone: String,
     pub key: String,
     pub dry_run: bool,
-    pub passed: u64,
-    pub delayed: u64,
-    pub rejected: u64,
-    pub queued: u64,
-    pub dry_run_delayed: u64,
-    pub dry_run_rejected: u64,
+    /// The engine's counts for the limit (flattened: `passed`, `delayed`, … in the JSON).
+    #[serde(flatten)]
+    pub counts: LimitCounts,
     pub distinct_rejected_clients: u64,
     pub top_exact: bool,
     pub top_keys: Vec<KeyCount>,
@@ -125,11 +123,11 @@ pub fn text(r: &Report) -> String {
             o,
             "{:<32} {:>11} {:>9} {:>11} {:>8} {:>11}",
             l.name,
-            n(l.passed),
-            n(l.delayed),
-            n(l.rejected),
-            n(l.queued),
-            n(l.dry_run_rejected)
+            n(l.counts.passed),
+            n(l.counts.delayed),
+            n(l.counts.rejected),
+            n(l.counts.queued),
+            n(l.counts.dry_run_rejected)
         );
     }
     for l in &r.limits {
@@ -268,11 +266,11 @@ impl Timeline {
                 o,
                 "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
                 esc(&l.name),
-                l.passed,
-                l.delayed,
-                l.rejected,
-                l.queued,
-                l.dry_run_rejected
+                l.counts.passed,
+                l.counts.delayed,
+                l.counts.rejected,
+                l.counts.queued,
+                l.counts.dry_run_rejected
             );
         }
         o.push_str("</table>\n");

@@ -49,7 +49,7 @@ const _: () = assert!(std::mem::size_of::<EngineCounters>() == TOTAL_WORDS * 8);
 
 /// A limit's request counts by verdict (a sum over the stripes, read without a lock: counts
 /// added meanwhile may or may not show).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct LimitCounts {
     pub passed: u64,
     pub delayed: u64,
