@@ -33,7 +33,7 @@ fn main() {
         "1m" => 1 << 20,
         other => panic!("unknown case {other:?} (hot, 1m)"),
     };
-    // Keys: a fixed odd multiplier walks all of [0, count) in a scrambled order.
+    // Keys: `i` times an odd constant (a bijection on u64, so all distinct), scrambled.
     let keys: Vec<u64> = (0..count)
         .map(|i| i.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ 0x5eed)
         .collect();

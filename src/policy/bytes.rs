@@ -1,5 +1,5 @@
-//! Byte search in the short strings of one request (cookie pairs, query arguments): a word
-//! at a time, inline, with no call and no setup. On the tens of bytes these usually are, a
+//! Byte search and equality in the short strings of one request (cookie pairs, query
+//! arguments, names): a word at a time, inline, with no call and no setup. On the tens of bytes these usually are, a
 //! vectorized search spends more on its dispatch and set-up than on the search.
 
 const LO: u64 = 0x0101_0101_0101_0101;
