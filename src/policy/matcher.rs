@@ -475,7 +475,7 @@ impl CidrSet {
     }
 
     #[inline]
-    fn contains_v4(&self, a: Ipv4Addr) -> bool {
+    pub(crate) fn contains_v4(&self, a: Ipv4Addr) -> bool {
         let a = u32::from(a);
         self.v4.iter().any(|&(n, m)| a & m == n)
     }

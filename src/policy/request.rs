@@ -834,6 +834,11 @@ impl ClientIpResolver {
     /// The `X-Forwarded-For`-style walk over `lines` (in arrival order), right to left: the
     /// same answer as [`Self::resolve_buffered`] without collecting the hops first.
     fn walk_lines(&self, peer: IpAddr, lines: &[&[u8]]) -> IpAddr {
+        if let [line] = lines {
+            if let Some(client) = self.walk_v4_line(peer, line) {
+                return client;
+            }
+        }
         let mut client = peer;
         let mut seen = 0;
         for line in lines.iter().rev() {
@@ -868,6 +873,40 @@ impl ClientIpResolver {
             }
         }
         client
+    }
+
+    /// [`Self::walk_lines`] for one line of plain dotted-quad IPv4 entries separated by commas
+    /// and whitespace, parsed right to left in place: `None` as soon as the line holds
+    /// anything else (the general walk then decides).
+    #[inline]
+    fn walk_v4_line(&self, peer: IpAddr, line: &[u8]) -> Option<IpAddr> {
+        let is_ws = |b: u8| b == b' ' || b == b'\t';
+        let mut end = line.len();
+        let mut client = peer;
+        for _ in 0..MAX_HOPS {
+            while end > 0 && is_ws(line[end - 1]) {
+                end -= 1;
+            }
+            let (ip, mut start) = parse_v4_back(&line[..end])?;
+            while start > 0 && is_ws(line[start - 1]) {
+                start -= 1;
+            }
+            // The entry must end at a comma or the line's start.
+            let comma = match start.checked_sub(1) {
+                Some(comma) if line[comma] != b',' => return None,
+                comma => comma,
+            };
+            client = IpAddr::V4(ip);
+            if !self.trusted.contains_v4(ip) {
+                return Some(client);
+            }
+            match comma {
+                Some(comma) => end = comma,
+                None => return Some(client),
+            }
+        }
+        // Only the rightmost MAX_HOPS entries count; all of them were trusted.
+        Some(client)
     }
 
     /// The general walk: collect the rightmost [`MAX_HOPS`] hops, then walk them.
@@ -1077,6 +1116,72 @@ fn parse_v4_prefix(s: &[u8]) -> Option<(std::net::Ipv4Addr, &[u8])> {
     Some((std::net::Ipv4Addr::from(addr), &s[i..]))
 }
 
+/// The dotted-quad IPv4 address that ends `s` (`1.2.3.4`, octets without leading zeros) and
+/// where it starts; `None` if `s` does not end in one. The byte before the address, if any, is
+/// not a digit.
+#[inline]
+fn parse_v4_back(s: &[u8]) -> Option<(std::net::Ipv4Addr, usize)> {
+    // Cheap refusal of what cannot end in an address (IPv6 above all): the shortest address
+    // is 7 bytes, and the last octet follows a dot.
+    let n = s.len();
+    if n < 7 || (s[n - 2] != b'.' && s[n - 3] != b'.' && s[n - 4] != b'.') {
+        return None;
+    }
+    // The longest address is 15 bytes; the parse reads the last 16 behind 16 zero bytes, so it
+    // needs no bounds checks (a zero is not a digit or a dot, so it ends the address).
+    let b = last16_of_32(s);
+    let digit = |i: usize| b[i & 31].wrapping_sub(b'0');
+    let (mut addr, mut i) = (0u32, 31usize);
+    for k in 0..4 {
+        if k > 0 {
+            if b[i & 31] != b'.' {
+                return None;
+            }
+            i -= 1;
+        }
+        // An octet ends at 16 at the earliest, so `i - 3 >= 13`: no index wraps.
+        let (d0, d1, d2) = (digit(i), digit(i - 1), digit(i - 2));
+        let (v, len) = match (d0 <= 9, d1 <= 9, d2 <= 9) {
+            (false, _, _) => return None,
+            (true, false, _) => (d0 as u32, 1),
+            // More than one digit: no leading zero.
+            (true, true, false) if d1 == 0 => return None,
+            (true, true, false) => (d1 as u32 * 10 + d0 as u32, 2),
+            (true, true, true) => {
+                let v = d2 as u32 * 100 + d1 as u32 * 10 + d0 as u32;
+                if d2 == 0 || v > 255 || digit(i - 3) <= 9 {
+                    return None;
+                }
+                (v, 3)
+            }
+        };
+        addr |= v << (8 * k);
+        i -= len;
+    }
+    // Every byte read after 31 - len was a digit or a dot, so it came from `s`.
+    let len = 31 - i;
+    Some((std::net::Ipv4Addr::from(addr), s.len() - len))
+}
+
+/// The last 16 bytes of `s` at the end of 32 bytes, zeros in front.
+#[inline]
+fn last16_of_32(s: &[u8]) -> [u8; 32] {
+    let mut b = [0u8; 32];
+    let n = s.len();
+    if n >= 16 {
+        b[16..].copy_from_slice(&s[n - 16..]);
+    } else if n >= 8 {
+        b[32 - n..32 - n + 8].copy_from_slice(&s[..8]);
+        b[24..].copy_from_slice(&s[n - 8..]);
+    } else if n >= 4 {
+        b[32 - n..32 - n + 4].copy_from_slice(&s[..4]);
+        b[28..].copy_from_slice(&s[n - 4..]);
+    } else {
+        b[32 - n..].copy_from_slice(s);
+    }
+    b
+}
+
 /// The first 16 bytes of `s`, zero-padded.
 #[inline]
 fn first16(s: &[u8]) -> [u8; 16] {
@@ -1255,6 +1360,54 @@ mod tests {
             assert_eq!(parse_node(&s), slow, "{:?}", String::from_utf8_lossy(&s));
         }
         assert!(valid > 100, "{valid}");
+    }
+
+    #[test]
+    fn v4_line_walk_agrees_with_buffered() {
+        // Lines of IPv4-like entries with the separators and the near misses (leading zeros,
+        // 256, four-digit octets, ports, extra dots, empty entries) the fast walk must hand on.
+        let r = resolver(ForwardedSource::List(b"x-forwarded-for".to_vec().into()));
+        let peer = ip("10.0.0.1");
+        let atoms = [
+            "1", "0", "9", "10", "25", "99", "100", "199", "255", "256", "300", "01", "007",
+            "1234", ".", ".", ".", ",", ",", " ", "\t", ":", ":80", "a", "",
+        ];
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move |n: usize| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x % n as u64) as usize
+        };
+        let (mut fast, mut trusted_hops) = (0, 0);
+        for _ in 0..200_000 {
+            let mut line = String::new();
+            for _ in 0..next(5) + 1 {
+                if next(3) == 0 {
+                    for _ in 0..next(6) {
+                        line.push_str(atoms[next(atoms.len())]);
+                    }
+                } else {
+                    let first = ["10", "198", "1"][next(3)];
+                    let octets = [first, atoms[next(10)], atoms[next(10)], atoms[next(10)]];
+                    line.push_str(&octets.join("."));
+                }
+                line.push_str([", ", ",", " ,\t", ""][next(4)]);
+            }
+            let req = OwnedRequest::new("GET", "/", peer).header("X-Forwarded-For", &line);
+            let want = r.resolve_buffered(&req, peer);
+            if let Some(got) = r.walk_v4_line(peer, line.as_bytes()) {
+                assert_eq!(got, want, "{line:?}");
+                fast += 1;
+                trusted_hops += (r.trusted.contains(got) && got != peer) as u32;
+            }
+            assert_eq!(r.resolve(&req), want, "{line:?}");
+        }
+        // Both the fast walk's answers and its all-trusted case were exercised.
+        assert!(
+            fast > 10_000 && trusted_hops > 1_000,
+            "{fast} {trusted_hops}"
+        );
     }
 
     #[test]
