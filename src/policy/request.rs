@@ -594,18 +594,23 @@ impl<'a> PreparedRequest<'a> {
     /// The first value of cookie `name` across all `Cookie` headers.
     #[inline]
     pub fn cookie(&self, name: &[u8]) -> Option<&'a [u8]> {
-        self.first_cookie(name, None)
+        self.first_cookie(name, NamedCookie::plain(name), None)
     }
 
     /// [`PreparedRequest::cookie`] with a prepared name (faster in long headers).
     #[inline]
     pub fn cookie_named(&self, name: &CookieName) -> Option<&'a [u8]> {
-        self.first_cookie(name, name.finder.as_deref())
+        // A name gets a finder iff it is plain.
+        self.first_cookie(name, name.finder.is_some(), name.finder.as_deref())
     }
 
     #[inline]
-    fn first_cookie(&self, name: &[u8], finder: Option<&Finder<'static>>) -> Option<&'a [u8]> {
-        let plain = NamedCookie::plain(name);
+    fn first_cookie(
+        &self,
+        name: &[u8],
+        plain: bool,
+        finder: Option<&Finder<'static>>,
+    ) -> Option<&'a [u8]> {
         let find = |h: &'a [u8]| {
             NamedCookie {
                 rest: h,
