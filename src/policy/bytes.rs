@@ -50,6 +50,33 @@ fn zero_bytes_exact(w: u64) -> u64 {
     !(((w & LOW7).wrapping_add(LOW7)) | w | LOW7)
 }
 
+/// The word at `i` of `s` (8 bytes, little-endian); `s[i..i + 8]` must exist.
+#[inline(always)]
+pub fn word_at(s: &[u8], i: usize) -> u64 {
+    word(s, i)
+}
+
+/// The bytes of `s` (shorter than 8) as a little-endian word, zero-padded, without a copy loop.
+#[inline(always)]
+pub fn short_word(s: &[u8]) -> u64 {
+    let n = s.len();
+    debug_assert!(n < 8);
+    if n >= 4 {
+        // Two overlapping 4-byte loads; the overlap holds the same bytes in both.
+        let lo = u32::from_le_bytes(s[..4].try_into().unwrap_or([0; 4]));
+        let hi = u32::from_le_bytes(s[n - 4..].try_into().unwrap_or([0; 4]));
+        lo as u64 | (hi as u64) << (8 * (n - 4))
+    } else {
+        s.iter().rev().fold(0u64, |acc, &b| acc << 8 | b as u64)
+    }
+}
+
+/// `0x80` in exactly the bytes of `w` equal to `b`.
+#[inline(always)]
+pub fn bytes_equal_to(w: u64, b: u8) -> u64 {
+    zero_bytes_exact(w ^ LO.wrapping_mul(b as u64))
+}
+
 /// The last index of `b` in `s` (as `memchr::memrchr`).
 #[inline]
 pub fn rfind(s: &[u8], b: u8) -> Option<usize> {

@@ -28,6 +28,7 @@
 //! [`normalize_target`] one of `target.len()` bytes (an absolute-form target
 //! with an empty path, `http://h`, yields `/`, still shorter than the target).
 
+use super::bytes;
 use std::fmt;
 
 /// Why a request target was refused. Offsets are byte offsets into the input
@@ -424,6 +425,54 @@ pub fn is_normal(raw_path: &[u8]) -> bool {
     if raw_path.first() != Some(&b'/') {
         return false;
     }
+    // A word at a time: no `%`, `?` or `#`, and no `/` followed by `/` or `.`. A path with a
+    // segment that starts with `.` (`/.well-known`) may still be normal: the byte walk decides.
+    // `slash_before` is 0x80 in byte 0 iff the byte before the word is `/`.
+    let words_say = |w: u64, slash_before: u64| -> Option<bool> {
+        let stop = bytes::bytes_equal_to(w, b'%')
+            | bytes::bytes_equal_to(w, b'?')
+            | bytes::bytes_equal_to(w, b'#');
+        let slash = bytes::bytes_equal_to(w, b'/');
+        let after_slash = slash << 8 | slash_before;
+        if stop != 0 {
+            Some(false)
+        } else if after_slash & (slash | bytes::bytes_equal_to(w, b'.')) != 0 {
+            Some(is_normal_bytewise(raw_path))
+        } else {
+            None
+        }
+    };
+    let n = raw_path.len();
+    if n == 1 {
+        return true; // `/`
+    }
+    if n < 8 {
+        return words_say(bytes::short_word(raw_path), 0).unwrap_or(true);
+    }
+    let mut i = 0;
+    let mut slash_before = 0;
+    while i + 8 <= n {
+        let w = bytes::word_at(raw_path, i);
+        if let Some(answer) = words_say(w, slash_before) {
+            return answer;
+        }
+        slash_before = (w >> 56 == u64::from(b'/')) as u64 * 0x80;
+        i += 8;
+    }
+    if i < n {
+        // The last word overlaps bytes already seen; seeing them again changes nothing.
+        let before = (raw_path[n - 9] == b'/') as u64 * 0x80;
+        return words_say(bytes::word_at(raw_path, n - 8), before).unwrap_or(true);
+    }
+    true
+}
+
+/// [`is_normal`] byte by byte, for paths where a segment starts with `/` or `.`.
+#[inline(never)]
+fn is_normal_bytewise(raw_path: &[u8]) -> bool {
+    if raw_path.first() != Some(&b'/') {
+        return false;
+    }
     let mut prev = b'/';
     let mut i = 1;
     while let Some(&b) = raw_path.get(i) {
@@ -673,6 +722,37 @@ pub fn decode_component(raw: &[u8], out: &mut [u8]) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn is_normal_words_agree_with_bytewise() {
+        // Every path of up to 7 bytes over the bytes that matter, at every offset across a
+        // word boundary (a prefix of plain bytes moves them), against the byte walk.
+        let alphabet = b"/.%?#a";
+        let mut checked = 0;
+        for len in 0..=7u32 {
+            for mut code in 0..alphabet.len().pow(len) {
+                let mut tail = Vec::new();
+                for _ in 0..len {
+                    tail.push(alphabet[code % alphabet.len()]);
+                    code /= alphabet.len();
+                }
+                for pad in [0, 5, 7, 8, 13] {
+                    let mut p = b"/".to_vec();
+                    p.extend(std::iter::repeat_n(b'x', pad));
+                    p.extend(&tail);
+                    assert_eq!(
+                        is_normal(&p),
+                        is_normal_bytewise(&p),
+                        "{:?}",
+                        p.escape_ascii()
+                    );
+                    checked += 1;
+                }
+                assert_eq!(is_normal(&tail), is_normal_bytewise(&tail));
+            }
+        }
+        assert!(checked > 1_000_000, "{checked}");
+    }
 
     fn norm(t: &str) -> Result<String, UriError> {
         norm_bytes(t.as_bytes()).map(|v| String::from_utf8(v).unwrap())
