@@ -352,6 +352,9 @@ const BY_LEN: usize = 64;
 #[derive(Clone, Debug)]
 struct NameMatcher {
     len: usize,
+    /// The first two (name word, mask word) pairs, inline: names of up to 16 bytes (nearly
+    /// all) are compared without a loop.
+    head: [(u64, u64); 2],
     /// (name word, mask word) per 8 bytes, zero-padded.
     words: Box<[(u64, u64)]>,
 }
@@ -362,23 +365,31 @@ impl NameMatcher {
             .iter()
             .map(|b| if b.is_ascii_lowercase() { 0x20 } else { 0 })
             .collect();
-        let words = (0..word_count(lowercase.len()))
+        let words: Box<[(u64, u64)]> = (0..word_count(lowercase.len()))
             .map(|k| (word_at(lowercase, k), word_at(&mask, k)))
             .collect();
+        let second = words.get(1).copied().unwrap_or((0, 0));
         NameMatcher {
             len: lowercase.len(),
+            head: [words[0], second],
             words,
         }
     }
 
     #[inline]
     fn matches(&self, name: &[u8]) -> bool {
-        name.len() == self.len
-            && self
-                .words
-                .iter()
-                .enumerate()
-                .all(|(k, &(w, m))| word_at(name, k) | m == w)
+        if name.len() != self.len {
+            return false;
+        }
+        if name.len() <= 16 {
+            // One or two words (for 9–16 bytes the second overlaps the first).
+            let [(w0, m0), (w1, m1)] = self.head;
+            return word_at(name, 0) | m0 == w0 && (name.len() <= 8 || word_at(name, 1) | m1 == w1);
+        }
+        self.words
+            .iter()
+            .enumerate()
+            .all(|(k, &(w, m))| word_at(name, k) | m == w)
     }
 }
 
