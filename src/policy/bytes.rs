@@ -12,8 +12,9 @@ fn zero_bytes(w: u64) -> u64 {
     w.wrapping_sub(LO) & !w & HI
 }
 
+/// The 8 bytes of `s` at `i` as a little-endian word; `s[i..i + 8]` must exist.
 #[inline(always)]
-fn word(s: &[u8], i: usize) -> u64 {
+pub fn word(s: &[u8], i: usize) -> u64 {
     u64::from_le_bytes(s[i..i + 8].try_into().unwrap_or([0; 8]))
 }
 
@@ -48,12 +49,6 @@ fn find_by(s: &[u8], flags: impl Fn(u64) -> u64, byte: impl Fn(u8) -> bool) -> O
 fn zero_bytes_exact(w: u64) -> u64 {
     const LOW7: u64 = 0x7f7f_7f7f_7f7f_7f7f;
     !(((w & LOW7).wrapping_add(LOW7)) | w | LOW7)
-}
-
-/// The word at `i` of `s` (8 bytes, little-endian); `s[i..i + 8]` must exist.
-#[inline(always)]
-pub fn word_at(s: &[u8], i: usize) -> u64 {
-    word(s, i)
 }
 
 /// The bytes of `s` (shorter than 8) as a little-endian word, zero-padded, without a copy loop.

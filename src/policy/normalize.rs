@@ -452,7 +452,7 @@ pub fn is_normal(raw_path: &[u8]) -> bool {
     let mut i = 0;
     let mut slash_before = 0;
     while i + 8 <= n {
-        let w = bytes::word_at(raw_path, i);
+        let w = bytes::word(raw_path, i);
         if let Some(answer) = words_say(w, slash_before) {
             return answer;
         }
@@ -462,7 +462,7 @@ pub fn is_normal(raw_path: &[u8]) -> bool {
     if i < n {
         // The last word overlaps bytes already seen; seeing them again changes nothing.
         let before = (raw_path[n - 9] == b'/') as u64 * 0x80;
-        return words_say(bytes::word_at(raw_path, n - 8), before).unwrap_or(true);
+        return words_say(bytes::word(raw_path, n - 8), before).unwrap_or(true);
     }
     true
 }
