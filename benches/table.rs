@@ -257,9 +257,26 @@ impl Floor {
 
     #[inline]
     fn check(&self, key: u64, now: u64) -> bool {
+        self.check_padded::<0>(key, now)
+    }
+
+    /// [`Floor::check`] plus `PAD` one-cycle instructions that depend on the loaded state, in
+    /// eight independent chains (so they add almost no latency, only instructions waiting for
+    /// the cache miss): a model of a check that does more work with the state it loads.
+    #[inline]
+    fn check_padded<const PAD: usize>(&self, key: u64, now: u64) -> bool {
         let h = self.hasher.hash_one(key.to_le_bytes());
         let slot = &self.slots[((h as u128 * self.slots.len() as u128) >> 64) as usize];
         let mut tat = slot.load(Acquire);
+        if PAD > 0 {
+            let mut chains: [u64; 8] = std::array::from_fn(|i| tat ^ i as u64);
+            for _ in 0..PAD / 8 {
+                for c in chains.iter_mut() {
+                    *c = opaque_inc(*c);
+                }
+            }
+            black_box(chains.iter().fold(0, |a, b| a ^ b));
+        }
         loop {
             let new = tat.max(now) + self.interval_ns;
             if new - now > self.tolerance_ns {
@@ -271,6 +288,22 @@ impl Floor {
             }
         }
     }
+}
+
+/// `x + 1` as one instruction the compiler cannot fold, merge or vectorize.
+#[inline(always)]
+fn opaque_inc(x: u64) -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let y;
+        // SAFETY: a register add; touches no memory or stack.
+        unsafe {
+            std::arch::asm!("lea {y}, [{x} + 1]", x = in(reg) x, y = lateout(reg) y, options(pure, nomem, nostack, preserves_flags))
+        };
+        y
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    black_box(x + 1)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -341,6 +374,25 @@ fn gcra_group(c: &mut Criterion, name: &str, keys: usize) {
                 });
             }
         }
+        // The floor at weir's footprint with 32 and 64 more instructions that wait for each
+        // check's cache miss (weir's check does ~100 such): how much per-check work after the
+        // load, not memory, costs at this size (1 thread).
+        let f = Floor::new(&w, 4, false);
+        let pad32 = |k: u64, now: u64| {
+            black_box(f.check_padded::<32>(k, now));
+        };
+        let pad64 = |k: u64, now: u64| {
+            black_box(f.check_padded::<64>(k, now));
+        };
+        prime(&w, pad32);
+        g.bench_function(
+            BenchmarkId::new("floor_same_bytes_plus_32_dependent", 1),
+            |b| b.iter_custom(|n| w.run(1, n, pad32)),
+        );
+        g.bench_function(
+            BenchmarkId::new("floor_same_bytes_plus_64_dependent", 1),
+            |b| b.iter_custom(|n| w.run(1, n, pad64)),
+        );
     }
 
     if keys == 1 {

@@ -605,15 +605,24 @@ impl Table {
     /// be one snapshot: every decision below is confirmed by a compare-exchange).
     #[inline]
     fn load_bucket(&self, bucket: usize) -> [u128; BUCKET_SLOTS] {
+        self.load_bucket_hits(bucket, EMPTY).0
+    }
+
+    /// [`Table::load_bucket`] and the mask of its slots tagged `key_hash` (bit j = slot j).
+    /// With AVX, the tags are compared in the vector registers the words arrive in: fewer
+    /// instructions wait for the bucket's cache line.
+    #[inline(always)]
+    fn load_bucket_hits(&self, bucket: usize, key_hash: u64) -> ([u128; BUCKET_SLOTS], u32) {
         let first = bucket * BUCKET_SLOTS;
         #[cfg(all(target_arch = "x86_64", not(loom)))]
         if self.avx {
             // SAFETY: `bucket < buckets`, so the four slots are inside the region and valid
             // for reads; they are 16-byte aligned (the region is 64-byte aligned and the slots
             // start at a multiple of 64). With AVX present, `self.avx`, each load is atomic.
-            return unsafe { atomic_load_x4(self.slots.as_ptr().add(first).cast()) };
+            return unsafe { atomic_load_x4(self.slots.as_ptr().add(first).cast(), key_hash) };
         }
-        std::array::from_fn(|j| self.slot(first + j).load(Acquire))
+        let words = std::array::from_fn(|j| self.slot(first + j).load(Acquire));
+        (words, matches(&words, key_hash).0)
     }
 
     /// The one update protocol. Finds `key_hash` in its probe window and replaces its state by
@@ -640,8 +649,7 @@ impl Table {
         // Fast path, the common case: the key is in its home bucket and nobody changes its
         // word between the load and the compare-exchange. Everything else takes the full scan.
         let home = self.home(key_hash);
-        let words = self.load_bucket(home);
-        let (hit, _) = matches(&words, key_hash);
+        let (words, hit) = self.load_bucket_hits(home, key_hash);
         if hit != 0 {
             let j = hit.trailing_zeros() as usize;
             // The slot's tag is `key_hash`, so its word is known from its state alone.
@@ -752,7 +760,9 @@ impl Table {
 }
 
 /// Four atomic 16-byte loads of consecutive slots, inlined (portable-atomic makes each
-/// `AtomicU128::load` an indirect call that picks the instruction at run time).
+/// `AtomicU128::load` an indirect call that picks the instruction at run time), and the mask
+/// of the slots whose tag (high half) is `key_hash` (bit j = slot j), compared in the vector
+/// registers the words arrive in.
 ///
 /// # Safety
 /// `p` must be 16-byte aligned and valid for reads of 64 bytes, and the CPU must have AVX:
@@ -763,26 +773,44 @@ impl Table {
 /// so each load has Acquire ordering.
 #[cfg(all(target_arch = "x86_64", not(loom)))]
 #[inline]
-unsafe fn atomic_load_x4(p: *const u8) -> [u128; BUCKET_SLOTS] {
+unsafe fn atomic_load_x4(p: *const u8, key_hash: u64) -> ([u128; BUCKET_SLOTS], u32) {
     use std::arch::x86_64::__m128i;
     let (a, b, c, d): (__m128i, __m128i, __m128i, __m128i);
-    // SAFETY: the caller's contract above.
+    let hit: u64;
+    // SAFETY: the caller's contract above; the rest is register arithmetic.
     unsafe {
         std::arch::asm!(
+            "vmovq {k}, {key}",
+            "vpunpcklqdq {k}, {k}, {k}",
             "vmovdqa {a}, xmmword ptr [{p}]",
             "vmovdqa {b}, xmmword ptr [{p} + 16]",
             "vmovdqa {c}, xmmword ptr [{p} + 32]",
             "vmovdqa {d}, xmmword ptr [{p} + 48]",
+            // [tag0, tag1] and [tag2, tag3], each compared with [key, key].
+            "vpunpckhqdq {t0}, {a}, {b}",
+            "vpunpckhqdq {t1}, {c}, {d}",
+            "vpcmpeqq {t0}, {t0}, {k}",
+            "vpcmpeqq {t1}, {t1}, {k}",
+            "vmovmskpd {hit:e}, {t0}",
+            "vmovmskpd {m1:e}, {t1}",
+            "lea {hit:e}, [{hit:r} + 4 * {m1:r}]",
             p = in(reg) p,
+            key = in(reg) key_hash,
+            k = out(xmm_reg) _,
+            t0 = out(xmm_reg) _,
+            t1 = out(xmm_reg) _,
             a = out(xmm_reg) a,
             b = out(xmm_reg) b,
             c = out(xmm_reg) c,
             d = out(xmm_reg) d,
+            hit = out(reg) hit,
+            m1 = out(reg) _,
             options(nostack, preserves_flags),
         );
     }
     // SAFETY: __m128i and u128 are both 16 plain bytes.
-    [a, b, c, d].map(|x| unsafe { std::mem::transmute::<__m128i, u128>(x) })
+    let words = [a, b, c, d].map(|x| unsafe { std::mem::transmute::<__m128i, u128>(x) });
+    (words, hit as u32)
 }
 
 /// The state of slot `j` (< 4) of a bucket, picked without branches or a memory round trip.
@@ -900,10 +928,49 @@ mod tests {
             let portable: [u128; BUCKET_SLOTS] =
                 std::array::from_fn(|j| t.slot(first + j).load(Acquire));
             // SAFETY: bucket `b` is inside the table; the region is 64-byte aligned.
-            let inline = unsafe { atomic_load_x4(t.slots.as_ptr().add(first).cast()) };
+            let inline = unsafe { atomic_load_x4(t.slots.as_ptr().add(first).cast(), EMPTY).0 };
             assert_eq!(inline, portable, "bucket {b}");
             filled += portable.iter().filter(|&&w| slot::tag(w) != EMPTY).count();
         }
         assert!(filled > 150, "{filled} slots filled");
+    }
+
+    /// The fused load-and-compare finds exactly the slots `matches` finds: tags equal to the
+    /// key in any subset of slots, states equal to the key (which must not count), empties.
+    #[test]
+    fn vector_tag_match_agrees_with_matches() {
+        if !std::arch::is_x86_feature_detected!("avx") {
+            return;
+        }
+        #[repr(C, align(64))]
+        struct Bucket([u128; BUCKET_SLOTS]);
+        let keys = [1u64, u64::MAX, 0x8000_0000_0000_0000, 0x0123_4567_89ab_cdef];
+        for &key in &keys {
+            for pattern in 0u32..(1 << 8) {
+                // Per slot, two bits: tag is the key / state is the key.
+                let words: [u128; BUCKET_SLOTS] = std::array::from_fn(|j| {
+                    let tag = if pattern >> (2 * j) & 1 != 0 {
+                        key
+                    } else {
+                        key ^ (1 << j)
+                    };
+                    let state = if pattern >> (2 * j + 1) & 1 != 0 {
+                        key
+                    } else {
+                        j as u64
+                    };
+                    pack(tag, state)
+                });
+                let b = Bucket(words);
+                // SAFETY: `b` is 64-byte aligned and 64 bytes long; AVX is present.
+                let (loaded, hit) = unsafe { atomic_load_x4(b.0.as_ptr().cast(), key) };
+                assert_eq!(loaded, words);
+                assert_eq!(
+                    hit,
+                    matches(&words, key).0,
+                    "key {key:#x} pattern {pattern:#b}"
+                );
+            }
+        }
     }
 }
