@@ -9,6 +9,7 @@ pub mod matcher;
 pub mod metrics;
 pub mod normalize;
 pub mod request;
+mod target_scan;
 
 pub use config::{load_policy, parse_policy, CompiledPolicy, PolicyError};
 pub use engine::{Action, Engine, EvalError, Outcome};

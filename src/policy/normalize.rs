@@ -29,6 +29,7 @@
 //! with an empty path, `http://h`, yields `/`, still shorter than the target).
 
 use super::bytes;
+use super::target_scan::{self, forbidden};
 use std::fmt;
 
 /// Why a request target was refused. Offsets are byte offsets into the input
@@ -198,12 +199,6 @@ impl Target<'_> {
     }
 }
 
-/// True for bytes nginx refuses anywhere in the target of a request line.
-#[inline]
-fn forbidden(b: u8) -> bool {
-    b <= 0x20 || b == 0x7F
-}
-
 #[inline]
 fn hex_val(b: u8) -> Option<u8> {
     match b {
@@ -361,21 +356,18 @@ fn split_rest<'a>(
     port: Option<&'a [u8]>,
 ) -> Result<Target<'a>, UriError> {
     let rest = target.get(start..).unwrap_or(&[]);
-    // Branch-free scan (vectorizes) for any forbidden byte; locate it only if there is one.
-    // The same pass notes a `#`: clients do not send fragments, so the searches below can
-    // nearly always look for `?` alone.
-    let (bad, hash) = rest.iter().fold((false, false), |(bad, hash), &b| {
-        (bad | forbidden(b), hash | (b == b'#'))
-    });
-    if bad {
+    // One pass finds forbidden bytes (located only if there is one), a `#` and the first `?`:
+    // clients do not send fragments, so nearly always the `?` splits the target.
+    let scan = target_scan::scan(rest);
+    if scan.forbidden {
         let pos = rest.iter().position(|&b| forbidden(b)).unwrap_or(0);
         return Err(UriError::ForbiddenByte {
             offset: start + pos,
             byte: rest[pos],
         });
     }
-    if !hash {
-        let (path, query) = match memchr::memchr(b'?', rest) {
+    if !scan.hash {
+        let (path, query) = match scan.question {
             Some(0) => (&b"/"[..], Some(&rest[1..])),
             Some(q) => (&rest[..q], Some(&rest[q + 1..])),
             None if rest.is_empty() => (&b"/"[..], None),
