@@ -20,7 +20,7 @@ pub fn forbidden(b: u8) -> bool {
 }
 
 /// [`Scan`] of `s`, byte by byte: the definition [`scan`] agrees with.
-#[cfg(any(test, not(target_arch = "x86_64")))]
+#[inline]
 fn scan_bytewise(s: &[u8]) -> Scan {
     Scan {
         forbidden: s.iter().any(|&b| forbidden(b)),
@@ -65,15 +65,8 @@ pub fn scan(s: &[u8]) -> Scan {
     let n = s.len();
     let (mut bad, mut hash, mut question) = (0u32, 0u32, None);
     if n < 16 {
-        // Padded with a byte none of the masks flags.
-        let mut chunk = [b'a'; 16];
-        chunk[..n].copy_from_slice(s);
-        let (b, h, q) = masks(&chunk);
-        return Scan {
-            forbidden: b != 0,
-            hash: h != 0,
-            question: (q != 0).then(|| q.trailing_zeros() as usize),
-        };
+        // A padded copy would stall the vector load behind the copy's narrower stores.
+        return scan_bytewise(s);
     }
     let chunk = |i: usize| masks(s[i..i + 16].try_into().unwrap_or(&[b'a'; 16]));
     let mut i = 0;
