@@ -274,15 +274,18 @@ pub struct Engine {
     keys: Vec<KeyPlan>,
 }
 
-/// How a limit's key is made, decided when the engine is built. The bytes hashed are always
-/// those [`super::key::KeySpec::build`] writes.
+/// How a limit's key is made, decided when the engine is built.
 #[derive(Clone, Copy)]
 enum KeyPlan {
-    /// A key that reads nothing of the request (`global`): its hash, computed once.
+    /// A key that reads nothing of the request (`global`): the hash of the bytes
+    /// [`super::key::KeySpec::build`] writes, computed once.
     Fixed(u64),
-    /// `ip` alone: written straight into a fixed buffer.
+    /// `ip` alone: the bytes `build` would write, written straight into a fixed buffer.
     Ip { v4_prefix: u8, v6_prefix: u8 },
-    /// Anything else: built part by part.
+    /// Anything else: in a zone of this process's tables, the encoding's pieces hashed as
+    /// they are produced ([`super::key::KeySpec::hash_pieces`]: no buffer to fill and read
+    /// back); in a cluster zone, whose keys every node must name alike, the bytes `build`
+    /// writes.
     General,
 }
 
@@ -821,12 +824,17 @@ impl Engine {
                     let len = ip_key(prepared.client, v4_prefix, v6_prefix, &mut ip);
                     self.key_hash(limit.zone, &ip[..len])
                 }
-                KeyPlan::General => {
-                    // Zeroed only for the keys that need it (most take the arms above).
-                    let mut key = [0u8; KEY_BUF_LEN];
-                    let len = limit.key.build(&prepared, &mut key);
-                    self.key_hash(limit.zone, &key[..len])
-                }
+                KeyPlan::General => match &self.clusters[limit.zone] {
+                    // A cluster zone's keys are named alike on every node: hashed as bytes.
+                    Some(c) => {
+                        let mut key = [0u8; KEY_BUF_LEN];
+                        let len = limit.key.build(&prepared, &mut key);
+                        c.key_hash(&key[..len])
+                    }
+                    None => limit
+                        .key
+                        .hash_pieces(&prepared, self.tables[limit.zone].key_hasher()),
+                },
             };
             if hits.try_push(Hit { limit: i, key_hash }).is_err() {
                 break;

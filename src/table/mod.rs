@@ -381,6 +381,13 @@ impl Table {
         self.hasher.hash_one(key).max(1)
     }
 
+    /// A hasher seeded like [`Table::key_hash`], for keys hashed as a sequence of writes; its
+    /// `finish().max(1)` is a key hash for this table.
+    pub(crate) fn key_hasher(&self) -> ahash::AHasher {
+        use std::hash::BuildHasher;
+        self.hasher.build_hasher()
+    }
+
     /// Runs a rate algorithm for `key_hash` at `now` (absolute ns on the table's clock) and
     /// counts the verdict.
     #[inline]
