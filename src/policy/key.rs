@@ -181,15 +181,18 @@ impl KeySpec {
                         let IpAddr::V4(m) = mask_ip(IpAddr::V4(a), *v4_prefix) else {
                             unreachable!()
                         };
-                        w.put(&[0x01, 4, *v4_prefix]);
-                        w.put(&m.octets());
+                        let [a, b, c, d] = m.octets();
+                        w.put(&[0x01, 4, *v4_prefix, a, b, c, d]);
                     }
                     IpAddr::V6(a) => {
                         let IpAddr::V6(m) = mask_ip(IpAddr::V6(a), *v6_prefix) else {
                             unreachable!()
                         };
-                        w.put(&[0x01, 6, *v6_prefix]);
-                        w.put(&m.octets());
+                        let mut record = [
+                            0x01, 6, *v6_prefix, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                        ];
+                        record[3..].copy_from_slice(&m.octets());
+                        w.put(&record);
                     }
                 },
                 KeyPart::Global => w.put(&[0x02]),
@@ -199,14 +202,8 @@ impl KeySpec {
                 KeyPart::Cookie(name) => {
                     put_named(w, 0x04, name, req.cookie_named(name));
                 }
-                KeyPart::Path => {
-                    w.put(&[0x05]);
-                    put_len_bytes(w, req.path);
-                }
-                KeyPart::Method => {
-                    w.put(&[0x06]);
-                    put_len_bytes(w, req.method);
-                }
+                KeyPart::Path => put_len_bytes(w, 0x05, req.path),
+                KeyPart::Method => put_len_bytes(w, 0x06, req.method),
             }
         }
     }
@@ -246,16 +243,14 @@ fn put_named<S: Sink>(w: &mut S, kind: u8, name: &[u8], value: Option<&[u8]>) {
     w.put(&name[..name.len().min(255)]);
     match value {
         None => w.put(&[0]),
-        Some(v) => {
-            w.put(&[1]);
-            put_len_bytes(w, v);
-        }
+        Some(v) => put_len_bytes(w, 1, v),
     }
 }
 
-fn put_len_bytes<S: Sink>(w: &mut S, v: &[u8]) {
-    let n = u32::try_from(v.len()).unwrap_or(u32::MAX);
-    w.put(&n.to_be_bytes());
+/// `lead`, the length of `v` (u32 BE), `v`: two pieces.
+fn put_len_bytes<S: Sink>(w: &mut S, lead: u8, v: &[u8]) {
+    let [a, b, c, d] = u32::try_from(v.len()).unwrap_or(u32::MAX).to_be_bytes();
+    w.put(&[lead, a, b, c, d]);
     w.put(v);
 }
 
