@@ -46,3 +46,23 @@ fn queue_polls_are_not_counted_as_requests() {
     assert_eq!(c.passed, 2);
     assert_eq!(c.rejected, 0);
 }
+
+/// Permits carried across an FFI boundary come back in any order, with gaps: every one of
+/// them is still released.
+#[test]
+fn raw_permits_with_gaps_are_all_released() {
+    use weir::policy::engine::Permits;
+    let engine = Engine::new(CompiledPolicy::parse(POLICY, None).unwrap()).unwrap();
+    let t0 = 1_000_000_000_000u64;
+    let a = OwnedRequest::new("GET", "/report", "192.0.2.1".parse().unwrap());
+    let first = engine.evaluate(&a, t0).unwrap();
+    assert_eq!(first.action, Action::Pass);
+    let raw = first.permits.into_raw();
+    assert!(raw[0].is_some() && raw[1..].iter().all(Option::is_none));
+    // The one permit moved to the last place.
+    let gappy = [None, None, None, raw[0]];
+    engine.release(Permits::from_raw(gappy), t0 + 1);
+    let again = engine.evaluate(&a, t0 + 2).unwrap();
+    assert_eq!(again.action, Action::Pass, "the slot was not given back");
+    engine.release(again.permits, t0 + 3);
+}

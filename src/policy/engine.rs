@@ -88,12 +88,13 @@ impl QueueTicket {
 #[derive(Debug, Default)]
 #[must_use = "permits must be released with Engine::release"]
 pub struct Permits {
+    /// The held permits first, then `None`s.
     held: [Option<(u16, Permit)>; MAX_PERMITS],
 }
 
 impl Permits {
     pub fn is_empty(&self) -> bool {
-        self.held.iter().all(Option::is_none)
+        self.held[0].is_none()
     }
 
     /// The raw parts (limit, key hash, bucket) of each held permit, consuming them.
@@ -106,11 +107,13 @@ impl Permits {
         })
     }
 
-    /// Rebuilds permits from [`Permits::into_raw`]'s parts.
+    /// Rebuilds permits from [`Permits::into_raw`]'s parts (in any order, with gaps).
     pub fn from_raw(raw: [Option<(u16, u64, u64)>; MAX_PERMITS]) -> Permits {
-        Permits {
-            held: raw.map(|r| r.map(|(l, k, b)| (l, Permit::from_raw(k, b)))),
+        let mut permits = Permits::default();
+        for (l, k, b) in raw.into_iter().flatten() {
+            permits.push(l as usize, Permit::from_raw(k, b));
         }
+        permits
     }
 
     fn push(&mut self, limit: usize, p: Permit) {
@@ -725,7 +728,7 @@ impl Engine {
 
     /// Releases an admitted request's permits (when its response is complete).
     pub fn release(&self, permits: Permits, now: u64) {
-        for (l, p) in permits.held.into_iter().flatten() {
+        for (l, p) in permits.held.into_iter().map_while(|h| h) {
             if let Limiter::Concurrency(c) = &self.limiters[l as usize] {
                 let limit = &self.policy.limits[l as usize];
                 self.tables[limit.zone].release_units(c, p, limit.cost, now);
