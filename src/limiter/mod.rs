@@ -100,6 +100,12 @@ impl Remaining {
     pub fn get(self) -> u64 {
         self.headroom / self.unit
     }
+
+    /// `self.get() < n`, without dividing: `⌊h / u⌋ < n` iff `h < n·u` (`n` is whole).
+    #[inline]
+    pub fn below(self, n: u64) -> bool {
+        (self.headroom as u128) < n as u128 * self.unit as u128
+    }
 }
 
 impl PartialEq for Remaining {
@@ -149,3 +155,33 @@ impl std::fmt::Display for ParamError {
 }
 
 impl std::error::Error for ParamError {}
+
+#[cfg(test)]
+mod tests {
+    use super::Remaining;
+
+    #[test]
+    fn below_is_get_less_than() {
+        let edges = [
+            0,
+            1,
+            2,
+            3,
+            7,
+            10,
+            999,
+            1_000,
+            u32::MAX as u64,
+            u64::MAX - 1,
+            u64::MAX,
+        ];
+        for &h in &edges {
+            for &u in &edges {
+                for &n in &edges {
+                    let r = Remaining::scaled(h, u);
+                    assert_eq!(r.below(n), r.get() < n, "{h} / {u} < {n}");
+                }
+            }
+        }
+    }
+}

@@ -927,12 +927,15 @@ impl Engine {
             };
             let table = &self.tables[limit.zone];
             let v = alg.check(table, h.key_hash, limit.cost, now);
-            // The quota only feeds RateLimit headers: skip its divisions when they are off.
-            if self.policy.emit_headers && !limit.dry_run {
-                let q = self.quota(h.limit, alg, &v);
-                if out.quota.is_none_or(|best| q.remaining < best.remaining) {
-                    out.quota = Some(q);
-                }
+            // The quota only feeds RateLimit headers: skip its divisions when they are off,
+            // and when this limit does not have less room left than the tightest so far.
+            if self.policy.emit_headers
+                && !limit.dry_run
+                && out
+                    .quota
+                    .is_none_or(|best| v.remaining.below(best.remaining))
+            {
+                out.quota = Some(self.quota(h.limit, alg, &v));
             }
             match (v.decision, limit.dry_run) {
                 (Decision::Pass, _) => {}
