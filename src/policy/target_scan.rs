@@ -1,6 +1,7 @@
 //! One pass over the part of a request target after the authority: is there a byte nginx
 //! refuses (controls, space, DEL), is there a `#`, and where is the first `?`. Sixteen bytes
-//! per step with SSE2 (every x86_64 CPU has it); a byte at a time elsewhere.
+//! per step with SSE2 (every x86_64 CPU has it); a byte at a time for targets under 16 bytes
+//! and on other architectures.
 
 /// What [`scan`] found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -63,11 +64,11 @@ pub fn scan(s: &[u8]) -> Scan {
     }
 
     let n = s.len();
-    let (mut bad, mut hash, mut question) = (0u32, 0u32, None);
     if n < 16 {
         // A padded copy would stall the vector load behind the copy's narrower stores.
         return scan_bytewise(s);
     }
+    let (mut bad, mut hash, mut question) = (0u32, 0u32, None);
     let chunk = |i: usize| masks(s[i..i + 16].try_into().unwrap_or(&[b'a'; 16]));
     let mut i = 0;
     // Up to the first `?` (nearly always in the first chunk or two) ...
