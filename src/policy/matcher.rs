@@ -737,13 +737,7 @@ mod tests {
         ];
         let names: [&[u8]; 5] = [b"t", b"a b", b"", b"x=", b"t&"];
         let alphabet = b"t=&%+2a0 bx=&";
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = move || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
+        let mut next = crate::policy::test_rng::xorshift(0x9e37_79b9_7f4a_7c15u64);
         for _ in 0..40_000 {
             let len = (next() % 24) as usize;
             let q: Vec<u8> = (0..len)

@@ -10,6 +10,8 @@ pub mod metrics;
 pub mod normalize;
 pub mod request;
 mod target_scan;
+#[cfg(test)]
+mod test_rng;
 
 pub use config::{load_policy, parse_policy, CompiledPolicy, PolicyError};
 pub use engine::{Action, Engine, EvalError, Outcome};

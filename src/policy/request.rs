@@ -1358,13 +1358,7 @@ mod tests {
             );
         }
         let alphabet = b"0123456789abcdefABCDEF0::::::::..[]% g";
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = move || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
+        let mut next = crate::policy::test_rng::xorshift(0x9e37_79b9_7f4a_7c15u64);
         let mut valid = 0;
         for _ in 0..300_000 {
             let len = (next() % 26) as usize;
@@ -1388,13 +1382,8 @@ mod tests {
             "1", "0", "9", "10", "25", "99", "100", "199", "255", "256", "300", "01", "007",
             "1234", ".", ".", ".", ",", ",", " ", "\t", ":", ":80", "a", "",
         ];
-        let mut x = 0x2545_f491_4f6c_dd1du64;
-        let mut next = move |n: usize| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x % n as u64) as usize
-        };
+        let mut rng = crate::policy::test_rng::xorshift(0x2545_f491_4f6c_dd1du64);
+        let mut next = move |n: usize| (rng() % n as u64) as usize;
         let (mut fast, mut trusted_hops) = (0, 0);
         for _ in 0..200_000 {
             let mut line = String::new();

@@ -113,13 +113,7 @@ mod tests {
         let alphabet = [
             0x00, 0x1F, 0x20, 0x21, 0x7E, 0x7F, 0x80, 0xFF, b'#', b'?', b'a', b'/',
         ];
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = move || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
+        let mut next = crate::policy::test_rng::xorshift(0x9e37_79b9_7f4a_7c15u64);
         for _ in 0..200_000 {
             let len = (next() % 70) as usize;
             // Mostly harmless bytes, so that single hits at every position are common.
