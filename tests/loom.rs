@@ -118,3 +118,40 @@ fn concurrent_updates_of_one_key_admit_exactly_the_burst() {
         assert_eq!(admitted, 2);
     });
 }
+
+/// Two threads that ask for the same counter stripe, free at first or owned by a thread that
+/// is gone: at most one owns it (and adds without a locked instruction), the other adds to the
+/// shared stripe, and no count is lost.
+#[test]
+fn two_threads_claim_one_stripe_and_lose_no_count() {
+    use loom::sync::atomic::{AtomicU64, Ordering::Relaxed};
+    use weir::table::owner_model::{Me, SHARED, STRIPES};
+
+    for previous_owner in [0, 99] {
+        loom::model(move || {
+            let owner = Arc::new(AtomicU64::new(previous_owner));
+            let counters: Arc<Vec<AtomicU64>> =
+                Arc::new((0..STRIPES).map(|_| AtomicU64::new(0)).collect());
+            let handles: Vec<_> = [1u64, 2]
+                .into_iter()
+                .map(|tid| {
+                    let (owner, counters) = (owner.clone(), counters.clone());
+                    thread::spawn(move || {
+                        let me = Me { tid, stripe: 3 };
+                        for _ in 0..2 {
+                            let lane = me.lane_with(&*owner, || true, |t| t == 99);
+                            assert!(lane.stripe == 3 || lane.stripe == SHARED);
+                            lane.add(&counters[lane.stripe]);
+                        }
+                    })
+                })
+                .collect();
+            for h in handles {
+                h.join().unwrap();
+            }
+            let sum: u64 = counters.iter().map(|c| c.load(Relaxed)).sum();
+            assert_eq!(sum, 4);
+            assert!([1, 2].contains(&owner.load(Relaxed)));
+        });
+    }
+}

@@ -162,8 +162,55 @@ fn sigkilled_permit_holder_is_recovered_by_lease_expiry() {
     assert_eq!(c.in_flight(table.peek(key).unwrap(), expiry), 0);
 }
 
+/// The parent counts before and while its children run; each child counts on its main thread
+/// (which inherits the parent's thread-locals, owned stripe included) and on five more threads:
+/// 25 threads in all write the counters, more than the 15 stripes that can have an owner. Not
+/// one count is lost.
+fn verdict_counts_stay_exact_across_fork_and_beyond_the_stripes() {
+    const N: u64 = 100_000;
+    let (_r, table) = shared_table(1 << 16);
+    let g = Gcra::new(Rate::per_second(1), 0, Delay::NoDelay).unwrap();
+    let key = table.key_hash(b"counted");
+    let count = || {
+        for _ in 0..N {
+            table.check(&g, key, 1, 100 * S);
+        }
+    };
+    count();
+    let mut pids = vec![];
+    for _ in 0..PROCS {
+        // SAFETY: single-threaded parent.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork failed");
+        if pid == 0 {
+            std::thread::scope(|s| {
+                for _ in 0..5 {
+                    s.spawn(count);
+                }
+                count();
+            });
+            // SAFETY: never return into the parent's code.
+            unsafe { libc::_exit(0) };
+        }
+        pids.push(pid);
+    }
+    count();
+    for pid in pids {
+        let mut status = 0;
+        // SAFETY: our own child.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
+    }
+    let st = table.stats();
+    assert_eq!(st.passed, 1);
+    assert_eq!(
+        st.passed + st.delayed + st.rejected,
+        (2 + PROCS as u64 * 6) * N
+    );
+}
+
 fn main() {
-    let scenarios: [(&str, fn()); 5] = [
+    let scenarios: [(&str, fn()); 6] = [
         (
             "one_hot_key_gcra_admits_exactly_the_burst",
             one_hot_key_gcra_admits_exactly_the_burst,
@@ -183,6 +230,10 @@ fn main() {
         (
             "sigkilled_permit_holder_is_recovered_by_lease_expiry",
             sigkilled_permit_holder_is_recovered_by_lease_expiry,
+        ),
+        (
+            "verdict_counts_stay_exact_across_fork_and_beyond_the_stripes",
+            verdict_counts_stay_exact_across_fork_and_beyond_the_stripes,
         ),
     ];
     run_scenarios(&scenarios)

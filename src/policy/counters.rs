@@ -2,22 +2,25 @@
 //! nginx worker adds to, and `weir_status` reads, the same numbers).
 //!
 //! Every request adds to them, so they are striped like the tables' counters: a thread adds
-//! to its own stripe (a thread-local index, see `table::stripe_index`) and readers sum the
-//! stripes. One shared cache line written by every core on every request costs each request
-//! the line's transfer between cores (measured with two threads in docs/PERFORMANCE.md).
+//! to the stripe it owns, without a locked instruction, or else to the shared stripe (see
+//! `table::owner`), and readers sum the stripes. One shared cache line written by every core
+//! on every request costs each request the line's transfer between cores (measured with two
+//! threads in docs/PERFORMANCE.md).
 //!
 //! Layout (all little-endian u64, offsets in words): `[0]` magic, `[1]` number of limits,
-//! `[2]` fingerprint of the limit names, `[3..8]` reserved, then [`STRIPES`] stripes of
-//! [`EngineCounters`] followed by [`LimitCounters`] (6 words) per limit in policy order, each
-//! stripe padded to whole 64-byte lines.
+//! `[2]` fingerprint of the limit names, `[3..8]` reserved, then [`STRIPES`] stripes, each of
+//! its owner word, [`EngineCounters`], and [`LimitCounters`] (6 words) per limit in policy
+//! order, padded to whole 64-byte lines.
 
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-use crate::table::{stripe_index, STRIPES};
+use crate::table::{add_to_stripe, STRIPES};
 
-const MAGIC: u64 = u64::from_le_bytes(*b"WEIRCNT2");
+const MAGIC: u64 = u64::from_le_bytes(*b"WEIRCNT3");
 const HEADER_WORDS: usize = 8;
+/// A stripe's first word: its owner.
+const OWNER_WORDS: usize = 1;
 const TOTAL_WORDS: usize = 4;
 const LIMIT_WORDS: usize = 6;
 const LINE_WORDS: usize = 8;
@@ -86,7 +89,7 @@ unsafe impl Sync for Counters {}
 
 /// Words per stripe for `limits` limits: whole cache lines.
 fn stripe_words(limits: usize) -> usize {
-    (TOTAL_WORDS + LIMIT_WORDS * limits).div_ceil(LINE_WORDS) * LINE_WORDS
+    (OWNER_WORDS + TOTAL_WORDS + LIMIT_WORDS * limits).div_ceil(LINE_WORDS) * LINE_WORDS
 }
 
 impl Counters {
@@ -168,8 +171,8 @@ impl Counters {
     /// Stripe `s`'s engine-wide counters.
     #[inline]
     fn totals_in(&self, s: usize) -> &EngineCounters {
-        // SAFETY: `EngineCounters` is `repr(C)` of 4 atomics, the first words of a stripe.
-        unsafe { &*self.stripe(s).cast::<EngineCounters>() }
+        // SAFETY: `EngineCounters` is `repr(C)` of 4 atomics, the words after the owner's.
+        unsafe { &*self.stripe(s).add(OWNER_WORDS).cast::<EngineCounters>() }
     }
 
     /// Stripe `s`'s counters of limit `i` (panics when `i` is out of range).
@@ -180,21 +183,28 @@ impl Counters {
         unsafe {
             &*self
                 .stripe(s)
-                .add(TOTAL_WORDS + LIMIT_WORDS * i)
+                .add(OWNER_WORDS + TOTAL_WORDS + LIMIT_WORDS * i)
                 .cast::<LimitCounters>()
         }
+    }
+
+    /// Stripe `s`'s owner word (see `table::owner`).
+    #[inline]
+    fn owner_in(&self, s: usize) -> &AtomicU64 {
+        // SAFETY: a stripe's first word is its owner word.
+        unsafe { &*self.stripe(s) }
     }
 
     /// Adds one to an engine-wide counter, in this thread's stripe.
     #[inline]
     pub(crate) fn add_total(&self, field: impl Fn(&EngineCounters) -> &AtomicU64) {
-        field(self.totals_in(stripe_index())).fetch_add(1, Relaxed);
+        add_to_stripe(|s| self.owner_in(s), |s| field(self.totals_in(s)));
     }
 
     /// Adds one to a counter of limit `i`, in this thread's stripe.
     #[inline]
     pub(crate) fn add_limit(&self, i: usize, field: impl Fn(&LimitCounters) -> &AtomicU64) {
-        field(self.limit_in(stripe_index(), i)).fetch_add(1, Relaxed);
+        add_to_stripe(|s| self.owner_in(s), |s| field(self.limit_in(s, i)));
     }
 
     /// Engine-wide counts.

@@ -1,18 +1,17 @@
 //! The region header: identity and layout (written once at creation), then counters.
 //!
 //! Region layout, all offsets from the region start (position-independent, no pointers):
-//! `[0, 128)` identity words, `[128, 1152)` 16 counter stripes of one cache line each,
-//! `[1152, 1152 + 16·capacity)` slots.
+//! `[0, 128)` identity words, `[128, 1152)` 16 counter stripes of one cache line each (see
+//! [`super::owner`]), `[1152, 1152 + 16·capacity)` slots.
 
-use std::cell::Cell;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use super::owner::{self, STRIPES};
 
 /// "WEIRTBL" + layout version byte.
-pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"WEIRTBL\x02");
-/// Bumped whenever the meaning of any byte in the region changes.
-pub const LAYOUT_VERSION: u64 = 2;
-/// Counter stripes per region (the engine's counter block has as many).
-pub(crate) const STRIPES: usize = 16;
+pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"WEIRTBL\x03");
+/// Bumped whenever the meaning of any byte in the region changes (3: stripe owner words).
+pub const LAYOUT_VERSION: u64 = 3;
 
 #[repr(C, align(64))]
 pub(crate) struct Header {
@@ -45,7 +44,9 @@ pub(crate) struct Stripe {
     pub passed: AtomicU64,
     pub delayed: AtomicU64,
     pub rejected: AtomicU64,
-    pub reserved: [AtomicU64; 2],
+    /// The thread that writes this stripe (see [`super::owner`]); 0 = none yet.
+    pub owner: AtomicU64,
+    pub reserved: AtomicU64,
 }
 
 pub(crate) const HEADER_BYTES: usize = std::mem::size_of::<Header>();
@@ -53,10 +54,26 @@ const _: () = assert!(HEADER_BYTES == 1152);
 const _: () = assert!(std::mem::offset_of!(Header, leader) == 96);
 
 impl Header {
-    /// This thread's counter stripe.
+    /// Adds one to a counter, `field` of this thread's stripe.
     #[inline]
-    pub fn stripe(&self) -> &Stripe {
-        &self.stripes[stripe_index()]
+    pub fn add(&self, field: impl Fn(&Stripe) -> &AtomicU64) {
+        // `% STRIPES`: no bounds check.
+        owner::add(
+            |k| &self.stripes[k % STRIPES].owner,
+            |k| field(&self.stripes[k % STRIPES]),
+        );
+    }
+
+    /// Counts an insert that evicted a state: expired (an absent key's equal) or still active.
+    pub fn count_eviction(&self, expired: bool) {
+        self.add(|s| &s.inserts);
+        self.add(|s| {
+            if expired {
+                &s.evicted_expired
+            } else {
+                &s.evicted_active
+            }
+        });
     }
 
     pub fn sum(&self, field: impl Fn(&Stripe) -> &AtomicU64) -> u64 {
@@ -77,23 +94,4 @@ pub(crate) fn new_boxed() -> Box<Header> {
     // SAFETY: every field is an AtomicU64 (or an array of them), for which all-zero bytes are
     // a valid value.
     unsafe { Box::new(std::mem::zeroed()) }
-}
-
-/// This thread's stripe. Threads take stripes round-robin from a per-process start that depends
-/// on the process id, so single-threaded worker processes sharing a region (nginx) spread over
-/// the stripes instead of all writing stripe 0.
-#[inline]
-pub(crate) fn stripe_index() -> usize {
-    static NEXT: AtomicUsize = AtomicUsize::new(usize::MAX);
-    thread_local! {
-        static INDEX: Cell<usize> = const { Cell::new(usize::MAX) };
-    }
-    INDEX.with(|i| {
-        if i.get() == usize::MAX {
-            let _ =
-                NEXT.compare_exchange(usize::MAX, std::process::id() as usize, Relaxed, Relaxed);
-            i.set(NEXT.fetch_add(1, Relaxed) % STRIPES);
-        }
-        i.get()
-    })
 }

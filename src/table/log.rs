@@ -32,7 +32,7 @@ use loom::sync::atomic::AtomicU64 as EntryWord;
 use std::sync::atomic::AtomicU64 as EntryWord;
 
 /// "WEIRLOG" + layout version byte.
-const LOG_MAGIC: u64 = u64::from_le_bytes(*b"WEIRLOG\x01");
+const LOG_MAGIC: u64 = u64::from_le_bytes(*b"WEIRLOG\x02");
 /// Largest `events` of a log zone (every key stores `events` 8-byte entries).
 pub const MAX_LOG_EVENTS: u64 = 4096;
 /// Records examined for one key: its home record and the next ones, wrapping.
@@ -430,12 +430,10 @@ impl LogTable {
     pub fn check(&self, key_hash: u64, now: u64) -> Verdict {
         let now = now.saturating_sub(self.clock_base);
         let v = self.admit(key_hash, now);
-        let s: &Stripe = self.header().stripe();
-        match v.decision {
+        self.header().add(|s: &Stripe| match v.decision {
             Decision::Reject => &s.rejected,
             _ => &s.passed,
-        }
-        .fetch_add(1, Relaxed);
+        });
         v
     }
 
@@ -717,7 +715,7 @@ impl LogTable {
                         .compare_exchange(w, claimed, AcqRel, Acquire)
                         .is_ok()
                     {
-                        self.header().stripe().inserts.fetch_add(1, Relaxed);
+                        self.header().add(|s| &s.inserts);
                         self.header().note_probe(i as u64);
                         return Some((r, claimed));
                     }
@@ -738,14 +736,7 @@ impl LogTable {
                 .compare_exchange(w, claimed, AcqRel, Acquire)
                 .is_ok()
             {
-                let s = self.header().stripe();
-                s.inserts.fetch_add(1, Relaxed);
-                if rank == 0 {
-                    &s.evicted_expired
-                } else {
-                    &s.evicted_active
-                }
-                .fetch_add(1, Relaxed);
+                self.header().count_eviction(rank == 0);
                 return Some((r, claimed));
             }
         }

@@ -8,10 +8,17 @@
 
 mod header;
 mod log;
+mod owner;
 mod slot;
 
 pub use header::LAYOUT_VERSION;
-pub(crate) use header::{stripe_index, STRIPES};
+pub(crate) use owner::{add as add_to_stripe, STRIPES};
+/// The stripe-owner protocol, for its loom model (tests/loom.rs).
+#[cfg(loom)]
+#[doc(hidden)]
+pub mod owner_model {
+    pub use super::owner::{Lane, Me, Word, SHARED, STRIPES};
+}
 pub use log::{LogTable, SlidingLog, LOG_PROBE_WINDOW, MAX_LOG_EVENTS};
 
 use crate::limiter::{Algorithm, Concurrency, Decision, Permit, Verdict};
@@ -584,13 +591,11 @@ impl Table {
 
     #[inline]
     fn count(&self, d: Decision) {
-        let s: &Stripe = self.header().stripe();
-        match d {
+        self.header().add(|s: &Stripe| match d {
             Decision::Pass => &s.passed,
             Decision::Delay => &s.delayed,
             Decision::Reject => &s.rejected,
-        }
-        .fetch_add(1, Relaxed);
+        });
     }
 
     /// Home bucket: the hash mapped onto `[0, buckets)` by multiply-shift.
@@ -728,7 +733,7 @@ impl Table {
                         .compare_exchange(words[j], pack(key_hash, next), AcqRel, Acquire)
                         .is_ok()
                     {
-                        self.header().stripe().inserts.fetch_add(1, Relaxed);
+                        self.header().add(|s| &s.inserts);
                         self.header().note_probe((b * BUCKET_SLOTS + j) as u64);
                         return out;
                     }
@@ -752,14 +757,7 @@ impl Table {
                 .compare_exchange(word, pack(key_hash, next), AcqRel, Acquire)
                 .is_ok()
             {
-                let s = self.header().stripe();
-                s.inserts.fetch_add(1, Relaxed);
-                if r == 0 {
-                    &s.evicted_expired
-                } else {
-                    &s.evicted_active
-                }
-                .fetch_add(1, Relaxed);
+                self.header().count_eviction(r == 0);
                 return out;
             }
         }
