@@ -17,7 +17,7 @@ pub(crate) use owner::{add as add_to_stripe, STRIPES};
 #[cfg(loom)]
 #[doc(hidden)]
 pub mod owner_model {
-    pub use super::owner::{Lane, Me, Word, SHARED, STRIPES};
+    pub use super::owner::{Me, SHARED, STRIPES};
 }
 pub use log::{LogTable, SlidingLog, LOG_PROBE_WINDOW, MAX_LOG_EVENTS};
 

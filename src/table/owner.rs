@@ -230,7 +230,7 @@ fn due_for_check() -> bool {
 
 /// Whether no thread with id `tid` exists (Linux's `kill` takes a thread id too). A reaped
 /// thread or process is gone; a zombie process not yet reaped by its parent is not.
-pub(crate) fn thread_gone(tid: u64) -> bool {
+fn thread_gone(tid: u64) -> bool {
     let Ok(tid) = libc::pid_t::try_from(tid) else {
         return false;
     };
