@@ -792,7 +792,8 @@ impl Engine {
         now: u64,
         mut ticket: Option<QueueTicket>,
     ) -> Outcome {
-        let headers = HeaderCache::fill(&self.headers, req);
+        let mut headers = HeaderCache::NONE;
+        headers.fill_in(&self.headers, req);
         let client = self.policy.client_ip.resolve_cached(req, &headers);
         let prepared = PreparedRequest::with_headers(req, path, query, client, &headers);
 
