@@ -728,9 +728,14 @@ impl Engine {
 
     /// Releases an admitted request's permits (when its response is complete).
     pub fn release(&self, permits: Permits, now: u64) {
-        for (l, p) in permits.held.into_iter().map_while(|h| h) {
-            if let Limiter::Concurrency(c) = &self.limiters[l as usize] {
-                let limit = &self.policy.limits[l as usize];
+        // Read in place, field by field: moving the array out (`into_iter`) copies it with
+        // wide loads that wait for the narrower stores that have just written it.
+        for held in &permits.held {
+            let Some((l, p)) = held else { break };
+            if let Limiter::Concurrency(c) = &self.limiters[usize::from(*l)] {
+                let limit = &self.policy.limits[usize::from(*l)];
+                // `permits` is consumed: each permit is released once.
+                let p = Permit::from_raw(p.key_hash, p.bucket);
                 self.tables[limit.zone].release_units(c, p, limit.cost, now);
             }
         }
@@ -792,7 +797,7 @@ impl Engine {
         now: u64,
         mut ticket: Option<QueueTicket>,
     ) -> Outcome {
-        let mut headers = HeaderCache::NONE;
+        let mut headers = HeaderCache::empty();
         headers.fill_in(&self.headers, req);
         let client = self.policy.client_ip.resolve_cached(req, &headers);
         let prepared = PreparedRequest::with_headers(req, path, query, client, &headers);

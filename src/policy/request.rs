@@ -456,11 +456,7 @@ impl HeaderPlan {
 pub struct HeaderCache<'a> {
     /// The plan's names; empty when the host cannot enumerate its headers.
     names: &'a [Box<[u8]>],
-    /// Header `i`'s first value if bit `i` of `seen` is set (else empty). Not an array of
-    /// `Option`s: a `None` is written as its 8-byte tag alone, and the 16-byte loads that
-    /// move the cache then wait for those stores (a failed store forward per entry).
-    first: [&'a [u8]; MAX_PLANNED_HEADERS],
-    seen: u8,
+    first: [Option<&'a [u8]>; MAX_PLANNED_HEADERS],
     multi: u8,
 }
 
@@ -468,10 +464,20 @@ impl<'a> HeaderCache<'a> {
     /// No cache: every lookup goes to the host's view.
     pub const NONE: HeaderCache<'static> = HeaderCache {
         names: &[],
-        first: [&[]; MAX_PLANNED_HEADERS],
-        seen: 0,
+        first: [None; MAX_PLANNED_HEADERS],
         multi: 0,
     };
+
+    /// An empty cache to [`HeaderCache::fill_in`]: built field by field where it stands (a
+    /// copy of [`HeaderCache::NONE`] is a `memcpy` call).
+    #[inline(always)]
+    pub fn empty() -> HeaderCache<'a> {
+        HeaderCache {
+            names: &[],
+            first: [None; MAX_PLANNED_HEADERS],
+            multi: 0,
+        }
+    }
 
     /// Reads the planned headers of `view` in one pass (if the host can enumerate them).
     pub fn fill(plan: &'a HeaderPlan, view: &'a dyn RequestView) -> HeaderCache<'a> {
@@ -486,7 +492,7 @@ impl<'a> HeaderCache<'a> {
     #[inline]
     pub fn fill_in(&mut self, plan: &'a HeaderPlan, view: &'a dyn RequestView) {
         let (names, quick, by_len) = (&plan.names[..], &plan.quick[..], &plan.by_len);
-        let (first, seen, multi) = (&mut self.first, &mut self.seen, &mut self.multi);
+        let (first, multi) = (&mut self.first, &mut self.multi);
         // An empty plan reads nothing (the pass is skipped).
         let enumerated = !names.is_empty()
             && view.for_each_header(&mut |n, v| {
@@ -496,9 +502,8 @@ impl<'a> HeaderCache<'a> {
                     let i = cands.trailing_zeros() as usize;
                     cands &= cands - 1;
                     if quick[i].matches(n) {
-                        if *seen & (1 << i) == 0 {
-                            first[i] = v;
-                            *seen |= 1 << i;
+                        if first[i].is_none() {
+                            first[i] = Some(v);
                         } else {
                             *multi |= 1 << i;
                         }
@@ -522,7 +527,7 @@ impl<'a> HeaderCache<'a> {
         if self.multi & (1 << i) != 0 {
             return None;
         }
-        Some((self.seen & (1 << i) != 0).then_some(self.first[i]))
+        Some(self.first[i])
     }
 }
 
@@ -1645,8 +1650,8 @@ mod tests {
             [&b"x"[..], b"y"]
         );
         assert_eq!(
-            (cache.first[0], cache.first[3], cache.seen),
-            (&b"a"[..], &b"d"[..], 0b1111)
+            (cache.first[0], cache.first[3]),
+            (Some(&b"a"[..]), Some(&b"d"[..]))
         );
         assert_eq!(cache.multi, 1 << 2);
     }

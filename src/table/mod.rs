@@ -437,7 +437,7 @@ impl Table {
 
     /// Takes a permit worth `units` slots (a limit's `cost`); release it with
     /// [`Table::release_units`] and the same `units`.
-    #[inline]
+    #[inline(always)]
     pub fn acquire_units(
         &self,
         c: &Concurrency,
