@@ -471,7 +471,7 @@ impl<'a> HeaderCache<'a> {
     /// An empty cache to [`HeaderCache::fill_in`]: built field by field where it stands (a
     /// copy of [`HeaderCache::NONE`] is a `memcpy` call).
     #[inline(always)]
-    pub fn empty() -> HeaderCache<'a> {
+    pub(crate) fn empty() -> HeaderCache<'a> {
         HeaderCache {
             names: &[],
             first: [None; MAX_PLANNED_HEADERS],
@@ -481,7 +481,7 @@ impl<'a> HeaderCache<'a> {
 
     /// Reads the planned headers of `view` in one pass (if the host can enumerate them).
     pub fn fill(plan: &'a HeaderPlan, view: &'a dyn RequestView) -> HeaderCache<'a> {
-        let mut cache = HeaderCache::NONE;
+        let mut cache = HeaderCache::empty();
         cache.fill_in(plan, view);
         cache
     }
@@ -490,7 +490,7 @@ impl<'a> HeaderCache<'a> {
     /// makes the compiler copy it right after the pass, and those loads wait for the pass's
     /// stores (failed store forwards, a few ns per request).
     #[inline]
-    pub fn fill_in(&mut self, plan: &'a HeaderPlan, view: &'a dyn RequestView) {
+    pub(crate) fn fill_in(&mut self, plan: &'a HeaderPlan, view: &'a dyn RequestView) {
         let (names, quick, by_len) = (&plan.names[..], &plan.quick[..], &plan.by_len);
         let (first, multi) = (&mut self.first, &mut self.multi);
         // An empty plan reads nothing (the pass is skipped).
