@@ -290,6 +290,52 @@ impl Floor {
     }
 }
 
+/// The tagged floor: the floor with weir's 16-byte slot, `hash (high 64) | TAT (low 64)`: hash
+/// → index → one 16-byte load → one 16-byte compare-exchange that also writes the hash. Like
+/// the floor, it has no probing and no counters, and colliding keys share a state (the tag is
+/// written, not checked), so it sees the floor's pass rate: the cost of the slot width alone.
+struct TaggedFloor {
+    /// Pairs of `AtomicU64`, 16-byte aligned (`Slots` aligns to 64): slot `i` is words `2i, 2i+1`.
+    words: Slots,
+    hasher: ahash::RandomState,
+    interval_ns: u64,
+    tolerance_ns: u64,
+}
+
+impl TaggedFloor {
+    /// 2 slots of 16 B per key: weir's footprint (32 B/key), on huge pages like weir's table.
+    fn new(w: &Workload) -> TaggedFloor {
+        TaggedFloor {
+            words: Slots::new((w.keys.len() * 4).max(64), true),
+            hasher: ahash::RandomState::new(),
+            interval_ns: w.interval_ns(),
+            tolerance_ns: (BURST + 1) * w.interval_ns(),
+        }
+    }
+
+    #[inline]
+    fn check(&self, key: u64, now: u64) -> bool {
+        let h = self.hasher.hash_one(key.to_le_bytes());
+        let i = ((h as u128 * (self.words.len() / 2) as u128) >> 64) as usize;
+        let first = &self.words[2 * i];
+        // SAFETY: words 2i and 2i+1 are in bounds (checked by the index above plus the even
+        // length) and 16-byte aligned; `portable_atomic::AtomicU128` has the layout of u128.
+        let slot = unsafe { &*(first as *const AtomicU64).cast::<portable_atomic::AtomicU128>() };
+        let mut word = slot.load(Acquire);
+        loop {
+            let tat = word as u64;
+            let new = tat.max(now) + self.interval_ns;
+            if new - now > self.tolerance_ns {
+                return false;
+            }
+            match slot.compare_exchange(word, ((h as u128) << 64) | new as u128, AcqRel, Acquire) {
+                Ok(_) => return true,
+                Err(now_word) => word = now_word,
+            }
+        }
+    }
+}
+
 /// `x + 1` as one instruction the compiler cannot fold, merge or vectorize.
 #[inline(always)]
 fn opaque_inc(x: u64) -> u64 {
@@ -373,6 +419,16 @@ fn gcra_group(c: &mut Criterion, name: &str, keys: usize) {
                     b.iter_custom(|n| w.run(threads, n, check))
                 });
             }
+        }
+        let tagged = TaggedFloor::new(&w);
+        let tf = |k: u64, now: u64| {
+            black_box(tagged.check(k, now));
+        };
+        prime(&w, tf);
+        for threads in [1, 2] {
+            g.bench_function(BenchmarkId::new("floor_tagged", threads), |b| {
+                b.iter_custom(|n| w.run(threads, n, tf))
+            });
         }
         // The floor at weir's footprint with 32 and 64 more instructions that wait for each
         // check's cache miss (weir's check does ~100 such): how much per-check work after the
