@@ -232,6 +232,13 @@ impl Drop for Slots {
     }
 }
 
+/// The floors' GCRA step: the TAT after admitting one request at `now`, or `None` to reject.
+#[inline(always)]
+fn next_tat(tat: u64, now: u64, interval_ns: u64, tolerance_ns: u64) -> Option<u64> {
+    let new = tat.max(now) + interval_ns;
+    (new - now <= tolerance_ns).then_some(new)
+}
+
 /// The floor: one `AtomicU64` per slot, hash → index → load + compare-exchange of a GCRA TAT.
 /// No tags, no probing, no counters: colliding keys simply share a state.
 struct Floor {
@@ -278,10 +285,9 @@ impl Floor {
             black_box(chains.iter().fold(0, |a, b| a ^ b));
         }
         loop {
-            let new = tat.max(now) + self.interval_ns;
-            if new - now > self.tolerance_ns {
+            let Some(new) = next_tat(tat, now, self.interval_ns, self.tolerance_ns) else {
                 return false;
-            }
+            };
             match slot.compare_exchange(tat, new, AcqRel, Acquire) {
                 Ok(_) => return true,
                 Err(t) => tat = t,
@@ -325,11 +331,9 @@ impl TaggedFloor {
         let slot = unsafe { &*(first as *const AtomicU64).cast::<portable_atomic::AtomicU128>() };
         let mut word = slot.load(Acquire);
         loop {
-            let tat = word as u64;
-            let new = tat.max(now) + self.interval_ns;
-            if new - now > self.tolerance_ns {
+            let Some(new) = next_tat(word as u64, now, self.interval_ns, self.tolerance_ns) else {
                 return false;
-            }
+            };
             match slot.compare_exchange(word, ((h as u128) << 64) | new as u128, AcqRel, Acquire) {
                 Ok(_) => return true,
                 Err(now_word) => word = now_word,
