@@ -26,7 +26,8 @@ export RUSTFLAGS="--cfg fuzzing \
  -Ctarget-feature=+cmpxchg16b \
  -Cdebug-assertions -Coverflow-checks"
 
-cargo build --manifest-path "$here/Cargo.toml" --release --target "$triple" --bin "$target"
+# --locked: a stale fuzz/Cargo.lock fails here instead of being rewritten by a test run.
+cargo build --locked --manifest-path "$here/Cargo.toml" --release --target "$triple" --bin "$target"
 
 mkdir -p "$here/corpus/$target" "$here/corpus/$target.new" "$here/artifacts/$target"
 exec "$CARGO_TARGET_DIR/$triple/release/$target" \
