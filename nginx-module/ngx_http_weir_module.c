@@ -186,6 +186,8 @@ static void *ngx_http_weir_shm_region(ngx_shm_zone_t *shm_zone,
 static ngx_shm_zone_t *ngx_http_weir_add_pzone(ngx_conf_t *cf,
     ngx_http_weir_pzone_t *pz, char *prefix, u_char *name, size_t len,
     uint64_t id, size_t size, ngx_http_weir_pzone_t **prev);
+static ngx_shm_zone_t *ngx_http_weir_old_zone(ngx_conf_t *cf, ngx_str_t *name,
+    size_t prefix);
 
 static ngx_int_t ngx_http_weir_status_variable(ngx_http_request_t *r,
     ngx_http_variable_value_t *v, uintptr_t data);
@@ -1676,10 +1678,8 @@ ngx_http_weir_add_pzone(ngx_conf_t *cf, ngx_http_weir_pzone_t *pz,
     char *prefix, u_char *name, size_t len, uint64_t id, size_t size,
     ngx_http_weir_pzone_t **prev)
 {
-    ngx_str_t         s;
-    ngx_uint_t        i;
-    ngx_list_part_t  *part;
-    ngx_shm_zone_t   *shm_zone, *old;
+    ngx_str_t        s;
+    ngx_shm_zone_t  *shm_zone, *old;
 
     s.len = ngx_strlen(prefix) + len + 1 + 16;
     s.data = ngx_pnalloc(cf->pool, s.len);
@@ -1707,6 +1707,28 @@ ngx_http_weir_add_pzone(ngx_conf_t *cf, ngx_http_weir_pzone_t *pz,
     /* the same zone in the running configuration: same name up to the ID */
 
     *prev = NULL;
+    old = ngx_http_weir_old_zone(cf, &s, s.len - 16);
+
+    if (old
+        && (ngx_strncmp(old->shm.name.data, s.data, s.len) != 0
+            || old->shm.size != shm_zone->shm.size))
+    {
+        *prev = old->data;
+    }
+
+    return shm_zone;
+}
+
+
+/* the running configuration's weir zone whose name starts the same */
+
+static ngx_shm_zone_t *
+ngx_http_weir_old_zone(ngx_conf_t *cf, ngx_str_t *name, size_t prefix)
+{
+    ngx_uint_t        i;
+    ngx_shm_zone_t   *old;
+    ngx_list_part_t  *part;
+
     part = &cf->cycle->old_cycle->shared_memory.part;
     old = part->elts;
 
@@ -1714,7 +1736,7 @@ ngx_http_weir_add_pzone(ngx_conf_t *cf, ngx_http_weir_pzone_t *pz,
 
         if (i >= part->nelts) {
             if (part->next == NULL) {
-                break;
+                return NULL;
             }
 
             part = part->next;
@@ -1723,20 +1745,12 @@ ngx_http_weir_add_pzone(ngx_conf_t *cf, ngx_http_weir_pzone_t *pz,
         }
 
         if (old[i].tag == &ngx_http_weir_module
-            && old[i].shm.name.len == s.len
-            && ngx_strncmp(old[i].shm.name.data, s.data, s.len - 16) == 0)
+            && old[i].shm.name.len == name->len
+            && ngx_strncmp(old[i].shm.name.data, name->data, prefix) == 0)
         {
-            if (ngx_strncmp(old[i].shm.name.data, s.data, s.len) != 0
-                || old[i].shm.size != shm_zone->shm.size)
-            {
-                *prev = old[i].data;
-            }
-
-            break;
+            return &old[i];
         }
     }
-
-    return shm_zone;
 }
 
 
@@ -2056,8 +2070,8 @@ ngx_http_weir_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     ngx_int_t                          rate, events;
     ngx_msec_t                         window, lease;
     ngx_uint_t                         i, conn;
-    ngx_shm_zone_t                    *shm_zone;
-    ngx_http_weir_zone_ctx_t          *ctx, **pctx;
+    ngx_shm_zone_t                    *shm_zone, *old;
+    ngx_http_weir_zone_ctx_t          *ctx, *octx, **pctx;
     ngx_http_compile_complex_value_t   ccv;
 
     value = cf->args->elts;
@@ -2288,6 +2302,32 @@ ngx_http_weir_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
                            "%V \"%V\" is already bound to key \"%V\"",
                            &cmd->name, &name, &ctx->key.value);
         return NGX_CONF_ERROR;
+    }
+
+    /*
+     * the memory of a zone kept with the same name and size is shared with
+     * the running workers, which go on reading its states the old way
+     */
+
+    old = ngx_http_weir_old_zone(cf, &name, name.len);
+
+    if (old && old->init == ngx_http_weir_init_zone
+        && old->shm.size == shm_zone->shm.size)
+    {
+        octx = old->data;
+
+        if (octx->schema != ctx->schema
+            && octx->key.value.len == ctx->key.value.len
+            && ngx_strncmp(octx->key.value.data, ctx->key.value.data,
+                           ctx->key.value.len)
+               == 0)
+        {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "weir zone \"%V\" changed its algorithm or "
+                               "window; give the zone a new name or another "
+                               "size to start it afresh", &name);
+            return NGX_CONF_ERROR;
+        }
     }
 
     ctx->shm_zone = shm_zone;
@@ -2636,7 +2676,8 @@ ngx_http_weir_policy_directive(ngx_conf_t *cf, ngx_command_t *cmd,
     pz->bytes = weir_policy_counters_bytes(wmcf->policy);
     pz->conf = wmcf;
 
-    shm_zone = ngx_http_weir_add_pzone(cf, pz, "weir-counters", (u_char *) "", 0,
+    shm_zone = ngx_http_weir_add_pzone(cf, pz, "weir-counters",
+                                       (u_char *) "", 0,
                                        weir_policy_counters_fingerprint(
                                            wmcf->policy),
                                        ngx_align(pz->bytes

@@ -54,7 +54,12 @@ pub unsafe extern "C" fn weir_policy_zone_layout(
 fn duration(d: Duration) -> String {
     let mut ms = d.as_millis() as u64;
     let mut out = String::new();
-    for (unit, len) in [("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000)] {
+    for (unit, len) in [
+        ("d", 86_400_000),
+        ("h", 3_600_000),
+        ("m", 60_000),
+        ("s", 1000),
+    ] {
         if ms >= len {
             let _ = write!(out, "{}{unit}", ms / len);
             ms %= len;
@@ -104,4 +109,77 @@ pub unsafe extern "C" fn weir_zone_set_gcra_rate(
         }
         WEIR_OK
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{weir_policy_free, weir_policy_parse, weir_zone_free, weir_zone_new};
+
+    unsafe fn policy(text: &str) -> *mut weir_policy {
+        let mut p = ptr::null_mut();
+        let rc = weir_policy_parse(
+            text.as_ptr(),
+            text.len(),
+            ptr::null(),
+            &mut p,
+            ptr::null_mut(),
+        );
+        assert_eq!(rc, WEIR_OK);
+        p
+    }
+
+    unsafe fn layout(p: *const weir_policy, i: usize) -> String {
+        let mut buf = [0u8; 128];
+        let n = weir_policy_zone_layout(p, i, buf.as_mut_ptr(), buf.len());
+        String::from_utf8(buf[..n].to_vec()).unwrap()
+    }
+
+    #[test]
+    fn layouts_name_what_a_reload_cannot_keep() {
+        unsafe {
+            let p = policy(
+                "[zones.a]\nsize = \"64k\"\nalgorithm = \"sliding\"\nevents = 5\nwindow = \"90s\"\n\
+                 [zones.b]\nsize = 65536\nalgorithm = \"log\"\nevents = 3\nwindow = \"1500ms\"\n\
+                 [zones.c]\nsize = \"64k\"\nalgorithm = \"gcra\"\nrate = \"1r/s\"\n\
+                 [[limit]]\nclass = \"*\"\nzone = \"a\"\n",
+            );
+            assert_eq!(layout(p, 0), "sliding window=1m30s size=65536");
+            assert_eq!(layout(p, 1), "log events=3 window=1s500ms size=65536");
+            assert_eq!(layout(p, 2), "gcra size=65536");
+            // Cut to the buffer, full length returned; no zone 3; NULL policy.
+            let mut two = [0u8; 2];
+            assert_eq!(weir_policy_zone_layout(p, 2, two.as_mut_ptr(), 2), 15);
+            assert_eq!(&two, b"gc");
+            assert_eq!(weir_policy_zone_layout(p, 3, two.as_mut_ptr(), 2), 0);
+            assert_eq!(
+                weir_policy_zone_layout(ptr::null(), 0, two.as_mut_ptr(), 2),
+                0
+            );
+            assert_ne!(weir_policy_counters_fingerprint(p), 0);
+            assert_eq!(weir_policy_counters_fingerprint(ptr::null()), 0);
+            weir_policy_free(p);
+        }
+    }
+
+    #[test]
+    fn setting_a_rate_checks_its_arguments() {
+        unsafe {
+            let mut z = ptr::null_mut();
+            assert_eq!(weir_zone_new(64 << 10, 1, &mut z, ptr::null_mut()), WEIR_OK);
+            let mut n = 7;
+            assert_eq!(
+                weir_zone_set_gcra_rate(z, 1, 60_000_000_000, 1, &mut n),
+                WEIR_OK
+            );
+            assert_eq!(n, 0);
+            assert_eq!(
+                weir_zone_set_gcra_rate(z, 0, 1, 1, &mut n),
+                WEIR_ERR_INVALID
+            );
+            let null = weir_zone_set_gcra_rate(ptr::null(), 1, 1, 1, ptr::null_mut());
+            assert_eq!(null, WEIR_ERR_NULL);
+            weir_zone_free(z);
+        }
+    }
 }

@@ -45,10 +45,11 @@ LAYOUTS = {  # the notices of the first reload
 }
 
 
-def policy(zones, limits, extra=()):
+def policy(zones, limits, big=()):
+    """A policy of 64k zones (128k for those in big), a class /NAME/ per zone, limits by name."""
     text = ""
     for name, body in zones.items():
-        size = "128k" if (name, "after") in extra else "64k"
+        size = "128k" if name in big else "64k"
         text += f'[zones.{name}]\nsize = "{size}"\n{body}\n'
         text += f'[classes.{name}]\nmatch = [{{ path_prefix = "/{name}/" }}]\n'
     for name, zone in limits.items():
@@ -60,10 +61,12 @@ def policy(zones, limits, extra=()):
 
 HTTP = """
     weir_policy %DIR%/p.toml;
+    weir_req_zone $host zone=d:SIZE ALG;
     server {
         listen 127.0.0.1:%PORT%;
         root %DIR%/html;
         location / { weir on; try_files /f =404; }
+        location /d/ { weir_req zone=d; try_files /f =404; }
     }
 """
 
@@ -100,8 +103,8 @@ def test_reload_edits(module, env=None):
     before = {z: b for z, (b, _) in ZONES.items()}
     after = {z: a or b for z, (b, a) in ZONES.items()}
     limits = {z: z for z in ZONES}
-    ngx = Nginx(module, HTTP, workers=2, env=env,
-                files={"p.toml": policy(before, limits), "html/f": "x"})
+    ngx = Nginx(module, HTTP.replace("ALG", "rate=1r/m").replace("SIZE", "1m"), workers=2,
+                env=env, files={"p.toml": policy(before, limits), "html/f": "x"})
 
     workers = set()  # every worker seen, stopped at the end should the master have died
 
@@ -117,9 +120,10 @@ def test_reload_edits(module, env=None):
         ngx.start()
         for z in ZONES:
             exhaust(ngx, z)
+        check(statuses(ngx, "d", 2) == [200, 503], "directive zone d before reload")
 
         # 1. Every layout field changed at once (size: 64k -> 128k).
-        reload(policy(after, limits, extra={("size", "after")}))
+        reload(policy(after, limits, big=("size",)))
         for z, (old, new) in LAYOUTS.items():
             wait_log(ngx, rf'\[notice\].*weir zone "{z}" starts with fresh state: its layout '
                      rf'changed from "{old}" to "{new}"', f"zone {z}")
@@ -159,7 +163,22 @@ def test_reload_edits(module, env=None):
         # ... and the next good reload works (the master still owns its workers).
         reload(policy(zones, {"renamed": "keep", "s": "s", "new": "new"}))
         check(statuses(ngx, "keep", 1) == [429], "zone keep lost its state after a refusal")
-        ngx.check_log(allow=[r"weir policy.*(cost 3 exceeds|p\.toml)"])
+
+        # 4. A directive zone's memory is kept under its name: another algorithm is refused.
+        ngx.write_conf(HTTP.replace("ALG", "events=3 window=1m").replace("SIZE", "1m"))
+        running = ngx.workers_pids()
+        os.kill(ngx.pid, signal.SIGHUP)
+        wait_log(ngx, r'\[emerg\].*weir zone "d" changed its algorithm or window; give the zone '
+                 r'a new name or another size to start it afresh in .*nginx\.conf:\d+',
+                 "directive zone")
+        time.sleep(0.5)
+        check(alive(ngx.pid) and ngx.workers_pids() == running, "a refused reload applied")
+        check(statuses(ngx, "d", 1) == [503], "directive zone d lost its state")
+        ngx.write_conf(HTTP.replace("ALG", "events=3 window=1m").replace("SIZE", "2m"))
+        reload(policy(zones, {"renamed": "keep", "s": "s", "new": "new"}))
+        check(statuses(ngx, "d", 4) == [200] * 3 + [503], "a resized zone d kept the old algorithm")
+        ngx.check_log(allow=[r"weir policy.*(cost 3 exceeds|p\.toml)",
+                             r'weir zone "d" changed its algorithm'])
         return (f"{len(LAYOUTS)} layout edits start fresh with a notice, kept zones keep state, "
                 "zones and limits added/removed/renamed, an impossible edit is refused")
     finally:
@@ -225,8 +244,8 @@ def test_reload_rates(module, env=None):
         reload("100r/s")
         time.sleep(1)
         compare("a second after raising to 100r/s", 1, [200])
-        wait_log(ngx, r'\[notice\].*weir zone "wd": the rate changed; live keys keep their excess \(1\)',
-                 "rate notice")
+        wait_log(ngx, r'\[notice\].*weir zone "wd": the rate changed; '
+                 r'live keys keep their excess \(1\)', "rate notice")
         ngx.check_log()
         return "weir_req and policy zones answer like limit_req after lowering and raising a rate"
     finally:

@@ -1186,6 +1186,8 @@ def main():
             ("asan-vectors", lambda: test_vectors(args.asan_module, args.vectors, asan_env())),
             ("asan-workers", lambda: test_workers(args.asan_module, 2, asan_env())),
             ("asan-reload", lambda: test_reload(args.asan_module, asan_env())),
+            ("asan-reload-edits",
+             lambda: reload_edits.test_reload_edits(args.asan_module, asan_env())),
             ("asan-redirects-waits", lambda: test_redirects_and_waits(args.asan_module, asan_env())),
             ("asan-cluster", lambda: test_cluster(args.asan_module, asan_env())),
         ]
