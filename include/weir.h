@@ -715,6 +715,37 @@ int weir_log_zone_refund(const struct weir_log_zone *z,
  */
 int weir_log_zone_get_stats(const struct weir_log_zone *z, struct weir_zone_stats *out);
 
+/*
+ Writes what fixes zone `i`'s memory layout — algorithm, the parameters its states depend on
+ (`window`, a log zone's `events`), cluster scope and size — as text such as
+ `sliding window=1m size=65536` into `buf` (at most `cap` bytes, not NUL-terminated; a longer
+ text is cut). Returns the text's full length, 0 when `p` is NULL or has no zone `i`. Zones
+ whose texts differ cannot share state across a reload (their schemas differ, or their
+ sizes); hosts name the change in their log.
+ */
+size_t weir_policy_zone_layout(const struct weir_policy *p, size_t i, uint8_t *buf, size_t cap);
+
+/*
+ The fingerprint of the policy's limits that its shared counter block is kept under (0 for
+ NULL): blocks of policies with different limits cannot share counts, so a host may give
+ each fingerprint its own memory (nginx names the zone after it).
+ */
+uint64_t weir_policy_counters_fingerprint(const struct weir_policy *p);
+
+/*
+ Records that GCRA zone `z`'s states use the rate `count` per `period_ns` from now on. When
+ the zone was attached with another rate before (an nginx reload with a new `rate=`), every
+ key's excess carries over in requests: a state `d` ns ahead of `now` becomes
+ `d·T_new/T_old` ahead, as nginx `limit_req` reads its stored excess against the new rate.
+ Call it after `weir_zone_attach`, once per attach, for GCRA zones only. `*rescaled` (may be
+ NULL) receives the number of keys whose state changed.
+ */
+int weir_zone_set_gcra_rate(const struct weir_zone *z,
+                            uint64_t count,
+                            uint64_t period_ns,
+                            uint64_t now,
+                            size_t *rescaled);
+
 #ifdef __cplusplus
 }  // extern "C"
 #endif  // __cplusplus

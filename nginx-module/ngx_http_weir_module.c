@@ -71,6 +71,10 @@ struct ngx_http_weir_pzone_s {
     size_t                       bytes;
     uint64_t                     schema;
     void                        *region;
+    ngx_str_t                    layout;     /* for the reload notice */
+
+    /* the counters zone: its init attaches the engine of this conf */
+    void                        *conf;
 
     /* a cluster zone's shared remote counts, sync health and stats */
     ngx_http_weir_pzone_t       *cluster;
@@ -82,6 +86,7 @@ typedef struct {
     ngx_array_t                  zones;      /* ngx_http_weir_zone_ctx_t * */
 
     ngx_str_t                    policy_file;
+    ngx_str_t                    policy_conf;  /* "nginx.conf:LINE" */
     weir_policy                 *policy;
     weir_engine                 *engine;
     ngx_array_t                  pzones;     /* ngx_http_weir_pzone_t * */
@@ -174,8 +179,15 @@ static ngx_int_t ngx_http_weir_init_zone(ngx_shm_zone_t *shm_zone,
     void *data);
 static ngx_int_t ngx_http_weir_init_policy_zone(ngx_shm_zone_t *shm_zone,
     void *data);
+static ngx_int_t ngx_http_weir_init_counters_zone(ngx_shm_zone_t *shm_zone,
+    void *data);
 static void *ngx_http_weir_shm_region(ngx_shm_zone_t *shm_zone,
     ngx_uint_t reuse, size_t *len);
+static ngx_shm_zone_t *ngx_http_weir_add_pzone(ngx_conf_t *cf,
+    ngx_http_weir_pzone_t *pz, char *prefix, u_char *name, size_t len,
+    uint64_t id, size_t size, ngx_http_weir_pzone_t **prev);
+static ngx_shm_zone_t *ngx_http_weir_old_zone(ngx_conf_t *cf, ngx_str_t *name,
+    size_t prefix);
 
 static ngx_int_t ngx_http_weir_status_variable(ngx_http_request_t *r,
     ngx_http_variable_value_t *v, uintptr_t data);
@@ -205,7 +217,6 @@ static char *ngx_http_weir_test_clock(ngx_conf_t *cf, ngx_command_t *cmd,
 static void ngx_http_weir_free_conf(void *data);
 static ngx_int_t ngx_http_weir_add_variables(ngx_conf_t *cf);
 static ngx_int_t ngx_http_weir_init(ngx_conf_t *cf);
-static ngx_int_t ngx_http_weir_init_module(ngx_cycle_t *cycle);
 static ngx_int_t ngx_http_weir_init_process(ngx_cycle_t *cycle);
 static void ngx_http_weir_exit_process(ngx_cycle_t *cycle);
 static void ngx_http_weir_cluster_log(ngx_event_t *ev);
@@ -373,7 +384,7 @@ ngx_module_t  ngx_http_weir_module = {
     ngx_http_weir_commands,                /* module directives */
     NGX_HTTP_MODULE,                       /* module type */
     NULL,                                  /* init master */
-    ngx_http_weir_init_module,             /* init module */
+    NULL,                                  /* init module */
     ngx_http_weir_init_process,            /* init process */
     NULL,                                  /* init thread */
     NULL,                                  /* exit thread */
@@ -1486,7 +1497,7 @@ ngx_http_weir_init_zone(ngx_shm_zone_t *shm_zone, void *data)
 
     int                        existed;
     void                      *region;
-    size_t                     len;
+    size_t                     len, rescaled;
     weir_error                *err;
     ngx_http_weir_zone_ctx_t  *ctx;
 
@@ -1529,6 +1540,27 @@ ngx_http_weir_init_zone(ngx_shm_zone_t *shm_zone, void *data)
         return NGX_ERROR;
     }
 
+    if (ctx->kind != NGX_HTTP_WEIR_GCRA) {
+        return NGX_OK;
+    }
+
+    /* a changed rate: every key keeps its excess, as with limit_req */
+
+    rescaled = 0;
+
+    if (weir_zone_set_gcra_rate(ctx->zone, ctx->count, ctx->period_ns,
+                                weir_now_ns(), &rescaled)
+        != WEIR_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    if (rescaled) {
+        ngx_log_error(NGX_LOG_NOTICE, shm_zone->shm.log, 0,
+                      "weir zone \"%V\": the rate changed; live keys keep "
+                      "their excess (%uz)", &shm_zone->shm.name, rescaled);
+    }
+
     return NGX_OK;
 }
 
@@ -1557,24 +1589,33 @@ ngx_http_weir_init_policy_zone(ngx_shm_zone_t *shm_zone, void *data)
 }
 
 
+/*
+ * The counters zone is the last weir zone nginx initializes: by then every
+ * policy zone has its region, and the engine is attached here, in the
+ * master, before the workers fork.  A failure here fails the reload (the
+ * running configuration stays), unlike one in the init module handler,
+ * which is fatal to the master.
+ */
+
 static ngx_int_t
-ngx_http_weir_init_module(ngx_cycle_t *cycle)
+ngx_http_weir_init_counters_zone(ngx_shm_zone_t *shm_zone, void *data)
 {
+    ngx_int_t                   rc;
     ngx_uint_t                  i, n;
     weir_error                 *err;
     weir_region                *regions, *cluster, counters;
-    ngx_http_weir_pzone_t     **pz;
+    ngx_http_weir_pzone_t      *cz, **pz;
     ngx_http_weir_main_conf_t  *wmcf;
 
-    wmcf = ngx_http_cycle_get_module_main_conf(cycle, ngx_http_weir_module);
-
-    if (wmcf == NULL || wmcf->policy == NULL) {
-        return NGX_OK;
+    if (ngx_http_weir_init_policy_zone(shm_zone, data) != NGX_OK) {
+        return NGX_ERROR;
     }
 
+    cz = shm_zone->data;
+    wmcf = cz->conf;
     n = wmcf->pzones.nelts;
 
-    regions = ngx_pcalloc(cycle->pool, 2 * (n + 1) * sizeof(weir_region));
+    regions = ngx_calloc(2 * (n + 1) * sizeof(weir_region), shm_zone->shm.log);
     if (regions == NULL) {
         return NGX_ERROR;
     }
@@ -1593,10 +1634,11 @@ ngx_http_weir_init_module(ngx_cycle_t *cycle)
         }
     }
 
-    counters.ptr = wmcf->counters->region;
-    counters.len = wmcf->counters->bytes;
+    counters.ptr = cz->region;
+    counters.len = cz->bytes;
 
     err = NULL;
+    rc = NGX_OK;
 
     /*
      * the master attaches (and on first start formats) the regions; the
@@ -1609,14 +1651,106 @@ ngx_http_weir_init_module(ngx_cycle_t *cycle)
                                   &wmcf->engine, &err)
         != WEIR_OK)
     {
-        ngx_log_error(NGX_LOG_EMERG, cycle->log, 0,
-                      "weir policy \"%V\": %s", &wmcf->policy_file,
-                      weir_error_message(err));
+        ngx_log_error(NGX_LOG_EMERG, shm_zone->shm.log, 0,
+                      "weir policy \"%V\": %s in %V", &wmcf->policy_file,
+                      weir_error_message(err), &wmcf->policy_conf);
         weir_error_free(err);
-        return NGX_ERROR;
+        rc = NGX_ERROR;
     }
 
-    return NGX_OK;
+    ngx_free(regions);
+
+    return rc;
+}
+
+
+/*
+ * Adds the shared memory zone of a policy zone, its cluster region or the
+ * counters, named "PREFIX:ID", where ID identifies the layout (the zone's
+ * schema, the limits' fingerprint): nginx keeps a segment across a reload
+ * only for the same name and size, so a changed layout gets fresh memory
+ * while the old workers finish with the old one.  *prev is the zone of the
+ * running configuration when it had another layout, NULL otherwise.
+ */
+
+static ngx_shm_zone_t *
+ngx_http_weir_add_pzone(ngx_conf_t *cf, ngx_http_weir_pzone_t *pz,
+    char *prefix, u_char *name, size_t len, uint64_t id, size_t size,
+    ngx_http_weir_pzone_t **prev)
+{
+    ngx_str_t        s;
+    ngx_shm_zone_t  *shm_zone, *old;
+
+    s.len = ngx_strlen(prefix) + len + 1 + 16;
+    s.data = ngx_pnalloc(cf->pool, s.len);
+    if (s.data == NULL) {
+        return NULL;
+    }
+
+    ngx_sprintf(s.data, "%s%*s:%016xL", prefix, len, name, id);
+
+    shm_zone = ngx_shared_memory_add(cf, &s, size, &ngx_http_weir_module);
+    if (shm_zone == NULL) {
+        return NULL;
+    }
+
+    if (shm_zone->data) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "duplicate weir zone \"%V\"", &s);
+        return NULL;
+    }
+
+    shm_zone->init = ngx_http_weir_init_policy_zone;
+    shm_zone->data = pz;
+    pz->shm_zone = shm_zone;
+
+    /* the same zone in the running configuration: same name up to the ID */
+
+    *prev = NULL;
+    old = ngx_http_weir_old_zone(cf, &s, s.len - 16);
+
+    if (old
+        && (ngx_strncmp(old->shm.name.data, s.data, s.len) != 0
+            || old->shm.size != shm_zone->shm.size))
+    {
+        *prev = old->data;
+    }
+
+    return shm_zone;
+}
+
+
+/* the running configuration's weir zone whose name starts the same */
+
+static ngx_shm_zone_t *
+ngx_http_weir_old_zone(ngx_conf_t *cf, ngx_str_t *name, size_t prefix)
+{
+    ngx_uint_t        i;
+    ngx_shm_zone_t   *old;
+    ngx_list_part_t  *part;
+
+    part = &cf->cycle->old_cycle->shared_memory.part;
+    old = part->elts;
+
+    for (i = 0; /* void */ ; i++) {
+
+        if (i >= part->nelts) {
+            if (part->next == NULL) {
+                return NULL;
+            }
+
+            part = part->next;
+            old = part->elts;
+            i = 0;
+        }
+
+        if (old[i].tag == &ngx_http_weir_module
+            && old[i].shm.name.len == name->len
+            && ngx_strncmp(old[i].shm.name.data, name->data, prefix) == 0)
+        {
+            return &old[i];
+        }
+    }
 }
 
 
@@ -1936,8 +2070,8 @@ ngx_http_weir_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     ngx_int_t                          rate, events;
     ngx_msec_t                         window, lease;
     ngx_uint_t                         i, conn;
-    ngx_shm_zone_t                    *shm_zone;
-    ngx_http_weir_zone_ctx_t          *ctx, **pctx;
+    ngx_shm_zone_t                    *shm_zone, *old;
+    ngx_http_weir_zone_ctx_t          *ctx, *octx, **pctx;
     ngx_http_compile_complex_value_t   ccv;
 
     value = cf->args->elts;
@@ -2170,6 +2304,32 @@ ngx_http_weir_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         return NGX_CONF_ERROR;
     }
 
+    /*
+     * the memory of a zone kept with the same name and size is shared with
+     * the running workers, which go on reading its states the old way
+     */
+
+    old = ngx_http_weir_old_zone(cf, &name, name.len);
+
+    if (old && old->init == ngx_http_weir_init_zone
+        && old->shm.size == shm_zone->shm.size)
+    {
+        octx = old->data;
+
+        if (octx->schema != ctx->schema
+            && octx->key.value.len == ctx->key.value.len
+            && ngx_strncmp(octx->key.value.data, ctx->key.value.data,
+                           ctx->key.value.len)
+               == 0)
+        {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "weir zone \"%V\" changed its algorithm or "
+                               "window; give the zone a new name or another "
+                               "size to start it afresh", &name);
+            return NGX_CONF_ERROR;
+        }
+    }
+
     ctx->shm_zone = shm_zone;
 
     shm_zone->init = ngx_http_weir_init_zone;
@@ -2383,11 +2543,11 @@ ngx_http_weir_policy_directive(ngx_conf_t *cf, ngx_command_t *cmd,
     ngx_http_weir_main_conf_t  *wmcf = conf;
 
     size_t                  i, n;
-    ngx_str_t              *value, name;
+    ngx_str_t              *value;
     weir_error             *err;
     weir_zone_info          zi;
     ngx_shm_zone_t         *shm_zone;
-    ngx_http_weir_pzone_t  *pz, **ppz;
+    ngx_http_weir_pzone_t  *pz, **ppz, *prev;
 
     if (wmcf->policy_file.data) {
         return "is duplicate";
@@ -2413,37 +2573,22 @@ ngx_http_weir_policy_directive(ngx_conf_t *cf, ngx_command_t *cmd,
         return NGX_CONF_ERROR;
     }
 
+    wmcf->policy_conf.len = cf->conf_file->file.name.len + NGX_INT_T_LEN + 1;
+    wmcf->policy_conf.data = ngx_pnalloc(cf->pool, wmcf->policy_conf.len);
+    if (wmcf->policy_conf.data == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    wmcf->policy_conf.len = ngx_sprintf(wmcf->policy_conf.data, "%V:%ui",
+                                        &cf->conf_file->file.name,
+                                        cf->conf_file->line)
+                            - wmcf->policy_conf.data;
+
     n = weir_policy_zone_count(wmcf->policy);
 
     for (i = 0; i < n; i++) {
 
         if (weir_policy_zone(wmcf->policy, i, &zi) != WEIR_OK) {
-            return NGX_CONF_ERROR;
-        }
-
-        name.len = sizeof("weir:") - 1 + zi.name_len;
-        name.data = ngx_pnalloc(cf->pool, name.len);
-        if (name.data == NULL) {
-            return NGX_CONF_ERROR;
-        }
-
-        ngx_memcpy(ngx_cpymem(name.data, "weir:", sizeof("weir:") - 1),
-                   zi.name, zi.name_len);
-
-        /* room for the slab pool's own bookkeeping and the length page */
-
-        shm_zone = ngx_shared_memory_add(cf, &name,
-                                         ngx_align(zi.bytes + zi.bytes / 32
-                                                   + 16 * ngx_pagesize,
-                                                   ngx_pagesize),
-                                         &ngx_http_weir_module);
-        if (shm_zone == NULL) {
-            return NGX_CONF_ERROR;
-        }
-
-        if (shm_zone->data) {
-            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                               "duplicate weir zone \"%V\"", &name);
             return NGX_CONF_ERROR;
         }
 
@@ -2454,15 +2599,38 @@ ngx_http_weir_policy_directive(ngx_conf_t *cf, ngx_command_t *cmd,
         }
 
         *ppz = pz;
-
-        pz->shm_zone = shm_zone;
         pz->bytes = zi.bytes;
         pz->schema = zi.schema;
-        pz->region = NULL;
-        pz->cluster = NULL;
 
-        shm_zone->init = ngx_http_weir_init_policy_zone;
-        shm_zone->data = pz;
+        pz->layout.len = weir_policy_zone_layout(wmcf->policy, i, NULL, 0);
+        pz->layout.data = ngx_pnalloc(cf->pool, pz->layout.len);
+        if (pz->layout.data == NULL) {
+            return NGX_CONF_ERROR;
+        }
+
+        weir_policy_zone_layout(wmcf->policy, i, pz->layout.data,
+                                pz->layout.len);
+
+        /* room for the slab pool's own bookkeeping and the length page */
+
+        if (ngx_http_weir_add_pzone(cf, pz, "weir:", (u_char *) zi.name,
+                                    zi.name_len, zi.schema,
+                                    ngx_align(zi.bytes + zi.bytes / 32
+                                              + 16 * ngx_pagesize,
+                                              ngx_pagesize),
+                                    &prev)
+            == NULL)
+        {
+            return NGX_CONF_ERROR;
+        }
+
+        if (prev) {
+            ngx_conf_log_error(NGX_LOG_NOTICE, cf, 0,
+                               "weir zone \"%*s\" starts with fresh state: "
+                               "its layout changed from \"%V\" to \"%V\"",
+                               zi.name_len, zi.name, &prev->layout,
+                               &pz->layout);
+        }
 
         if (zi.cluster_bytes == 0) {
             continue;
@@ -2473,44 +2641,32 @@ ngx_http_weir_policy_directive(ngx_conf_t *cf, ngx_command_t *cmd,
          * this node pushed and the sync health, read by every worker
          */
 
-        name.len = sizeof("weir-cluster:") - 1 + zi.name_len;
-        name.data = ngx_pnalloc(cf->pool, name.len);
-        if (name.data == NULL) {
-            return NGX_CONF_ERROR;
-        }
-
-        ngx_memcpy(ngx_cpymem(name.data, "weir-cluster:",
-                              sizeof("weir-cluster:") - 1),
-                   zi.name, zi.name_len);
-
-        shm_zone = ngx_shared_memory_add(cf, &name,
-                                         ngx_align(zi.cluster_bytes
-                                                   + zi.cluster_bytes / 32
-                                                   + 16 * ngx_pagesize,
-                                                   ngx_pagesize),
-                                         &ngx_http_weir_module);
-        if (shm_zone == NULL) {
-            return NGX_CONF_ERROR;
-        }
-
         pz->cluster = ngx_pcalloc(cf->pool, sizeof(ngx_http_weir_pzone_t));
         if (pz->cluster == NULL) {
             return NGX_CONF_ERROR;
         }
 
-        pz->cluster->shm_zone = shm_zone;
         pz->cluster->bytes = zi.cluster_bytes;
 
-        shm_zone->init = ngx_http_weir_init_policy_zone;
-        shm_zone->data = pz->cluster;
+        if (ngx_http_weir_add_pzone(cf, pz->cluster, "weir-cluster:",
+                                    (u_char *) zi.name, zi.name_len,
+                                    zi.schema,
+                                    ngx_align(zi.cluster_bytes
+                                              + zi.cluster_bytes / 32
+                                              + 16 * ngx_pagesize,
+                                              ngx_pagesize),
+                                    &prev)
+            == NULL)
+        {
+            return NGX_CONF_ERROR;
+        }
     }
 
     /*
      * the engine's counters, in shared memory so that every worker adds to
-     * and weir_status reports the same numbers
+     * and weir_status reports the same numbers; added last, so that its
+     * init, which attaches the engine, runs after every policy zone's
      */
-
-    ngx_str_set(&name, "weir:counters");
 
     pz = ngx_pcalloc(cf->pool, sizeof(ngx_http_weir_pzone_t));
     if (pz == NULL) {
@@ -2518,18 +2674,27 @@ ngx_http_weir_policy_directive(ngx_conf_t *cf, ngx_command_t *cmd,
     }
 
     pz->bytes = weir_policy_counters_bytes(wmcf->policy);
+    pz->conf = wmcf;
 
-    shm_zone = ngx_shared_memory_add(cf, &name,
-                                     ngx_align(pz->bytes + 16 * ngx_pagesize,
-                                               ngx_pagesize),
-                                     &ngx_http_weir_module);
+    shm_zone = ngx_http_weir_add_pzone(cf, pz, "weir-counters",
+                                       (u_char *) "", 0,
+                                       weir_policy_counters_fingerprint(
+                                           wmcf->policy),
+                                       ngx_align(pz->bytes
+                                                 + 16 * ngx_pagesize,
+                                                 ngx_pagesize),
+                                       &prev);
     if (shm_zone == NULL) {
         return NGX_CONF_ERROR;
     }
 
-    pz->shm_zone = shm_zone;
-    shm_zone->init = ngx_http_weir_init_policy_zone;
-    shm_zone->data = pz;
+    if (prev) {
+        ngx_conf_log_error(NGX_LOG_NOTICE, cf, 0,
+                           "weir counters start from zero: "
+                           "the policy's limits changed");
+    }
+
+    shm_zone->init = ngx_http_weir_init_counters_zone;
     wmcf->counters = pz;
 
     return NGX_CONF_OK;

@@ -13,6 +13,8 @@
 #![allow(clippy::missing_safety_doc)] // The safety contract of every function is in weir.h.
 #![allow(non_camel_case_types)] // C names: weir_engine, weir_verdict, ...
 
+mod reload;
+
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::net::IpAddr;
 use std::panic::{catch_unwind, AssertUnwindSafe};

@@ -585,6 +585,14 @@ impl Engine {
                 limiter_for(&policy.zones[z], l, clusters[z].as_ref(), logs[z].as_ref())
             })
             .collect::<Result<Vec<_>, _>>()?;
+        // A GCRA zone attached with another rate keeps each key's excess in requests (done
+        // last: a refused engine changes no state).
+        let now = crate::clock::monotonic_ns();
+        for (z, t) in policy.zones.iter().zip(&tables) {
+            if let config::Algorithm::Gcra { rate } = z.algorithm {
+                t.set_gcra_interval(rate.per.as_nanos() as u64 / rate.count.max(1), now);
+            }
+        }
         let header_names = read_headers(&policy);
         let mut engine = Engine {
             headers: HeaderPlan::new(header_names.iter().map(|n| &n[..])),

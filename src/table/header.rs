@@ -23,8 +23,10 @@ pub(crate) struct Header {
     pub clock_base: AtomicU64,
     pub schema: AtomicU64,
     pub longest_probe: AtomicU64,
-    /// Kept zero; reserved for later features without a layout change.
-    pub reserved: AtomicU64,
+    /// The GCRA emission interval (ns) the states were written with, 0 = not recorded (a
+    /// region of another algorithm, or from a build before this word: it was reserved, zero,
+    /// so the layout version is unchanged). See [`super::rescale`].
+    pub gcra_interval: AtomicU64,
     /// Syncer election (offset 96, 16-byte aligned): `owner (high 64) | heartbeat (low 64)`,
     /// changed only by one 16-byte compare-exchange; all-zero = no leader. Was reserved (zero)
     /// before, so older regions read as "no leader" and the layout version is unchanged.

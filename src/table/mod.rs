@@ -9,6 +9,7 @@
 mod header;
 mod log;
 mod owner;
+mod rescale;
 mod slot;
 
 pub use header::LAYOUT_VERSION;

@@ -1157,6 +1157,9 @@ def asan_env():
 
 
 def main():
+    sys.modules.setdefault("run", sys.modules[__name__])  # for the checks in other files
+    import reload_edits
+
     ap = argparse.ArgumentParser()
     ap.add_argument("--module", required=True)
     ap.add_argument("--test-module", required=True)
@@ -1175,12 +1178,16 @@ def main():
         ("redirects-waits", lambda: test_redirects_and_waits(args.module)),
         ("directive-extras", lambda: test_directive_extras(args.module)),
         ("cluster", lambda: test_cluster(args.module)),
+        ("reload-edits", lambda: reload_edits.test_reload_edits(args.module)),
+        ("reload-rates", lambda: reload_edits.test_reload_rates(args.module)),
     ]
     if args.asan_module:
         checks += [
             ("asan-vectors", lambda: test_vectors(args.asan_module, args.vectors, asan_env())),
             ("asan-workers", lambda: test_workers(args.asan_module, 2, asan_env())),
             ("asan-reload", lambda: test_reload(args.asan_module, asan_env())),
+            ("asan-reload-edits",
+             lambda: reload_edits.test_reload_edits(args.asan_module, asan_env())),
             ("asan-redirects-waits", lambda: test_redirects_and_waits(args.asan_module, asan_env())),
             ("asan-cluster", lambda: test_cluster(args.asan_module, asan_env())),
         ]
