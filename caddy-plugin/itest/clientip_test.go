@@ -3,9 +3,7 @@ package itest
 import (
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -46,11 +44,7 @@ const spoofCfg = `{
 // the client address; with it, the key is the address the proxy saw.
 func TestSpoofedForwardedFor(t *testing.T) {
 	bin := binary(t, "WEIR_CADDY")
-	dir := t.TempDir()
-	pol := filepath.Join(dir, "p.toml")
-	if err := os.WriteFile(pol, []byte(perIPPolicy), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	pol := writeFile(t, t.TempDir(), "p.toml", perIPPolicy)
 	policy := "weir {\n\t\tpolicy " + pol + "\n\t}"
 	zone := "weir {\n\t\tzone z {\n\t\t\tkey {client_ip}\n\t\t\trate 1r/h burst 20\n\t\t}\n\t}"
 	header := "weir {\n\t\tzone z {\n\t\t\tkey {http.request.header.X-Api-Key}\n\t\t\trate 1r/h burst 20\n\t\t}\n\t}"
@@ -58,10 +52,7 @@ func TestSpoofedForwardedFor(t *testing.T) {
 		return strings.NewReplacer("%OPTS%", opts, "%WEIR%", weir).Replace(spoofCfg)
 	}
 	validate := func(config string) (string, error) {
-		p := filepath.Join(t.TempDir(), "Caddyfile")
-		if err := os.WriteFile(p, []byte(strings.NewReplacer("%ADMIN%", "2019", "%PORT%", "8080").Replace(config)), 0o644); err != nil {
-			t.Fatal(err)
-		}
+		p := writeFile(t, t.TempDir(), "Caddyfile", strings.NewReplacer("%ADMIN%", "2019", "%PORT%", "8080").Replace(config))
 		out, err := exec.Command(bin, "validate", "--config", p, "--adapter", "caddyfile").CombinedOutput()
 		return string(out), err
 	}

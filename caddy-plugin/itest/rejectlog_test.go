@@ -2,8 +2,6 @@ package itest
 
 import (
 	"encoding/json"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -14,7 +12,6 @@ import (
 // without handle_errors: Caddy's error log does not report it again at error level.
 func TestRejectionLogLevel(t *testing.T) {
 	bin := binary(t, "WEIR_CADDY")
-	dir := t.TempDir()
 	pol := `[zones.g]
 size = "64k"
 algorithm = "gcra"
@@ -30,9 +27,6 @@ nodelay = true
 status = 503
 log_level = "warn"
 `
-	if err := os.WriteFile(filepath.Join(dir, "p.toml"), []byte(pol), 0o644); err != nil {
-		t.Fatal(err)
-	}
 	cfg := strings.ReplaceAll(`%GLOBALS%
 :%PORT% {
 	weir {
@@ -57,7 +51,7 @@ log_level = "warn"
 	}
 	respond "ok"
 }
-`, "%POL%", filepath.Join(dir, "p.toml"))
+`, "%POL%", writeFile(t, t.TempDir(), "p.toml", pol))
 	s := startCaddy(t, bin, "caddyfile", cfg)
 	for _, path := range []string{"/p", "/z", "/e"} {
 		if r := get(t, s.port, path); r.status != 200 {
