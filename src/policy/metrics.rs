@@ -30,18 +30,16 @@ impl Engine {
 /// Writes the counters of `engine` (if any) and of `zones` — tables outside the policy, named
 /// (nginx's `weir_req_zone` / `weir_conn_zone`) — as one Prometheus text (version 0.0.4): each
 /// metric family once, with one `# HELP` and one `# TYPE` line and all its samples under them,
-/// policy zones and `zones` alike in the `weir_zone_*` families. A family without samples is
-/// left out.
+/// policy zones and `zones` alike in the `weir_zone_*` families (left out when there are no
+/// zones at all).
 pub fn render_prometheus(
     engine: Option<&Engine>,
     zones: &[(&str, TableStats)],
     out: &mut impl Write,
 ) -> fmt::Result {
-    if let Some(e) = engine {
-        render_engine(e, out)?;
-    }
     let mut all: Vec<(&str, TableStats)> = Vec::new();
     if let Some(e) = engine {
+        render_engine(e, out)?;
         let pz = &e.policy().zones;
         all.extend((0..pz.len()).map(|z| (pz[z].name.as_str(), e.zone_stats(z))));
     }
