@@ -11,7 +11,7 @@ VECTORS ?= tests/vectors
 
 .PHONY: setup demo demo-engine test lint unit loom fuzz bench-build bench header lib c-test pc \
 	nginx-module nginx-module-test nginx-test \
-	caddy-lib caddy caddy-weirtest caddy-test caddy-lint caddy-ratelimit caddy-bench
+	caddy-lib caddy caddy-weirtest promcheck caddy-test caddy-lint caddy-ratelimit caddy-bench
 
 CFLAGS_TEST = -std=c11 -Wall -Wextra -Werror -g -Iinclude
 NATIVE_LIBS = -lgcc_s -lutil -lrt -lpthread -lm -ldl -lc
@@ -109,9 +109,9 @@ nginx-module-test: lib
 
 # Real nginx (Debian's /usr/sbin/nginx) with the module: every shared vector in
 # policy mode, multi-worker exact counts, SIGKILL, reload, bad configs, ASan.
-nginx-test: nginx-module nginx-module-test
+nginx-test: nginx-module nginx-module-test promcheck
 	python3 tests/nginx/run.py --module target/nginx/ngx_http_weir_module.so \
-		--test-module target/nginx-test/ngx_http_weir_module.so \
+		--test-module target/nginx-test/ngx_http_weir_module.so --promcheck target/caddy/promcheck \
 		--asan-module target/nginx-asan/ngx_http_weir_module.so --vectors $(VECTORS)
 
 # ---- Caddy plugin (caddy-plugin/, docs/CADDY.md) ----------------------------------------
@@ -125,6 +125,11 @@ XCADDY = $(CURDIR)/target/caddy/bin/xcaddy
 # into CGO_CFLAGS so that a changed libweir rebuilds the plugin package.
 CADDY_ENV = CGO_ENABLED=1 GOFLAGS="$(or $(GOFLAGS),-p=1)" \
 	CGO_CFLAGS="-O2 -g -DWEIR_LIB_SHA=$$(sha256sum $(CURDIR)/target/caddy/libweir_caddy.a | cut -c1-16)"
+
+# target/caddy/promcheck: a strict Prometheus text checker (Go's expfmt, what promtool and
+# Telegraf parse with) that the nginx and Caddy tests run weir's metrics through.
+promcheck:
+	cd caddy-plugin && go build -o ../target/caddy/promcheck ./cmd/promcheck
 
 # target/caddy/libweir_caddy.a: libweir.a with every non-weir_* symbol made local.
 caddy-lib: lib

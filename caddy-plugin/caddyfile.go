@@ -37,6 +37,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	        max <n> [queue <n>] [timeout <duration>]   # concurrency
 //	        status <code>
 //	        size <bytes>
+//	        log_level info|notice|warn|error
 //	    }
 //	}
 func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
@@ -104,16 +105,28 @@ func (h *Handler) parseZone(d *caddyfile.Dispenser) error {
 		return d.Errf("weir: zone %s defined twice", name)
 	}
 	z := new(Zone)
+	// Each setting once (match excepted: its blocks add up): a repeat is an error at its line.
+	seen := map[string]bool{}
+	once := func(what string) error {
+		if seen[what] {
+			return d.Errf("weir: zone %s: %s given twice", name, what)
+		}
+		seen[what] = true
+		return nil
+	}
 	intArg := func(what string, dst *int) error {
 		if !d.NextArg() {
 			return d.ArgErr()
 		}
-		if *dst != 0 {
-			return d.Errf("weir: zone %s: %s already specified", name, what)
+		if err := once(what); err != nil {
+			return err
 		}
 		n, err := strconv.Atoi(d.Val())
 		if err != nil {
 			return d.Errf("weir: zone %s: invalid %s %q: expected a whole number", name, what, d.Val())
+		}
+		if n > maxJSONInt {
+			return d.Errf("weir: zone %s: %s %d is too large", name, what, n)
 		}
 		*dst = n
 		return nil
@@ -122,8 +135,8 @@ func (h *Handler) parseZone(d *caddyfile.Dispenser) error {
 		if !d.NextArg() {
 			return d.ArgErr()
 		}
-		if *dst != 0 {
-			return d.Errf("weir: zone %s: %s already specified", name, what)
+		if err := once(what); err != nil {
+			return err
 		}
 		v, err := caddy.ParseDuration(d.Val())
 		if err != nil {
@@ -165,8 +178,8 @@ func (h *Handler) parseZone(d *caddyfile.Dispenser) error {
 			if !d.NextArg() {
 				return d.ArgErr()
 			}
-			if z.Key != "" {
-				return d.Errf("weir: zone %s: key already specified: %s", name, z.Key)
+			if err := once("key"); err != nil {
+				return err
 			}
 			z.Key = d.Val()
 			if d.NextArg() {
@@ -183,6 +196,9 @@ func (h *Handler) parseZone(d *caddyfile.Dispenser) error {
 		case "rate":
 			if !d.NextArg() {
 				return d.ArgErr()
+			}
+			if err := once("rate"); err != nil {
+				return err
 			}
 			if _, _, rerr := parseRate(d.Val()); rerr != nil {
 				return d.Errf("weir: zone %s: %v", name, rerr)
@@ -202,7 +218,25 @@ func (h *Handler) parseZone(d *caddyfile.Dispenser) error {
 		case "status":
 			err = intArg("status", &z.Status)
 		case "size":
-			err = intArg("size", &z.Size)
+			if err = intArg("size", &z.Size); err == nil {
+				if serr := checkSize(z.Size, zoneMinBytes()); serr != nil {
+					err = d.Errf("weir: zone %s: %v", name, serr)
+				}
+			}
+		case "log_level":
+			if !d.NextArg() {
+				return d.ArgErr()
+			}
+			if err := once("log_level"); err != nil {
+				return err
+			}
+			if _, lerr := parseLogLevel(d.Val()); lerr != nil {
+				return d.Errf("weir: zone %s: %v", name, lerr)
+			}
+			z.LogLevel = d.Val()
+			if d.NextArg() {
+				return d.ArgErr()
+			}
 		case "match":
 			ms, merr := caddyhttp.ParseCaddyfileNestedMatcherSet(d)
 			if merr != nil {

@@ -278,6 +278,9 @@ func (e *engine) queueTimeout(i int) uint64 {
 	return uint64(ns)
 }
 
+// logLevel is limit i's log_level (weir_engine_limit_log_level: 0 info … 3 error).
+func (e *engine) logLevel(i int) int { return int(C.weir_engine_limit_log_level(e.p, C.size_t(i))) }
+
 // limitCounters is a snapshot of weir_engine_limit_counters for limit i.
 type limitCounters struct {
 	passed, delayed, rejected, queued, dryRunDelayed, dryRunRejected uint64
@@ -357,6 +360,9 @@ type zoneParams struct {
 func logZoneBytes(events, keys uint64) uint64 {
 	return uint64(C.weir_log_zone_bytes(C.uint64_t(events), C.size_t(keys)))
 }
+
+// zoneMinBytes is the smallest table a GCRA, sliding or concurrency zone can have.
+func zoneMinBytes() uint64 { return uint64(C.weir_zone_min_bytes()) }
 
 func newZone(p zoneParams) (*zone, error) {
 	var cerr *C.weir_error

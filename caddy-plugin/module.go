@@ -4,6 +4,7 @@
 package weir
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -19,6 +20,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 )
 
 func init() {
@@ -39,10 +41,13 @@ type Handler struct {
 	// Log the (expanded) key of rejected requests. Off by default: keys may be personal data.
 	LogKey bool `json:"log_key,omitempty"`
 
-	logger    *zap.Logger
-	policyKey string
-	policy    *engineState
-	zones     []*inlineZone
+	logger *zap.Logger
+	// answerRejections: the server has no handle_errors routes, so rejections are answered
+	// here instead of handed to Caddy's error handling (see rejected).
+	answerRejections bool
+	policyKey        string
+	policy           *engineState
+	zones            []*inlineZone
 }
 
 // Zone is one inline zone. Exactly one algorithm's parameters must be given:
@@ -71,6 +76,8 @@ type Zone struct {
 	// Table size in bytes (default 1 MiB; the table holds a fixed number of keys and evicts
 	// expired ones first).
 	Size int `json:"size,omitempty"`
+	// Level of the log entry of each rejection: info (default), notice, warn or error.
+	LogLevel string `json:"log_level,omitempty"`
 }
 
 type inlineZone struct {
@@ -83,6 +90,7 @@ type inlineZone struct {
 	matchers caddyhttp.MatcherSets
 	status   int
 	timeout  time.Duration
+	logLevel zapcore.Level
 }
 
 // CaddyModule returns the Caddy module information.
@@ -99,11 +107,16 @@ const maxLogEvents = 4096
 // zoneParamsOf validates a zone and returns its weir parameters.
 func zoneParamsOf(name string, z *Zone) (zoneParams, error) {
 	p := zoneParams{bytes: 1 << 20}
-	if z.Size < 0 {
-		return p, fmt.Errorf("zone %s: size must be positive", name)
-	}
-	if z.Size > 0 {
+	if z.Size != 0 {
+		if err := checkSize(z.Size, zoneMinBytes()); err != nil {
+			return p, fmt.Errorf("zone %s: %v", name, err)
+		}
 		p.bytes = uint64(z.Size)
+	}
+	if z.LogLevel != "" {
+		if _, err := parseLogLevel(z.LogLevel); err != nil {
+			return p, fmt.Errorf("zone %s: %v", name, err)
+		}
 	}
 	sliding := z.MaxEvents != 0 || z.Window != 0
 	gcra := z.Rate != "" || z.Burst != 0
@@ -142,6 +155,9 @@ func zoneParamsOf(name string, z *Zone) (zoneParams, error) {
 			// Without a size: 1 MiB, or room for 1024 keys when their logs need more.
 			if min := logZoneBytes(p.events, 1024); z.Size == 0 && p.bytes < min {
 				p.bytes = min
+			}
+			if err := checkSize(int(p.bytes), logZoneBytes(p.events, 1)); err != nil {
+				return p, fmt.Errorf("zone %s: %v", name, err)
 			}
 		}
 	case gcra:
@@ -209,6 +225,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err := h.Validate(); err != nil {
 		return err
 	}
+	if err := h.checkServer(ctx); err != nil {
+		return err
+	}
 	if h.Policy != "" {
 		startClusterLog()
 		text, err := os.ReadFile(h.Policy)
@@ -225,6 +244,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 			s := &engineState{eng: eng, source: h.Policy}
 			for i := range eng.limits {
 				s.timeouts = append(s.timeouts, eng.queueTimeout(i))
+				s.logLevels = append(s.logLevels, policyLogLevel(eng.logLevel(i)))
 			}
 			return s, nil
 		})
@@ -246,6 +266,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		if iz.status == 0 {
 			iz.status = http.StatusTooManyRequests
 		}
+		iz.logLevel, _ = parseLogLevel(cmp.Or(z.LogLevel, "info"))
 		iz.timeout = time.Duration(z.Timeout)
 		if iz.timeout == 0 {
 			iz.timeout = 5 * time.Second

@@ -11,6 +11,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 )
 
 // Placeholders set on every request the handler sees.
@@ -154,14 +155,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	if len(h.zones) > 0 {
 		st, lim, err := h.serveZones(w, r, repl, &env, rs)
 		if err != nil {
-			return err
+			return unlessAnswered(err)
 		}
 		status, limit = st, lim
 	}
 	if h.policy != nil {
 		st, lim, err := h.servePolicy(w, r, repl, &env, rs)
 		if err != nil {
-			return err
+			return unlessAnswered(err)
 		}
 		if st != "pass" || limit == "" {
 			status, limit = st, lim
@@ -214,10 +215,22 @@ func setPlaceholders(r *http.Request, repl *caddy.Replacer, status, limit string
 	repl.Map(p.get)
 }
 
-// rejected sets the response fields and returns the error Caddy turns into the status
-// (so that handle_errors can shape the response).
+// errAnswered stops the request after rejected answered it itself (ServeHTTP returns nil).
+var errAnswered = errors.New("weir: answered")
+
+func unlessAnswered(err error) error {
+	if err == errAnswered {
+		return nil
+	}
+	return err
+}
+
+// rejected sets the response fields, logs the rejection at the limit's level and returns the
+// error Caddy turns into the status (so that handle_errors can shape the response). Without
+// handle_errors it answers the status itself (as Caddy would, with an empty body), so that
+// Caddy's error log does not report every rejection again (a 5xx at error level).
 func (h *Handler) rejected(w http.ResponseWriter, r *http.Request, repl *caddy.Replacer, env *reqEnv,
-	status int, limit, retry string, lines [][2]string, key string) error {
+	status int, limit string, level zapcore.Level, retry string, lines [][2]string, key string) error {
 	hdr := w.Header()
 	for _, l := range lines {
 		hdr.Set(l[0], l[1])
@@ -227,7 +240,7 @@ func (h *Handler) rejected(w http.ResponseWriter, r *http.Request, repl *caddy.R
 	}
 	setPlaceholders(r, repl, "reject", limit)
 	if h.logger != nil {
-		if ce := h.logger.Check(zap.InfoLevel, "rate limit exceeded"); ce != nil {
+		if ce := h.logger.Check(level, "rate limit exceeded"); ce != nil {
 			fields := []zap.Field{zap.String("limit", limit), zap.Int("status", status),
 				zap.String("retry_after", hdr.Get("Retry-After")), zap.String("client_ip", env.clientIP(r))}
 			if h.LogKey && key != "" {
@@ -237,6 +250,10 @@ func (h *Handler) rejected(w http.ResponseWriter, r *http.Request, repl *caddy.R
 		}
 	}
 	testReport(w, env, "reject", limit, nil)
+	if h.answerRejections {
+		w.WriteHeader(status)
+		return errAnswered
+	}
 	return caddyhttp.Error(status, errors.New("weir: rate limit exceeded: "+limit))
 }
 
@@ -282,7 +299,7 @@ func (h *Handler) serveZones(w http.ResponseWriter, r *http.Request, repl *caddy
 			if c.action == actReject {
 				refund()
 				st.rejected.Add(1)
-				return "", "", h.rejected(w, r, repl, env, z.status, z.name, retryAfter(time.Duration(c.retryNS)), nil, key)
+				return "", "", h.rejected(w, r, repl, env, z.status, z.name, z.logLevel, retryAfter(time.Duration(c.retryNS)), nil, key)
 			}
 			st.passed.Add(1)
 			rs.charged = append(rs.charged, charge{z, key})
@@ -303,7 +320,7 @@ func (h *Handler) serveZones(w http.ResponseWriter, r *http.Request, repl *caddy
 		if !admitted {
 			refund()
 			st.rejected.Add(1)
-			return "", "", h.rejected(w, r, repl, env, z.status, z.name, "1", nil, key)
+			return "", "", h.rejected(w, r, repl, env, z.status, z.name, z.logLevel, "1", nil, key)
 		}
 		if permitHeld(p) {
 			st.passed.Add(1)
@@ -388,7 +405,7 @@ func (h *Handler) servePolicy(w http.ResponseWriter, r *http.Request, repl *cadd
 	}
 	switch v.action() {
 	case actReject:
-		return "", "", h.rejected(w, r, repl, env, v.status(), limit, "", v.headerLines(), "")
+		return "", "", h.rejected(w, r, repl, env, v.status(), limit, s.logLevel(v.limit()), "", v.headerLines(), "")
 	case actQueue:
 		if env.test != nil {
 			// Test harness: report the queue verdict and keep the ticket for a retry step.
@@ -401,9 +418,9 @@ func (h *Handler) servePolicy(w http.ResponseWriter, r *http.Request, repl *cadd
 		}
 		if !ok {
 			if v.action() == actReject {
-				return "", "", h.rejected(w, r, repl, env, v.status(), limit, "", v.headerLines(), "")
+				return "", "", h.rejected(w, r, repl, env, v.status(), limit, s.logLevel(v.limit()), "", v.headerLines(), "")
 			}
-			return "", "", h.rejected(w, r, repl, env, v.status(), limit, "1", nil, "")
+			return "", "", h.rejected(w, r, repl, env, v.status(), limit, s.logLevel(v.limit()), "1", nil, "")
 		}
 		holdPermits()
 		h.passHeaders(w, v)

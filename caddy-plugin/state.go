@@ -2,6 +2,7 @@ package weir
 
 import (
 	"github.com/caddyserver/caddy/v2"
+	"go.uber.org/zap/zapcore"
 
 	"sync"
 	"sync/atomic"
@@ -18,8 +19,17 @@ type engineState struct {
 	mu     sync.RWMutex
 	eng    *engine
 	source string
-	// Queue timeouts per limit (ns), read once.
-	timeouts []uint64
+	// Queue timeouts per limit (ns) and the log level of its rejections, read once.
+	timeouts  []uint64
+	logLevels []zapcore.Level
+}
+
+// logLevel is the level limit i's rejections are logged at.
+func (s *engineState) logLevel(i int) zapcore.Level {
+	if i >= 0 && i < len(s.logLevels) {
+		return s.logLevels[i]
+	}
+	return zapcore.ErrorLevel
 }
 
 // Destruct implements caddy.Destructor.

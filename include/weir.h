@@ -274,6 +274,16 @@ typedef struct weir_limit_counters {
 } weir_limit_counters;
 
 /*
+ A zone outside the policy (nginx's `weir_req_zone`) for weir_prometheus, and the name its
+ samples carry (`zone="…"`). A NULL `zone` is skipped.
+ */
+typedef struct weir_named_zone {
+  const struct weir_zone *zone;
+  const uint8_t *name;
+  size_t name_len;
+} weir_named_zone;
+
+/*
  A zone's counters.
  */
 typedef struct weir_zone_stats {
@@ -538,6 +548,19 @@ int weir_engine_limit_counters(const struct weir_engine *e,
  `*written` is the size needed.
  */
 int weir_engine_prometheus(const struct weir_engine *e, uint8_t *buf, size_t cap, size_t *written);
+
+/*
+ Renders the counters of engine `e` (may be NULL) and of `zones[0..n]` as one Prometheus
+ text, each metric family once (one HELP and one TYPE line, all its samples under them):
+ the zones join the policy's zones in the `weir_zone_*` families. Buffer protocol as
+ weir_engine_prometheus.
+ */
+int weir_prometheus(const struct weir_engine *e,
+                    const struct weir_named_zone *zones,
+                    size_t n,
+                    uint8_t *buf,
+                    size_t cap,
+                    size_t *written);
 
 /*
  Bytes a zone needs at least.

@@ -2706,13 +2706,14 @@ ngx_http_weir_policy_directive(ngx_conf_t *cf, ngx_command_t *cmd,
 static ngx_int_t
 ngx_http_weir_status_handler(ngx_http_request_t *r)
 {
-    size_t                      cap, written, len;
-    u_char                     *p, dummy[1];
+    int                         wrc;
+    size_t                      len, cap, need;
+    u_char                      dummy[1];
     ngx_int_t                   rc;
     ngx_buf_t                  *b;
-    ngx_uint_t                  i;
+    ngx_uint_t                  i, n;
     ngx_chain_t                 out;
-    weir_zone_stats             zs;
+    weir_named_zone            *named;
     ngx_http_weir_zone_ctx_t  **zones;
     ngx_http_weir_main_conf_t  *wmcf;
 
@@ -2727,71 +2728,55 @@ ngx_http_weir_status_handler(ngx_http_request_t *r)
 
     wmcf = ngx_http_get_module_main_conf(r, ngx_http_weir_module);
 
-    written = 0;
-
-    if (wmcf->engine) {
-        (void) weir_engine_prometheus(wmcf->engine, dummy, 0, &written);
-    }
+    /*
+     * the policy's counters and the directive zones' in one text:
+     * each metric family once, zones of both kinds in weir_zone_*
+     */
 
     zones = wmcf->zones.elts;
-
-    cap = written + 64;
-
-    for (i = 0; i < wmcf->zones.nelts; i++) {
-        cap += 9 * (zones[i]->shm_zone->shm.name.len + NGX_INT64_LEN + 64);
-    }
-
-    b = ngx_create_temp_buf(r->pool, cap);
-    if (b == NULL) {
+    named = ngx_pcalloc(r->pool,
+                        (wmcf->zones.nelts + 1) * sizeof(weir_named_zone));
+    if (named == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    p = b->last;
+    for (i = 0; i < wmcf->zones.nelts; i++) {
+        named[i].zone = zones[i]->zone;
+        named[i].name = zones[i]->shm_zone->shm.name.data;
+        named[i].name_len = zones[i]->shm_zone->shm.name.len;
+    }
 
-    if (wmcf->engine) {
-        if (weir_engine_prometheus(wmcf->engine, p, cap, &written)
-            != WEIR_OK)
-        {
+    /* counters may gain digits between the calls: room to spare, retry */
+
+    b = NULL;
+    need = 0;
+    wrc = weir_prometheus(wmcf->engine, named, wmcf->zones.nelts, dummy, 0,
+                          &need);
+
+    for (n = 0; n < 3 && wrc == WEIR_ERR_BUFFER_TOO_SMALL; n++) {
+        cap = need + need / 8 + 256;
+
+        b = ngx_create_temp_buf(r->pool, cap);
+        if (b == NULL) {
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
         }
 
-        p += written;
+        wrc = weir_prometheus(wmcf->engine, named, wmcf->zones.nelts,
+                              b->last, cap, &need);
     }
 
-    if (wmcf->zones.nelts) {
-        p = ngx_cpymem(p, "# TYPE weir_zone_capacity gauge\n",
-                       sizeof("# TYPE weir_zone_capacity gauge\n") - 1);
+    if (wrc != WEIR_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    for (i = 0; i < wmcf->zones.nelts; i++) {
-        ngx_str_t  *name;
-
-        if (zones[i]->zone == NULL
-            || weir_zone_get_stats(zones[i]->zone, &zs) != WEIR_OK)
-        {
-            continue;
+    if (b == NULL) {
+        b = ngx_calloc_buf(r->pool);
+        if (b == NULL) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
         }
-
-        name = &zones[i]->shm_zone->shm.name;
-
-#define weir_zone_line(metric, val)                                          \
-        p = ngx_sprintf(p, "weir_zone_" metric "{zone=\"%V\"} %uL\n",        \
-                        name, (uint64_t) (val))
-
-        weir_zone_line("capacity", zs.capacity);
-        weir_zone_line("occupancy", zs.occupancy);
-        weir_zone_line("inserts_total", zs.inserts);
-        weir_zone_line("evicted_expired_total", zs.evicted_expired);
-        weir_zone_line("evicted_active_total", zs.evicted_active);
-        weir_zone_line("longest_probe", zs.longest_probe);
-        weir_zone_line("passed_total", zs.passed);
-        weir_zone_line("delayed_total", zs.delayed);
-        weir_zone_line("rejected_total", zs.rejected);
-
-#undef weir_zone_line
     }
 
-    b->last = p;
+    b->last += need;
     len = b->last - b->pos;
 
     r->headers_out.status = NGX_HTTP_OK;

@@ -30,6 +30,16 @@ func binary(t *testing.T, env string) string {
 	return p
 }
 
+// writeFile writes text to dir/name and returns the path.
+func writeFile(t *testing.T, dir, name, text string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
 // freePort returns a currently free 127.0.0.1 port.
 func freePort(t *testing.T) int {
 	t.Helper()

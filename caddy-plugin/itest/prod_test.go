@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/weir-rs/weir/caddy-plugin/promcheck"
 )
 
 // These tests run the production binary (target/caddy/caddy, built by xcaddy): real clock,
@@ -108,6 +110,9 @@ func TestReloadKeepsState(t *testing.T) {
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
+	if err := promcheck.Check(body); err != nil {
+		t.Errorf("admin /metrics is not valid Prometheus text: %v", err)
+	}
 	m := string(body)
 	for _, want := range []string{
 		`caddy_http_weir_requests_total{limit="pg",outcome="passed",source="policy:` + dir + `/p.toml"} 1`,
@@ -356,6 +361,20 @@ func TestBadConfigs(t *testing.T) {
 			regexp.QuoteMeta(dir+"/bad.toml:4:") + `.*unknown rate unit.*Caddyfile:3`},
 		{"missing policy", ":8080 {\n\tweir {\n\t\tpolicy " + dir + "/nope.toml\n\t}\n}\n",
 			`reading policy.*Caddyfile:3`},
+		{"size beyond int64 JSON", ":8080 {\n\tweir {\n\t\tzone z {\n\t\t\trate 10r/s\n\t\t\tsize 9223372036854775807\n\t\t}\n\t}\n}\n",
+			`size 9223372036854775807 is too large.*Caddyfile:5`},
+		{"size above 1 TiB", ":8080 {\n\tweir {\n\t\tzone z {\n\t\t\trate 10r/s\n\t\t\tsize 2199023255552\n\t\t}\n\t}\n}\n",
+			`size 2199023255552 is too large: at most 1099511627776 bytes.*Caddyfile:5`},
+		{"size 1", ":8080 {\n\tweir {\n\t\tzone z {\n\t\t\trate 10r/s\n\t\t\tsize 1\n\t\t}\n\t}\n}\n",
+			`size 1 is below the [0-9]+ bytes.*Caddyfile:5`},
+		{"log zone too small", ":8080 {\n\tweir {\n\t\tzone z {\n\t\t\tevents 4096\n\t\t\twindow 1m\n\t\t\tsize 4096\n\t\t}\n\t}\n}\n",
+			`size 4096 is below the [0-9]+ bytes.*Caddyfile:7`},
+		{"events twice", ":8080 {\n\tweir {\n\t\tzone z {\n\t\t\tevents 0\n\t\t\tevents 5\n\t\t\twindow 1m\n\t\t}\n\t}\n}\n",
+			`events given twice.*Caddyfile:5`},
+		{"burst twice", ":8080 {\n\tweir {\n\t\tzone z {\n\t\t\trate 1r/s burst 0\n\t\t\tburst 5\n\t\t}\n\t}\n}\n",
+			`burst given twice.*Caddyfile:5`},
+		{"bad log_level", ":8080 {\n\tweir {\n\t\tzone z {\n\t\t\trate 1r/s\n\t\t\tlog_level loud\n\t\t}\n\t}\n}\n",
+			`unknown log_level.*Caddyfile:5`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -385,6 +404,15 @@ func TestBadConfigs(t *testing.T) {
 	out, err := exec.Command(bin, "validate", "--config", p).CombinedOutput()
 	if err == nil || !strings.Contains(string(out), dir+"/bad.toml:4:") {
 		t.Errorf("JSON validate: err=%v\n%s", err, out)
+	}
+	// JSON: a zone size below the table's minimum.
+	js = `{"apps":{"http":{"servers":{"s":{"listen":[":8080"],"routes":[{"handle":[{"handler":"weir","rate_limits":{"z":{"rate":"1r/s","size":1}}}]}]}}}}}`
+	if err := os.WriteFile(p, []byte(js), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err = exec.Command(bin, "validate", "--config", p).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "size 1 is below") {
+		t.Errorf("JSON validate of size 1: err=%v\n%s", err, out)
 	}
 }
 
@@ -426,6 +454,7 @@ burst = 5
 	auto_https off
 	servers {
 		trusted_proxies static 127.0.0.0/8
+		trusted_proxies_strict
 	}
 }
 :%PORT% {

@@ -1148,6 +1148,62 @@ status = 429
         redis.cleanup()
 
 
+def test_metrics(module, promcheck):
+    """weir_status is valid Prometheus text for a strict parser (Go's expfmt, through
+    promcheck) with a policy only, directive zones only, and both: one HELP/TYPE pair per
+    family, every zone in the same weir_zone_* families."""
+    check(os.access(promcheck, os.X_OK), f"{promcheck} missing: run make promcheck")
+    policy = """[zones.pz]
+size = "64k"
+algorithm = "gcra"
+rate = "1r/m"
+[[limit]]
+name = "per-ip"
+class = "*"
+zone = "pz"
+"""
+    zones = """
+    weir_req_zone $binary_remote_addr zone=rz:1m rate=1r/m;
+    weir_conn_zone $binary_remote_addr zone=cz:1m;
+"""
+    setups = {
+        "policy": ("    weir_policy %DIR%/policy.toml;\n", "weir on;", ["pz"]),
+        "directives": (zones, "weir_req zone=rz; weir_conn cz 1;", ["rz", "cz"]),
+        "both": (zones + "    weir_policy %DIR%/policy.toml;\n",
+                 "weir on; weir_req zone=rz; weir_conn cz 1;", ["pz", "rz", "cz"]),
+    }
+    families = ("capacity", "occupancy", "inserts_total", "evictions_expired_total",
+                "evictions_active_total", "longest_probe", "passed_total", "delayed_total",
+                "rejected_total")
+    for name, (main, loc, names) in setups.items():
+        http = f"""{main}
+    server {{
+        listen 127.0.0.1:%PORT%;
+        location = /metrics {{ weir_status; }}
+        location / {{ {loc} return 204; }}
+    }}
+"""
+        ngx = Nginx(module, http, files={"policy.toml": policy})
+        try:
+            ngx.start()
+            request(ngx.port, "GET", "/")
+            request(ngx.port, "GET", "/")
+            status, text = get_body(ngx.port, "/metrics")
+            check(status == 200, f"{name}: weir_status answered {status}")
+            p = subprocess.run([promcheck], input=text, capture_output=True, text=True, timeout=60)
+            check(p.returncode == 0, f"{name}: weir_status is not valid Prometheus text: "
+                  f"{p.stderr.strip()}\n{text}")
+            for fam in families:
+                check(text.count(f"# TYPE weir_zone_{fam} ") == 1, f"{name}: weir_zone_{fam}:\n{text}")
+                for z in names:
+                    check(f'weir_zone_{fam}{{zone="{z}"}} ' in text,
+                          f"{name}: weir_zone_{fam} lacks zone {z}:\n{text}")
+            check("evicted_" not in text, f"{name}: an old metric name:\n{text}")
+        finally:
+            ngx.cleanup()
+    return "policy only, directives only and both: valid for expfmt, one name per zone metric"
+
+
 def asan_env():
     lib = subprocess.run(["gcc", "-print-file-name=libasan.so"], capture_output=True,
                          text=True).stdout.strip()
@@ -1166,6 +1222,8 @@ def main():
     ap.add_argument("--asan-module")
     ap.add_argument("--vectors", default="tests/vectors")
     ap.add_argument("--only", help="run only the checks whose name contains this")
+    ap.add_argument("--promcheck", default="target/caddy/promcheck",
+                    help="strict Prometheus text checker (make promcheck)")
     args = ap.parse_args()
 
     checks = [
@@ -1180,6 +1238,7 @@ def main():
         ("cluster", lambda: test_cluster(args.module)),
         ("reload-edits", lambda: reload_edits.test_reload_edits(args.module)),
         ("reload-rates", lambda: reload_edits.test_reload_rates(args.module)),
+        ("metrics", lambda: test_metrics(args.module, args.promcheck)),
     ]
     if args.asan_module:
         checks += [
