@@ -40,10 +40,15 @@ pub const QUERY_STACK_BUF: usize = 512;
 /// Syntax: `*` matches any run of bytes (including `/`), `?` matches exactly
 /// one byte, `[abc]`, `[a-z]` and `[!a-z]` match one byte from (or not from)
 /// a set of ASCII bytes, `\x` matches `x` literally. Everything else matches
-/// itself, case-sensitively.
+/// itself, case-sensitively unless the glob ignores ASCII case (`iglob`).
+///
+/// Invariant of an ASCII-case-insensitive glob: its literal bytes and class ranges are stored
+/// lowercase (classes hold the lowercase twin of every uppercase range), and the subject is
+/// lowercased byte by byte as it is compared, so matching still allocates nothing.
 #[derive(Clone)]
 pub struct Glob {
     src: String,
+    ignore_case: bool,
     kind: GlobKind,
 }
 
@@ -67,6 +72,24 @@ enum Tok {
 }
 
 impl Tok {
+    /// Lowercase a literal; give a class the lowercase twin of its uppercase ranges.
+    fn fold_case(&mut self) {
+        match self {
+            Tok::Lit(b) => *b = b.to_ascii_lowercase(),
+            Tok::Class { ranges, .. } => {
+                let mut all = ranges.to_vec();
+                for &(lo, hi) in ranges.iter() {
+                    let (lo, hi) = (lo.max(b'A'), hi.min(b'Z'));
+                    if lo <= hi {
+                        all.push((lo.to_ascii_lowercase(), hi.to_ascii_lowercase()));
+                    }
+                }
+                *ranges = all.into_boxed_slice();
+            }
+            Tok::One | Tok::Star => {}
+        }
+    }
+
     #[inline]
     fn matches(&self, b: u8) -> bool {
         match self {
@@ -83,6 +106,16 @@ impl Tok {
 impl Glob {
     /// Compile a glob. The error string says what is wrong with the pattern.
     pub fn new(pattern: &str) -> Result<Glob, String> {
+        Glob::build(pattern, false)
+    }
+
+    /// Compile a glob whose letters match in either ASCII case (`a` matches `a` and `A`,
+    /// `[a-c]` matches `B`); bytes outside ASCII compare exactly.
+    pub fn new_ignore_case(pattern: &str) -> Result<Glob, String> {
+        Glob::build(pattern, true)
+    }
+
+    fn build(pattern: &str, ignore_case: bool) -> Result<Glob, String> {
         let bytes = pattern.as_bytes();
         let mut toks = Vec::new();
         let mut i = 0;
@@ -119,6 +152,11 @@ impl Glob {
                 }
             }
         }
+        if ignore_case {
+            for t in &mut toks {
+                t.fold_case();
+            }
+        }
         let lits = |t: &[Tok]| -> Option<Box<[u8]>> {
             t.iter()
                 .map(|t| match t {
@@ -138,13 +176,23 @@ impl Glob {
         };
         Ok(Glob {
             src: pattern.to_owned(),
+            ignore_case,
             kind,
         })
     }
 
     /// The literal this glob reduces to, if it is one (no wildcard but a leading or trailing
-    /// `*`).
+    /// `*`) and compares bytes exactly (no letter under `ignore_case`).
     pub(crate) fn literal_form(&self) -> Option<LiteralGlob<'_>> {
+        if self.ignore_case {
+            let (GlobKind::Exact(l) | GlobKind::Prefix(l) | GlobKind::Suffix(l)) = &self.kind
+            else {
+                return None;
+            };
+            if l.iter().any(u8::is_ascii_alphabetic) {
+                return None;
+            }
+        }
         match &self.kind {
             GlobKind::Exact(l) => Some(LiteralGlob::Exact(l)),
             GlobKind::Prefix(l) => Some(LiteralGlob::Prefix(l)),
@@ -160,6 +208,9 @@ impl Glob {
 
     /// Does the whole of `s` match?
     pub fn is_match(&self, s: &[u8]) -> bool {
+        if self.ignore_case {
+            return self.is_match_ignore_case(s);
+        }
         match &self.kind {
             GlobKind::Exact(l) => bytes::eq(s, l),
             GlobKind::Prefix(p) => bytes::starts_with(s, p),
@@ -167,14 +218,27 @@ impl Glob {
             GlobKind::Suffix(p) => {
                 s.len() >= p.len() && s.last() == p.last() && bytes::ends_with(s, p)
             }
-            GlobKind::General(t) => match_toks(t, s),
+            GlobKind::General(t) => match_toks::<false>(t, s),
+        }
+    }
+
+    /// [`Glob::is_match`] for a glob stored lowercase: the subject is lowercased as it is read.
+    fn is_match_ignore_case(&self, s: &[u8]) -> bool {
+        match &self.kind {
+            GlobKind::Exact(l) => s.eq_ignore_ascii_case(l),
+            GlobKind::Prefix(p) => s.len() >= p.len() && s[..p.len()].eq_ignore_ascii_case(p),
+            GlobKind::Suffix(p) => {
+                s.len() >= p.len() && s[s.len() - p.len()..].eq_ignore_ascii_case(p)
+            }
+            GlobKind::General(t) => match_toks::<true>(t, s),
         }
     }
 }
 
 impl fmt::Debug for Glob {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Glob({:?})", self.src)
+        let kind = if self.ignore_case { "IGlob" } else { "Glob" };
+        write!(f, "{kind}({:?})", self.src)
     }
 }
 
@@ -249,8 +313,9 @@ fn parse_class(pattern: &str, start: usize) -> Result<(Tok, usize), String> {
 }
 
 /// Wildcard matching with single-star backtracking: O(len(s) * len(toks))
-/// worst case, no allocation, no recursion.
-fn match_toks(toks: &[Tok], s: &[u8]) -> bool {
+/// worst case, no allocation, no recursion. `FOLD`: compare each subject byte lowercased
+/// (the tokens being stored lowercase).
+fn match_toks<const FOLD: bool>(toks: &[Tok], s: &[u8]) -> bool {
     let (mut p, mut i) = (0usize, 0usize);
     let mut star: Option<(usize, usize)> = None;
     while i < s.len() {
@@ -260,7 +325,8 @@ fn match_toks(toks: &[Tok], s: &[u8]) -> bool {
                 p += 1;
                 continue;
             }
-            if t.matches(s[i]) {
+            let b = if FOLD { s[i].to_ascii_lowercase() } else { s[i] };
+            if t.matches(b) {
                 p += 1;
                 i += 1;
                 continue;
@@ -792,6 +858,54 @@ mod tests {
         assert!(Glob::new("a\\").is_err());
         assert!(Glob::new("[z-a]").is_err());
         assert!(Glob::new("[]").is_err());
+    }
+
+    #[test]
+    fn iglob_ignores_ascii_case_only() {
+        let g = Glob::new_ignore_case("*special*:*WhatLinksHere*").unwrap();
+        assert!(g.is_match(b"/w/SPECIAL:whatlinkshere/X"));
+        assert!(g.is_match(b"/index.php/_special_:_WhatLinksHere"));
+        assert!(!g.is_match(b"/w/Special:WhatLinksThere"));
+        // Outside ASCII, bytes compare exactly (no Unicode case folding).
+        let g = Glob::new_ignore_case("*\u{e9}t\u{e9}").unwrap();
+        assert!(g.is_match("/\u{e9}T\u{e9}".as_bytes()));
+        assert!(!g.is_match("/\u{c9}t\u{e9}".as_bytes()));
+        let g = Glob::new_ignore_case("[A-C]x[!Y]").unwrap();
+        assert!(g.is_match(b"bXz") && g.is_match(b"BxZ") && !g.is_match(b"Bxy"));
+        for (p, yes, no) in [
+            ("/API", "/api", "/apix"),
+            ("/Static/*", "/STATIC/a.css", "/stat"),
+            ("*.CSS", "/a.css", "/a.cs"),
+        ] {
+            let g = Glob::new_ignore_case(p).unwrap();
+            assert!(!matches!(g.kind, GlobKind::General(_)), "{p}");
+            assert!(g.literal_form().is_none(), "{p}: letters are no exact literal");
+            assert!(g.is_match(yes.as_bytes()) && !g.is_match(no.as_bytes()), "{p}");
+        }
+        assert!(Glob::new_ignore_case("*.123").unwrap().literal_form().is_some());
+        assert_eq!(format!("{:?}", Glob::new_ignore_case("a").unwrap()), "IGlob(\"a\")");
+    }
+
+    /// An iglob answers as the lowercased glob on the lowercased subject (patterns whose classes
+    /// stay within one case of letters, where lowercasing the pattern keeps its meaning).
+    #[test]
+    fn iglob_is_the_glob_of_lowercase() {
+        let toks = ["a", "B", "*", "?", "[a-c]", "[!B]", "\\*", "x", "Y"];
+        let subject = b"aAbBcCxXyY*";
+        let mut next = crate::policy::test_rng::xorshift(0x2545_f491_4f6c_dd1du64);
+        for _ in 0..20_000 {
+            let p: String = (0..next() % 7)
+                .map(|_| toks[(next() % toks.len() as u64) as usize])
+                .collect();
+            let s: Vec<u8> = (0..next() % 9)
+                .map(|_| subject[(next() % subject.len() as u64) as usize])
+                .collect();
+            let folded = Glob::new_ignore_case(&p).unwrap().is_match(&s);
+            let lower = Glob::new(&p.to_ascii_lowercase())
+                .unwrap()
+                .is_match(&s.to_ascii_lowercase());
+            assert_eq!(folded, lower, "{p:?} on {:?}", String::from_utf8_lossy(&s));
+        }
     }
 
     #[test]
