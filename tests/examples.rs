@@ -67,17 +67,18 @@ fn wiki_distributed_crawler_hits_the_global_tools_limit() {
     // Ordinary pages from the same clients are unaffected.
     let o = eval(&e, &req("GET", "/wiki/Main_Page", "203.0.1.7"), 60);
     assert_eq!(o.action, Action::Pass);
-    // Logged-in editors are exempt even from the tools limits.
+    // Logged-in editors have a tools budget of their own (not an exemption).
     let r =
         req("GET", "/w/Special:WhatLinksHere/X", "203.0.99.7").header("Cookie", "wiki_session=abc");
-    assert!(eval(&e, &r, 61).exempt.is_some());
+    let o = eval(&e, &r, 61);
+    assert_eq!((o.action, o.exempt), (Action::Pass, None));
 }
 
 #[test]
 fn wiki_tools_per_network_and_trusted_proxies() {
     let e = engine("wiki.toml");
-    // One /24 gets 1 + 5 tool requests.
-    for i in 0..6 {
+    // One /24 gets 1 + 10 tool requests.
+    for i in 0..11 {
         let o = eval(
             &e,
             &req("GET", "/index.php?diff=5&oldid=4", &format!("192.0.2.{i}")),
