@@ -77,8 +77,8 @@ fn wiki_distributed_crawler_hits_the_global_tools_limit() {
 #[test]
 fn wiki_tools_per_network_and_trusted_proxies() {
     let e = engine("wiki.toml");
-    // One /24 gets 1 + 10 tool requests.
-    for i in 0..11 {
+    // One /24 gets 1 + 5 tool requests.
+    for i in 0..6 {
         let o = eval(
             &e,
             &req("GET", "/index.php?diff=5&oldid=4", &format!("192.0.2.{i}")),
