@@ -91,6 +91,11 @@ pub const TOOL_FORMS: &[&str] = &[
     "/w/Special:WhatL%C4%B1nksHere/Page_1",
     "/w/Special:WhatLink%C5%BFHere/Page_1",
     "/index.php?title=Special:WhatLin%E2%84%AAsHere/Page_1",
+    // What PHP reads differently: a leading blank in the argument name, the script without a
+    // title argument.
+    "/index.php?+title=Special:WhatLinksHere/Page_1",
+    "/w/index.php?%20%20title=Special:WhatLinksHere/Page_1",
+    "/index.php",
     // Look like static assets, are tool pages.
     "/index.php/Special:WhatLinksHere/x.css",
     "/w/Special:WhatLinksHere/Page.js",
@@ -121,6 +126,12 @@ fn every_form_of_a_tool_page_is_limited() {
         );
         assert!(o.exempt.is_none(), "{t}");
     }
+    // A form's fields are invisible to weir: every POST counts.
+    let peer: IpAddr = "100.100.0.1".parse().unwrap();
+    let o = e
+        .evaluate(&OwnedRequest::new("POST", "/w/Page_1", peer), BASE_NS)
+        .unwrap();
+    assert_eq!(limit(&e, &o).as_deref(), Some("tools-global"));
     for (i, t) in ORDINARY.iter().enumerate() {
         let o = eval(&e, t, 500 + i as u32);
         assert_eq!((o.action, o.limit), (Action::Pass, None), "{t}");
