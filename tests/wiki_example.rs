@@ -23,7 +23,9 @@ fn engine() -> Engine {
 /// Requests come from fresh networks (198.18.0.0/15 and 100.64.0.0/10) so that the per-IP and
 /// per-network limits stay out of the way.
 fn eval(e: &Engine, target: &str, n: u32) -> Outcome {
-    let peer: IpAddr = format!("100.{}.{}.1", 64 + n / 256, n % 256).parse().unwrap();
+    let peer: IpAddr = format!("100.{}.{}.1", 64 + n / 256, n % 256)
+        .parse()
+        .unwrap();
     e.evaluate(&OwnedRequest::new("GET", target, peer), BASE_NS)
         .unwrap()
 }

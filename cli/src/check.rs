@@ -136,7 +136,13 @@ fn shapes<'a, 'i>(
 }
 
 /// The shape fields that test the path.
-const PATH_FIELDS: [&str; 5] = ["path", "path_prefix", "path_glob", "path_iglob", "path_regex"];
+const PATH_FIELDS: [&str; 5] = [
+    "path",
+    "path_prefix",
+    "path_glob",
+    "path_iglob",
+    "path_regex",
+];
 
 const STATIC_EXT: &[&str] = &[
     "css", "js", "mjs", "png", "jpg", "jpeg", "gif", "svg", "ico", "webp", "avif", "woff", "woff2",
@@ -465,8 +471,16 @@ mod tests {
         );
         let w = warnings(&src);
         assert_eq!(w.len(), 2, "{w:#?}");
-        assert!(w[0].contains("path_iglob \"*.CSS\" exempts any path"), "{}", w[0]);
-        assert!(w[1].contains("path_iglob \"/index.php?title=*\" contains a query"), "{}", w[1]);
+        assert!(
+            w[0].contains("path_iglob \"*.CSS\" exempts any path"),
+            "{}",
+            w[0]
+        );
+        assert!(
+            w[1].contains("path_iglob \"/index.php?title=*\" contains a query"),
+            "{}",
+            w[1]
+        );
     }
 
     #[test]

@@ -325,7 +325,11 @@ fn match_toks<const FOLD: bool>(toks: &[Tok], s: &[u8]) -> bool {
                 p += 1;
                 continue;
             }
-            let b = if FOLD { s[i].to_ascii_lowercase() } else { s[i] };
+            let b = if FOLD {
+                s[i].to_ascii_lowercase()
+            } else {
+                s[i]
+            };
             if t.matches(b) {
                 p += 1;
                 i += 1;
@@ -879,11 +883,23 @@ mod tests {
         ] {
             let g = Glob::new_ignore_case(p).unwrap();
             assert!(!matches!(g.kind, GlobKind::General(_)), "{p}");
-            assert!(g.literal_form().is_none(), "{p}: letters are no exact literal");
-            assert!(g.is_match(yes.as_bytes()) && !g.is_match(no.as_bytes()), "{p}");
+            assert!(
+                g.literal_form().is_none(),
+                "{p}: letters are no exact literal"
+            );
+            assert!(
+                g.is_match(yes.as_bytes()) && !g.is_match(no.as_bytes()),
+                "{p}"
+            );
         }
-        assert!(Glob::new_ignore_case("*.123").unwrap().literal_form().is_some());
-        assert_eq!(format!("{:?}", Glob::new_ignore_case("a").unwrap()), "IGlob(\"a\")");
+        assert!(Glob::new_ignore_case("*.123")
+            .unwrap()
+            .literal_form()
+            .is_some());
+        assert_eq!(
+            format!("{:?}", Glob::new_ignore_case("a").unwrap()),
+            "IGlob(\"a\")"
+        );
     }
 
     /// An iglob answers as the lowercased glob on the lowercased subject (patterns whose classes
