@@ -8,7 +8,7 @@ use weir::policy::{Action, Engine, OwnedRequest};
 const HEAD: &str = "[zones.z]\nsize = \"64k\"\nalgorithm = \"gcra\"\nrate = \"1r/m\"\n";
 
 fn first_error(src: &str) -> (usize, usize, String) {
-    let errs = check_policy(src, Some("p.toml")).err().expect("an error");
+    let errs = check_policy(src, Some("p.toml")).expect_err("an error");
     (errs[0].line, errs[0].column, errs[0].message.clone())
 }
 
