@@ -324,10 +324,11 @@ fn split_at_stars(toks: &[Tok]) -> GlobKind {
     let head: Box<[Tok]> = parts.next().unwrap_or_default().into();
     let mut mids: Vec<Box<[Tok]>> = parts.filter(|p| !p.is_empty()).map(Into::into).collect();
     let star = toks.contains(&Tok::Star);
-    let tail = match toks.last() {
-        Some(Tok::Star) | None => Box::default(),
-        Some(_) if star => mids.pop().unwrap_or_default(),
-        Some(_) => Box::default(),
+    // The last part is the tail unless the glob ends with a star.
+    let tail = if star && toks.last() != Some(&Tok::Star) {
+        mids.pop().unwrap_or_default()
+    } else {
+        Box::default()
     };
     GlobKind::General {
         head,
