@@ -97,6 +97,8 @@ pub const TOOL_FORMS: &[&str] = &[
     // title argument.
     "/index.php?+title=Special:WhatLinksHere/Page_1",
     "/w/index.php?%20%20title=Special:WhatLinksHere/Page_1",
+    "/index.php/?+title=Special:WhatLinksHere/Page_1",
+    "/w/?+title=Special:WhatLinksHere/Page_1",
     "/index.php",
     // Look like static assets, are tool pages.
     "/index.php/Special:WhatLinksHere/x.css",
