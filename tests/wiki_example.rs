@@ -93,13 +93,12 @@ pub const TOOL_FORMS: &[&str] = &[
     "/w/Special:WhatL%C4%B1nksHere/Page_1",
     "/w/Special:WhatLink%C5%BFHere/Page_1",
     "/index.php?title=Special:WhatLin%E2%84%AAsHere/Page_1",
-    // What PHP reads differently: a leading blank in the argument name, the script without a
-    // title argument.
+    // Argument names as PHP reads them: leading blanks dropped, cut at a NUL.
     "/index.php?+title=Special:WhatLinksHere/Page_1",
     "/w/index.php?%20%20title=Special:WhatLinksHere/Page_1",
-    "/index.php/?+title=Special:WhatLinksHere/Page_1",
-    "/w/?+title=Special:WhatLinksHere/Page_1",
-    "/index.php",
+    "/index.php?title%00x=Special:WhatLinksHere/Page_1",
+    "/w/Page_1?+action=history",
+    "/w/Page_1?diff%00=1",
     // Look like static assets, are tool pages.
     "/index.php/Special:WhatLinksHere/x.css",
     "/w/Special:WhatLinksHere/Page.js",
@@ -115,6 +114,8 @@ pub const ORDINARY: &[&str] = &[
     "/w/Special:RecentChanges",
     "/w/Help:Special_pages",
     "/w/Page_1?oldid=122",
+    "/index.php",
+    "/w/Page_1?+actions=history",
 ];
 
 #[test]

@@ -815,9 +815,10 @@ fn query_matches(query: &[u8], name: &[u8], m: &ValueMatcher) -> bool {
                 (&tail[..end], plain)
             }
         };
-        // Decoding never lengthens a name (`%XX` → 1 byte, `+` → 1 byte): a shorter raw name
-        // cannot be equal, and an equal one needs no decoding.
-        let named = n.len() >= name.len() && (bytes::eq(n, name) || with_decoded(n, |d| d == name));
+        // Decoding never lengthens a name (`%XX` → 1 byte, `+` → 1 byte), nor does reading it
+        // as PHP does: a shorter raw name cannot be equal, and an equal one needs no decoding.
+        let named = n.len() >= name.len()
+            && (bytes::eq(n, name) || with_decoded(n, |d| php_name(d) == name));
         if !named {
             continue;
         }
@@ -840,12 +841,20 @@ fn query_matches(query: &[u8], name: &[u8], m: &ValueMatcher) -> bool {
     matches!(m, ValueMatcher::Absent) && !seen
 }
 
+/// A decoded argument name as PHP registers it: leading spaces dropped, cut at a NUL byte
+/// (`?+title=` and `?title%00x=` are `title` to a PHP application). Never longer than `d`.
+#[inline]
+fn php_name(d: &[u8]) -> &[u8] {
+    let d = &d[d.iter().take_while(|&&b| b == b' ').count()..];
+    &d[..bytes::find(d, 0).unwrap_or(d.len())]
+}
+
 /// [`query_matches`] as its definition reads: every argument, each name and value decoded.
 #[cfg(test)]
 fn query_matches_plain(query: &[u8], name: &[u8], m: &ValueMatcher) -> bool {
     let mut seen = false;
     for (n, v) in query_args(query) {
-        if !with_decoded(n, |d| d == name) {
+        if !with_decoded(n, |d| php_name(d) == name) {
             continue;
         }
         seen = true;
@@ -1059,6 +1068,21 @@ mod tests {
             &g
         ));
         assert!(!query_matches(b"title=Main", b"title", &g));
+        // Names as PHP reads them: leading spaces dropped, cut at a NUL.
+        for q in [
+            "+title=Special:WhatLinksHere/X",
+            "%20%20title=Special:WhatLinksHere/X",
+            "title%00x=Special:WhatLinksHere/X",
+            "+title%00=Special:WhatLinksHere/X",
+        ] {
+            assert!(query_matches(q.as_bytes(), b"title", &g), "{q}");
+        }
+        assert!(!query_matches(
+            b"ti+tle=Special:WhatLinksHere/X",
+            b"title",
+            &g
+        ));
+        assert!(!query_matches(b"+title=x", b"title", &ValueMatcher::Absent));
         assert!(query_matches(b"x", b"x", &ValueMatcher::Present));
         assert!(query_matches(b"y=1", b"x", &ValueMatcher::Absent));
         assert!(!query_matches(b"x=", b"x", &ValueMatcher::Absent));
