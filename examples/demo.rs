@@ -84,13 +84,18 @@ fn traffic() -> Vec<Request> {
             t += 5_000 + next(10_000);
         }
     }
-    // Logged-in editors using the same tool pages the crawler walks.
+    // Logged-in editors working on drafts, every third request one of the tool pages the
+    // crawler walks (on budgets keyed on their session cookie).
     for i in 0..10u8 {
         let peer = ip(203, 0, 113, 10 + i);
         for k in 0..30u64 {
-            let req =
-                OwnedRequest::new("GET", &format!("/w/Special:WhatLinksHere/Draft_{k}"), peer)
-                    .header("cookie", &format!("wiki_session=editor{i}; lang=en"));
+            let page = if k % 3 == 0 {
+                format!("/w/Special:WhatLinksHere/Draft_{k}")
+            } else {
+                format!("/w/Draft_{k}")
+            };
+            let req = OwnedRequest::new("GET", &page, peer)
+                .header("cookie", &format!("wiki_session=editor{i}; lang=en"));
             out.push(Request {
                 t_ms: k * 2000 + i as u64 * 37,
                 group: "logged-in editors",

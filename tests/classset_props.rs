@@ -11,7 +11,8 @@ use weir::policy::{CompiledPolicy, OwnedRequest};
 mod fixture;
 
 /// Literals of every length around the 8-byte word, suffixes longer than a word, general
-/// globs, regexes, methods, and query, header and cookie tests beside path tests.
+/// globs, case-insensitive globs (kept apart from the same glob matched exactly), regexes,
+/// methods, and query, header and cookie tests beside path tests.
 const POLICY: &str = r#"
 [zones.z]
 size = "64k"
@@ -50,6 +51,12 @@ match = [{ client = ["192.0.2.0/24"], path_prefix = "/a" }, { client = ["198.51.
 [classes.dupes]
 match = [{ path = "/w/index.php" }, { path_prefix = "/a", method = "GET" }, { path_glob = "*.css" }]
 
+[classes.folded]
+match = [
+  { path_iglob = ["*.CSS", "/W/special:*", "/abc", "*.123", "*a*B*"] },
+  { path_prefix = "/w/", query.title = { iglob = "special:*" } },
+]
+
 [exempt.e1]
 match = [{ path = ["/healthz", "/abcdefgh"] }]
 
@@ -78,6 +85,11 @@ const FRAGMENTS: &[&str] = &[
     ".tar",
     ".gz",
     ".sig",
+    ".CSS",
+    "/ABC",
+    "/W/",
+    "sPECIAL:",
+    ".123",
     "/w/",
     "index.php",
     "Special:",

@@ -135,6 +135,15 @@ fn shapes<'a, 'i>(
     out
 }
 
+/// The shape fields that test the path.
+const PATH_FIELDS: [&str; 5] = [
+    "path",
+    "path_prefix",
+    "path_glob",
+    "path_iglob",
+    "path_regex",
+];
+
 const STATIC_EXT: &[&str] = &[
     "css", "js", "mjs", "png", "jpg", "jpeg", "gif", "svg", "ico", "webp", "avif", "woff", "woff2",
     "ttf", "eot", "map",
@@ -168,12 +177,12 @@ fn lint(src: &str, policy: &CompiledPolicy) -> Vec<(usize, String)> {
 
     // 1. Query strings inside path tests.
     for (_, _, shape, _) in &shapes {
-        for field in ["path", "path_prefix", "path_glob", "path_regex"] {
+        for field in PATH_FIELDS {
             let Some(v) = get(shape, field) else { continue };
             for (s, span) in strings(v) {
                 let hit = match field {
                     "path" | "path_prefix" => s.contains('?'),
-                    "path_glob" => looks_like_query(s, &["\\?"]),
+                    "path_glob" | "path_iglob" => looks_like_query(s, &["\\?"]),
                     _ => looks_like_query(s, &["\\?", "[?]", "\\x3f", "\\x3F"]),
                 };
                 if hit {
@@ -196,9 +205,7 @@ fn lint(src: &str, policy: &CompiledPolicy) -> Vec<(usize, String)> {
             continue;
         }
         let has = |k: &str| get(shape, k).is_some();
-        let pathish = ["path", "path_prefix", "path_glob", "path_regex"]
-            .iter()
-            .any(|k| has(k));
+        let pathish = PATH_FIELDS.iter().any(|k| has(k));
         if !pathish && !has("client") && !has("cookie") && (has("query") || has("header")) {
             let what = if has("query") {
                 "a query argument"
@@ -214,7 +221,7 @@ fn lint(src: &str, policy: &CompiledPolicy) -> Vec<(usize, String)> {
                 ),
             ));
         }
-        for field in ["path_glob", "path_regex"] {
+        for field in ["path_glob", "path_iglob", "path_regex"] {
             let Some(v) = get(shape, field) else { continue };
             for (s, span) in strings(v) {
                 if extension_only(field, s) {
@@ -336,7 +343,7 @@ const HEALTH_PATHS: &[&str] = &[
 ];
 
 fn extension_only(field: &str, s: &str) -> bool {
-    if field == "path_glob" {
+    if field != "path_regex" {
         // "*.css", "*.{…}" style: a leading star right before the extension.
         if let Some(rest) = s.strip_prefix("*.") {
             return STATIC_EXT.contains(&rest.to_ascii_lowercase().as_str());
@@ -370,7 +377,7 @@ fn api_shape(t: &DeTable<'_>) -> bool {
         }
     }
     let mut paths = vec![];
-    for f in ["path", "path_prefix", "path_glob", "path_regex"] {
+    for f in PATH_FIELDS {
         if let Some(v) = get(t, f) {
             paths.extend(strings(v).into_iter().map(|(s, _)| s.to_ascii_lowercase()));
         }
@@ -452,6 +459,27 @@ mod tests {
             w[5].starts_with("p.toml:20:1: warning: limit \"tools/z\" has burst 0"),
             "{}",
             w[5]
+        );
+    }
+
+    #[test]
+    fn case_insensitive_globs_are_linted_as_globs() {
+        let src = format!(
+            "{ZONES}[exempt.static]\nmatch = [{{ path_iglob = [\"*.CSS\", \"/static/*.js\"] }}]\n\
+             [classes.t]\nmatch = [{{ path_iglob = \"/index.php?title=*\" }}]\n\
+             [[limit]]\nclass = \"*\"\nzone = \"z\"\nburst = 20\n"
+        );
+        let w = warnings(&src);
+        assert_eq!(w.len(), 2, "{w:#?}");
+        assert!(
+            w[0].contains("path_iglob \"*.CSS\" exempts any path"),
+            "{}",
+            w[0]
+        );
+        assert!(
+            w[1].contains("path_iglob \"/index.php?title=*\" contains a query"),
+            "{}",
+            w[1]
         );
     }
 

@@ -149,6 +149,7 @@ struct ShapeSpec {
     path: Option<Spanned<StrList>>,
     path_prefix: Option<Spanned<StrList>>,
     path_glob: Option<Spanned<StrList>>,
+    path_iglob: Option<Spanned<StrList>>,
     path_regex: Option<Spanned<StrList>>,
     query: Option<BTreeMap<Spanned<String>, Spanned<ValueSpec>>>,
     header: Option<BTreeMap<Spanned<String>, Spanned<ValueSpec>>>,
@@ -162,6 +163,7 @@ struct ValueSpec {
     present: Option<bool>,
     equals: Option<Spanned<String>>,
     glob: Option<Spanned<String>>,
+    iglob: Option<Spanned<String>>,
     regex: Option<Spanned<String>>,
 }
 
@@ -1280,7 +1282,15 @@ fn compile_regex(cx: &mut Cx<'_>, s: &str, span: &Range<usize>) -> Option<regex:
 }
 
 fn compile_glob(cx: &mut Cx<'_>, s: &str, span: &Range<usize>) -> Option<Glob> {
-    match Glob::new(s) {
+    glob_or_err(cx, Glob::new(s), span)
+}
+
+fn compile_iglob(cx: &mut Cx<'_>, s: &str, span: &Range<usize>) -> Option<Glob> {
+    glob_or_err(cx, Glob::new_ignore_case(s), span)
+}
+
+fn glob_or_err(cx: &mut Cx<'_>, g: Result<Glob, String>, span: &Range<usize>) -> Option<Glob> {
+    match g {
         Ok(g) => Some(g),
         Err(e) => {
             cx.err(span, e);
@@ -1321,7 +1331,7 @@ fn compile_shape(cx: &mut Cx<'_>, s: &Spanned<ShapeSpec>) -> Shape {
     }
 
     type Mk = fn(&mut Cx<'_>, &str, &Range<usize>) -> Option<PathTest>;
-    let path_fields: [(&str, &Option<Spanned<StrList>>, Mk); 4] = [
+    let path_fields: [(&str, &Option<Spanned<StrList>>, Mk); 5] = [
         ("path", &spec.path, |cx, v, span| {
             if !v.starts_with('/') {
                 cx.err(
@@ -1341,6 +1351,9 @@ fn compile_shape(cx: &mut Cx<'_>, s: &Spanned<ShapeSpec>) -> Shape {
         }),
         ("path_glob", &spec.path_glob, |cx, v, span| {
             compile_glob(cx, v, span).map(PathTest::Glob)
+        }),
+        ("path_iglob", &spec.path_iglob, |cx, v, span| {
+            compile_iglob(cx, v, span).map(PathTest::Glob)
         }),
         ("path_regex", &spec.path_regex, |cx, v, span| {
             compile_regex(cx, v, span).map(PathTest::Regex)
@@ -1417,7 +1430,7 @@ fn compile_shape(cx: &mut Cx<'_>, s: &Spanned<ShapeSpec>) -> Shape {
     if !any {
         cx.err(
             &s.span(),
-            "empty match entry would match every request; list at least one of method, path, path_prefix, path_glob, path_regex, query, header, cookie, client (for every request use class = \"*\" in the limit)",
+            "empty match entry would match every request; list at least one of method, path, path_prefix, path_glob, path_iglob, path_regex, query, header, cookie, client (for every request use class = \"*\" in the limit)",
         );
     }
     shape
@@ -1428,11 +1441,12 @@ fn compile_value(cx: &mut Cx<'_>, v: &Spanned<ValueSpec>) -> Option<ValueMatcher
     let n = spec.present.is_some() as u8
         + spec.equals.is_some() as u8
         + spec.glob.is_some() as u8
+        + spec.iglob.is_some() as u8
         + spec.regex.is_some() as u8;
     if n != 1 {
         cx.err(
             &v.span(),
-            "expected exactly one of `present = true|false`, `equals = \"…\"`, `glob = \"…\"` or `regex = \"…\"`",
+            "expected exactly one of `present = true|false`, `equals = \"…\"`, `glob = \"…\"`, `iglob = \"…\"` or `regex = \"…\"`",
         );
         return None;
     }
@@ -1448,6 +1462,9 @@ fn compile_value(cx: &mut Cx<'_>, v: &Spanned<ValueSpec>) -> Option<ValueMatcher
     }
     if let Some(g) = &spec.glob {
         return compile_glob(cx, g.get_ref(), &g.span()).map(ValueMatcher::Glob);
+    }
+    if let Some(g) = &spec.iglob {
+        return compile_iglob(cx, g.get_ref(), &g.span()).map(ValueMatcher::Glob);
     }
     let r = spec.regex.as_ref()?;
     compile_regex(cx, r.get_ref(), &r.span()).map(ValueMatcher::Regex)

@@ -40,10 +40,15 @@ pub const QUERY_STACK_BUF: usize = 512;
 /// Syntax: `*` matches any run of bytes (including `/`), `?` matches exactly
 /// one byte, `[abc]`, `[a-z]` and `[!a-z]` match one byte from (or not from)
 /// a set of ASCII bytes, `\x` matches `x` literally. Everything else matches
-/// itself, case-sensitively.
+/// itself, case-sensitively unless the glob ignores ASCII case (`iglob`).
+///
+/// Invariant of an ASCII-case-insensitive glob: its literal bytes and class ranges are stored
+/// lowercase (classes hold the lowercase twin of every uppercase range), and the subject is
+/// lowercased byte by byte as it is compared, so matching still allocates nothing.
 #[derive(Clone)]
 pub struct Glob {
     src: String,
+    ignore_case: bool,
     kind: GlobKind,
 }
 
@@ -52,7 +57,14 @@ enum GlobKind {
     Exact(Box<[u8]>),
     Prefix(Box<[u8]>),
     Suffix(Box<[u8]>),
-    General(Box<[Tok]>),
+    /// Split at its stars: `head` at the start, `tail` at the end, each of `mids` somewhere in
+    /// between, in order (none of them holds a star). Without a star the glob is `head` alone.
+    General {
+        head: Box<[Tok]>,
+        mids: Box<[Box<[Tok]>]>,
+        tail: Box<[Tok]>,
+        star: bool,
+    },
 }
 
 #[derive(Clone, PartialEq, Eq)]
@@ -67,6 +79,24 @@ enum Tok {
 }
 
 impl Tok {
+    /// Lowercase a literal; give a class the lowercase twin of its uppercase ranges.
+    fn fold_case(&mut self) {
+        match self {
+            Tok::Lit(b) => *b = b.to_ascii_lowercase(),
+            Tok::Class { ranges, .. } => {
+                let mut all = ranges.to_vec();
+                for &(lo, hi) in ranges.iter() {
+                    let (lo, hi) = (lo.max(b'A'), hi.min(b'Z'));
+                    if lo <= hi {
+                        all.push((lo.to_ascii_lowercase(), hi.to_ascii_lowercase()));
+                    }
+                }
+                *ranges = all.into_boxed_slice();
+            }
+            Tok::One | Tok::Star => {}
+        }
+    }
+
     #[inline]
     fn matches(&self, b: u8) -> bool {
         match self {
@@ -83,6 +113,16 @@ impl Tok {
 impl Glob {
     /// Compile a glob. The error string says what is wrong with the pattern.
     pub fn new(pattern: &str) -> Result<Glob, String> {
+        Glob::build(pattern, false)
+    }
+
+    /// Compile a glob whose letters match in either ASCII case (`a` matches `a` and `A`,
+    /// `[a-c]` matches `B`); bytes outside ASCII compare exactly.
+    pub fn new_ignore_case(pattern: &str) -> Result<Glob, String> {
+        Glob::build(pattern, true)
+    }
+
+    fn build(pattern: &str, ignore_case: bool) -> Result<Glob, String> {
         let bytes = pattern.as_bytes();
         let mut toks = Vec::new();
         let mut i = 0;
@@ -119,6 +159,11 @@ impl Glob {
                 }
             }
         }
+        if ignore_case {
+            for t in &mut toks {
+                t.fold_case();
+            }
+        }
         let lits = |t: &[Tok]| -> Option<Box<[u8]>> {
             t.iter()
                 .map(|t| match t {
@@ -134,22 +179,32 @@ impl Glob {
         } else if toks.first() == Some(&Tok::Star) && lits(&toks[1..]).is_some() {
             GlobKind::Suffix(lits(&toks[1..]).unwrap_or_default())
         } else {
-            GlobKind::General(toks.into_boxed_slice())
+            split_at_stars(&toks)
         };
         Ok(Glob {
             src: pattern.to_owned(),
+            ignore_case,
             kind,
         })
     }
 
     /// The literal this glob reduces to, if it is one (no wildcard but a leading or trailing
-    /// `*`).
+    /// `*`) and compares bytes exactly (no letter under `ignore_case`).
     pub(crate) fn literal_form(&self) -> Option<LiteralGlob<'_>> {
+        if self.ignore_case {
+            let (GlobKind::Exact(l) | GlobKind::Prefix(l) | GlobKind::Suffix(l)) = &self.kind
+            else {
+                return None;
+            };
+            if l.iter().any(u8::is_ascii_alphabetic) {
+                return None;
+            }
+        }
         match &self.kind {
             GlobKind::Exact(l) => Some(LiteralGlob::Exact(l)),
             GlobKind::Prefix(l) => Some(LiteralGlob::Prefix(l)),
             GlobKind::Suffix(l) => Some(LiteralGlob::Suffix(l)),
-            GlobKind::General(_) => None,
+            GlobKind::General { .. } => None,
         }
     }
 
@@ -160,6 +215,9 @@ impl Glob {
 
     /// Does the whole of `s` match?
     pub fn is_match(&self, s: &[u8]) -> bool {
+        if self.ignore_case {
+            return self.is_match_ignore_case(s);
+        }
         match &self.kind {
             GlobKind::Exact(l) => bytes::eq(s, l),
             GlobKind::Prefix(p) => bytes::starts_with(s, p),
@@ -167,14 +225,27 @@ impl Glob {
             GlobKind::Suffix(p) => {
                 s.len() >= p.len() && s.last() == p.last() && bytes::ends_with(s, p)
             }
-            GlobKind::General(t) => match_toks(t, s),
+            GlobKind::General { .. } => self.match_general::<false>(s),
+        }
+    }
+
+    /// [`Glob::is_match`] for a glob stored lowercase: the subject is lowercased as it is read.
+    fn is_match_ignore_case(&self, s: &[u8]) -> bool {
+        match &self.kind {
+            GlobKind::Exact(l) => s.eq_ignore_ascii_case(l),
+            GlobKind::Prefix(p) => s.len() >= p.len() && s[..p.len()].eq_ignore_ascii_case(p),
+            GlobKind::Suffix(p) => {
+                s.len() >= p.len() && s[s.len() - p.len()..].eq_ignore_ascii_case(p)
+            }
+            GlobKind::General { .. } => self.match_general::<true>(s),
         }
     }
 }
 
 impl fmt::Debug for Glob {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Glob({:?})", self.src)
+        let kind = if self.ignore_case { "IGlob" } else { "Glob" };
+        write!(f, "{kind}({:?})", self.src)
     }
 }
 
@@ -248,37 +319,107 @@ fn parse_class(pattern: &str, start: usize) -> Result<(Tok, usize), String> {
     }
 }
 
-/// Wildcard matching with single-star backtracking: O(len(s) * len(toks))
-/// worst case, no allocation, no recursion.
-fn match_toks(toks: &[Tok], s: &[u8]) -> bool {
-    let (mut p, mut i) = (0usize, 0usize);
-    let mut star: Option<(usize, usize)> = None;
-    while i < s.len() {
-        if let Some(t) = toks.get(p) {
-            if *t == Tok::Star {
-                star = Some((p, i));
-                p += 1;
-                continue;
-            }
-            if t.matches(s[i]) {
-                p += 1;
-                i += 1;
-                continue;
+fn split_at_stars(toks: &[Tok]) -> GlobKind {
+    let mut parts = toks.split(|t| *t == Tok::Star);
+    let head: Box<[Tok]> = parts.next().unwrap_or_default().into();
+    let mut mids: Vec<Box<[Tok]>> = parts.filter(|p| !p.is_empty()).map(Into::into).collect();
+    let star = toks.contains(&Tok::Star);
+    // The last part is the tail unless the glob ends with a star.
+    let tail = if star && toks.last() != Some(&Tok::Star) {
+        mids.pop().unwrap_or_default()
+    } else {
+        Box::default()
+    };
+    GlobKind::General {
+        head,
+        mids: mids.into(),
+        tail,
+        star,
+    }
+}
+
+impl Glob {
+    /// Match a general glob: `head` and `tail` in place, then each star-delimited part at its
+    /// leftmost place after the previous one. Every part has a fixed length (no star in it),
+    /// so the leftmost place is always the right one: no backtracking, each part searched
+    /// for once, 8 candidate places at a time (see [`find_part`]). No allocation, no recursion.
+    fn match_general<const FOLD: bool>(&self, s: &[u8]) -> bool {
+        let GlobKind::General {
+            head,
+            mids,
+            tail,
+            star,
+        } = &self.kind
+        else {
+            return false;
+        };
+        let (h, t) = (head.len(), tail.len());
+        if !star {
+            return s.len() == h && part_matches::<FOLD>(head, s);
+        }
+        if s.len() < h + t
+            || !part_matches::<FOLD>(head, &s[..h])
+            || !part_matches::<FOLD>(tail, &s[s.len() - t..])
+        {
+            return false;
+        }
+        let within = &s[..s.len() - t];
+        let mut at = h;
+        for part in mids.iter() {
+            match find_part::<FOLD>(part, within, at) {
+                Some(j) => at = j + part.len(),
+                None => return false,
             }
         }
-        match star {
-            Some((sp, si)) => {
-                p = sp + 1;
-                i = si + 1;
-                star = Some((sp, si + 1));
+        true
+    }
+}
+
+/// Do the star-free tokens `part` match `s`, byte for byte (`s` as long as `part`)?
+#[inline]
+fn part_matches<const FOLD: bool>(part: &[Tok], s: &[u8]) -> bool {
+    part.iter().zip(s).all(|(t, &b)| {
+        let b = if FOLD { b.to_ascii_lowercase() } else { b };
+        t.matches(b)
+    })
+}
+
+/// Bytes of `w` equal to the literal `l` (in either case under `FOLD`), flagged `0x80`.
+#[inline]
+fn lit_flags<const FOLD: bool>(w: u64, l: u8) -> u64 {
+    let f = bytes::bytes_equal_to(w, l);
+    if FOLD && l.is_ascii_lowercase() {
+        f | bytes::bytes_equal_to(w, l.to_ascii_uppercase())
+    } else {
+        f
+    }
+}
+
+/// The leftmost `j >= from` where `part` (non-empty, star-free) matches `s[j..j + part.len()]`.
+/// When the part starts and ends with literals, 8 places are screened at once by those two
+/// bytes, so a subject of near misses costs a word operation per 8 bytes, not a comparison
+/// loop per byte.
+fn find_part<const FOLD: bool>(part: &[Tok], s: &[u8], from: usize) -> Option<usize> {
+    let k = part.len();
+    let last = s.len().checked_sub(k)?;
+    let fits = |j: usize| part_matches::<FOLD>(part, &s[j..j + k]);
+    let mut j = from;
+    if let (Some(&Tok::Lit(a)), Some(&Tok::Lit(b))) = (part.first(), part.last()) {
+        // Words at j and j + k - 1 both lie inside `s` while j + 7 <= last.
+        while j + 7 <= last {
+            let mut m = lit_flags::<FOLD>(bytes::word(s, j), a)
+                & lit_flags::<FOLD>(bytes::word(s, j + k - 1), b);
+            while m != 0 {
+                let c = j + (m.trailing_zeros() / 8) as usize;
+                if fits(c) {
+                    return Some(c);
+                }
+                m &= m - 1;
             }
-            None => return false,
+            j += 8;
         }
     }
-    while toks.get(p) == Some(&Tok::Star) {
-        p += 1;
-    }
-    p == toks.len()
+    (j..=last).find(|&c| fits(c))
 }
 
 // ---------------------------------------------------------------------------
@@ -674,9 +815,10 @@ fn query_matches(query: &[u8], name: &[u8], m: &ValueMatcher) -> bool {
                 (&tail[..end], plain)
             }
         };
-        // Decoding never lengthens a name (`%XX` → 1 byte, `+` → 1 byte): a shorter raw name
-        // cannot be equal, and an equal one needs no decoding.
-        let named = n.len() >= name.len() && (bytes::eq(n, name) || with_decoded(n, |d| d == name));
+        // Decoding never lengthens a name (`%XX` → 1 byte, `+` → 1 byte), nor does reading it
+        // as PHP does: a shorter raw name cannot be equal, and an equal one needs no decoding.
+        let named = n.len() >= name.len()
+            && (bytes::eq(n, name) || with_decoded(n, |d| php_name(d) == name));
         if !named {
             continue;
         }
@@ -699,12 +841,20 @@ fn query_matches(query: &[u8], name: &[u8], m: &ValueMatcher) -> bool {
     matches!(m, ValueMatcher::Absent) && !seen
 }
 
+/// A decoded argument name as PHP registers it: leading spaces dropped, cut at a NUL byte
+/// (`?+title=` and `?title%00x=` are `title` to a PHP application). Never longer than `d`.
+#[inline]
+fn php_name(d: &[u8]) -> &[u8] {
+    let d = &d[d.iter().take_while(|&&b| b == b' ').count()..];
+    &d[..bytes::find(d, 0).unwrap_or(d.len())]
+}
+
 /// [`query_matches`] as its definition reads: every argument, each name and value decoded.
 #[cfg(test)]
 fn query_matches_plain(query: &[u8], name: &[u8], m: &ValueMatcher) -> bool {
     let mut seen = false;
     for (n, v) in query_args(query) {
-        if !with_decoded(n, |d| d == name) {
+        if !with_decoded(n, |d| php_name(d) == name) {
             continue;
         }
         seen = true;
@@ -795,6 +945,91 @@ mod tests {
     }
 
     #[test]
+    fn iglob_ignores_ascii_case_only() {
+        let g = Glob::new_ignore_case("*special*:*WhatLinksHere*").unwrap();
+        assert!(g.is_match(b"/w/SPECIAL:whatlinkshere/X"));
+        assert!(g.is_match(b"/index.php/_special_:_WhatLinksHere"));
+        assert!(!g.is_match(b"/w/Special:WhatLinksThere"));
+        // Outside ASCII, bytes compare exactly (no Unicode case folding).
+        let g = Glob::new_ignore_case("*\u{e9}t\u{e9}").unwrap();
+        assert!(g.is_match("/\u{e9}T\u{e9}".as_bytes()));
+        assert!(!g.is_match("/\u{c9}t\u{e9}".as_bytes()));
+        let g = Glob::new_ignore_case("[A-C]x[!Y]").unwrap();
+        assert!(g.is_match(b"bXz") && g.is_match(b"BxZ") && !g.is_match(b"Bxy"));
+        for (p, yes, no) in [
+            ("/API", "/api", "/apix"),
+            ("/Static/*", "/STATIC/a.css", "/stat"),
+            ("*.CSS", "/a.css", "/a.cs"),
+        ] {
+            let g = Glob::new_ignore_case(p).unwrap();
+            assert!(!matches!(g.kind, GlobKind::General { .. }), "{p}");
+            assert!(
+                g.literal_form().is_none(),
+                "{p}: letters are no exact literal"
+            );
+            assert!(
+                g.is_match(yes.as_bytes()) && !g.is_match(no.as_bytes()),
+                "{p}"
+            );
+        }
+        assert!(Glob::new_ignore_case("*.123")
+            .unwrap()
+            .literal_form()
+            .is_some());
+        assert_eq!(
+            format!("{:?}", Glob::new_ignore_case("a").unwrap()),
+            "IGlob(\"a\")"
+        );
+    }
+
+    /// Globs answer as the equivalent regex, with and without ignoring case, on subjects long
+    /// enough for the 8-at-a-time screening of [`find_part`].
+    #[test]
+    fn globs_agree_with_regexes() {
+        let toks = [
+            "a", "B", "*", "*", "?", "[ab]", "[!a]", "[A-C]", "\\*", "ab", "b",
+        ];
+        let subject = b"aAbBcC*";
+        let mut next = crate::policy::test_rng::xorshift(0x9e37_79b9_7f4a_7c15u64);
+        for _ in 0..30_000 {
+            let parts: Vec<&str> = (0..next() % 8)
+                .map(|_| toks[(next() % toks.len() as u64) as usize])
+                .collect();
+            let s: Vec<u8> = (0..next() % 40)
+                .map(|_| subject[(next() % subject.len() as u64) as usize])
+                .collect();
+            let re: String = parts
+                .iter()
+                .map(|t| match *t {
+                    "*" => ".*",
+                    "?" => ".",
+                    "[!a]" => "[^a]",
+                    t => t,
+                })
+                .collect();
+            let p: String = parts.concat();
+            for fold in [false, true] {
+                let flags = if fold { "(?is-u)" } else { "(?s-u)" };
+                let want = Regex::new(&format!("{flags}^(?:{re})$"))
+                    .unwrap()
+                    .is_match(&s);
+                let g = if fold {
+                    Glob::new_ignore_case(&p)
+                } else {
+                    Glob::new(&p)
+                };
+                let got = g.unwrap().is_match(&s);
+                assert_eq!(
+                    got,
+                    want,
+                    "{p:?} (fold {fold}) on {:?}",
+                    String::from_utf8_lossy(&s)
+                );
+            }
+        }
+    }
+
+    #[test]
     fn cidr() {
         let n = IpNet::parse("10.0.0.0/8").unwrap();
         assert!(n.contains("10.1.2.3".parse().unwrap()));
@@ -833,6 +1068,21 @@ mod tests {
             &g
         ));
         assert!(!query_matches(b"title=Main", b"title", &g));
+        // Names as PHP reads them: leading spaces dropped, cut at a NUL.
+        for q in [
+            "+title=Special:WhatLinksHere/X",
+            "%20%20title=Special:WhatLinksHere/X",
+            "title%00x=Special:WhatLinksHere/X",
+            "+title%00=Special:WhatLinksHere/X",
+        ] {
+            assert!(query_matches(q.as_bytes(), b"title", &g), "{q}");
+        }
+        assert!(!query_matches(
+            b"ti+tle=Special:WhatLinksHere/X",
+            b"title",
+            &g
+        ));
+        assert!(!query_matches(b"+title=x", b"title", &ValueMatcher::Absent));
         assert!(query_matches(b"x", b"x", &ValueMatcher::Present));
         assert!(query_matches(b"y=1", b"x", &ValueMatcher::Absent));
         assert!(!query_matches(b"x=", b"x", &ValueMatcher::Absent));
