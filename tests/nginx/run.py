@@ -1164,6 +1164,7 @@ def main():
     ap.add_argument("--vectors", default="tests/vectors")
     ap.add_argument("--only", help="run only the checks whose name contains this")
     args = ap.parse_args()
+    import peers  # tests/nginx/peers.py (imports this file as `run`)
 
     checks = [
         ("vectors", lambda: test_vectors(args.test_module, args.vectors)),
@@ -1175,6 +1176,8 @@ def main():
         ("redirects-waits", lambda: test_redirects_and_waits(args.module)),
         ("directive-extras", lambda: test_directive_extras(args.module)),
         ("cluster", lambda: test_cluster(args.module)),
+        ("unix-peers", lambda: peers.test_unix_peers(args.module)),
+        ("failure-mode", lambda: peers.test_failure_mode(args.test_module)),
     ]
     if args.asan_module:
         checks += [
