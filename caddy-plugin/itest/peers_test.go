@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 )
 
 // Requests over a unix socket (`bind unix//…`) have no IP peer: the policy counts them for
@@ -100,8 +101,12 @@ func TestFailureMode(t *testing.T) {
 		if !reflect.DeepEqual(got, []int{want, 200, want}) {
 			t.Errorf("failure_mode %s: %v, want [%d 200 %d]\n%s", mode, got, want, want, s.Logs())
 		}
-		msg := map[string]string{"closed": "answering 503", "open": "letting the request through"}[mode]
-		if n := strings.Count(s.Logs(), "weir evaluation failed; "+msg); n != 2 {
+		msg := "weir evaluation failed; " + map[string]string{"closed": "answering 503", "open": "letting the request through"}[mode]
+		// Caddy's log reaches the test through a pipe: wait for the lines (10 s at most).
+		for i := 0; i < 200 && strings.Count(s.Logs(), msg) < 2; i++ {
+			time.Sleep(50 * time.Millisecond)
+		}
+		if n := strings.Count(s.Logs(), msg); n != 2 {
 			t.Errorf("failure_mode %s: %d failures logged, want 2\n%s", mode, n, s.Logs())
 		}
 		s.assertAlive()

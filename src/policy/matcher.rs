@@ -465,11 +465,6 @@ impl CidrSet {
         self.nets.is_empty() && !self.local
     }
 
-    /// Does the set hold the local client (`unix:`)?
-    pub fn has_local(&self) -> bool {
-        self.local
-    }
-
     /// Is `client` in the set: an address in one of its networks, or the local client
     /// (`None`) when the set holds `unix:`.
     #[inline]

@@ -525,12 +525,9 @@ fn fails_closed(cfg: &Config) -> bool {
     cfg.engine.policy().failure_mode == FailureMode::Closed
 }
 
-/// The answer when weir could not decide and the policy fails closed.
-fn unavailable<B>() -> Response<WeirBody<B>> {
-    let status = StatusCode::SERVICE_UNAVAILABLE;
-    let mut resp = Response::new(WeirBody::full(
-        status.canonical_reason().unwrap_or("Unavailable"),
-    ));
+/// A short text answer of the layer's own: the status and its reason phrase.
+fn plain<B>(status: StatusCode) -> Response<WeirBody<B>> {
+    let mut resp = Response::new(WeirBody::full(status.canonical_reason().unwrap_or("")));
     *resp.status_mut() = status;
     resp.headers_mut().insert(
         CONTENT_TYPE,
@@ -539,13 +536,13 @@ fn unavailable<B>() -> Response<WeirBody<B>> {
     resp
 }
 
+/// The answer when weir could not decide and the policy fails closed.
+fn unavailable<B>() -> Response<WeirBody<B>> {
+    plain(StatusCode::SERVICE_UNAVAILABLE)
+}
+
 fn bad_request<B>(cfg: &Config) -> Response<WeirBody<B>> {
-    let mut resp = Response::new(WeirBody::full("Bad Request"));
-    *resp.status_mut() = StatusCode::BAD_REQUEST;
-    resp.headers_mut().insert(
-        CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
+    let mut resp = plain(StatusCode::BAD_REQUEST);
     if cfg.expose_verdict {
         resp.extensions_mut().insert(Verdict::bad_target());
     }
