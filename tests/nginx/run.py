@@ -1164,7 +1164,8 @@ def main():
     ap.add_argument("--vectors", default="tests/vectors")
     ap.add_argument("--only", help="run only the checks whose name contains this")
     args = ap.parse_args()
-    import peers  # tests/nginx/peers.py (imports this file as `run`)
+    sys.modules["run"] = sys.modules[__name__]  # one module, one Failure class
+    import peers  # tests/nginx/peers.py, which imports this file as `run`
 
     checks = [
         ("vectors", lambda: test_vectors(args.test_module, args.vectors)),
