@@ -33,7 +33,7 @@ def unix_request(path, headers=()):
     return read_response(s)[0]
 
 
-def serve(module, policy, hooks=""):
+def serve(module, policy, hooks="", env=None):
     http = f"""
     weir_policy %DIR%/policy.toml;
     {hooks}
@@ -44,13 +44,13 @@ def serve(module, policy, hooks=""):
         location / {{ weir on; try_files /f =404; }}
     }}
 """
-    return Nginx(module, http, files={"policy.toml": policy, "html/f": "x"})
+    return Nginx(module, http, env=env, files={"policy.toml": policy, "html/f": "x"})
 
 
-def test_unix_peers(module):
+def test_unix_peers(module, env=None):
     # Not trusted: the header is ignored, every request is the one local client (burst 2).
     ngx = serve(module, 'failure_mode = "closed"\ntrusted_proxies = ["10.0.0.0/8"]\n'
-                + LIMITED + "burst = 2\nnodelay = true\n")
+                + LIMITED + "burst = 2\nnodelay = true\n", env=env)
     try:
         ngx.start()
         sock = ngx.path("s.sock")
@@ -62,7 +62,7 @@ def test_unix_peers(module):
     finally:
         ngx.cleanup()
     # Trusted: the forwarded address is the client; without it, the local client.
-    ngx = serve(module, 'trusted_proxies = ["unix:"]\n' + LIMITED)
+    ngx = serve(module, 'trusted_proxies = ["unix:"]\n' + LIMITED, env=env)
     try:
         ngx.start()
         sock = ngx.path("s.sock")
@@ -78,12 +78,12 @@ def test_unix_peers(module):
             "forwards X-Forwarded-For")
 
 
-def test_failure_mode(test_module):
+def test_failure_mode(test_module, env=None):
     hooks = "weir_test_clock $http_x_weir_test_now $http_x_weir_test_peer;"
     broken = [("X-Weir-Test-Peer", "not-an-address")]
     allow = [r"weir_engine_evaluate\(\) failed"]
     for mode, want in (("closed", 503), ("open", 200)):
-        ngx = serve(test_module, f'failure_mode = "{mode}"\n' + LIMITED, hooks)
+        ngx = serve(test_module, f'failure_mode = "{mode}"\n' + LIMITED, hooks, env)
         try:
             ngx.start()
             got = [request(ngx.port, headers=broken)[0], request(ngx.port)[0],

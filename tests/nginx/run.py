@@ -1187,6 +1187,8 @@ def main():
             ("asan-reload", lambda: test_reload(args.asan_module, asan_env())),
             ("asan-redirects-waits", lambda: test_redirects_and_waits(args.asan_module, asan_env())),
             ("asan-cluster", lambda: test_cluster(args.asan_module, asan_env())),
+            ("asan-unix-peers", lambda: peers.test_unix_peers(args.asan_module, asan_env())),
+            ("asan-failure-mode", lambda: peers.test_failure_mode(args.asan_module, asan_env())),
         ]
     failed = 0
     for name, fn in checks:
