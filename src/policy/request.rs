@@ -575,6 +575,7 @@ pub struct PreparedRequest<'a> {
 
 impl<'a> PreparedRequest<'a> {
     /// Bundle a view with its normalized path, raw query and resolved client.
+    #[inline]
     pub fn new(
         view: &'a dyn RequestView,
         path: &'a [u8],
@@ -591,7 +592,9 @@ impl<'a> PreparedRequest<'a> {
         }
     }
 
-    /// Like [`PreparedRequest::new`], with the headers already read in one pass.
+    /// Like [`PreparedRequest::new`], with the headers already read in one pass and `client`
+    /// already canonical (as [`ClientIpResolver`] gives it).
+    #[inline]
     pub fn with_headers(
         view: &'a dyn RequestView,
         path: &'a [u8],
@@ -600,8 +603,12 @@ impl<'a> PreparedRequest<'a> {
         headers: &'a HeaderCache<'a>,
     ) -> Self {
         PreparedRequest {
+            view,
+            method: view.method(),
+            path,
+            query,
+            client,
             headers,
-            ..PreparedRequest::new(view, path, query, client)
         }
     }
 
