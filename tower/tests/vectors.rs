@@ -6,7 +6,8 @@
 //!   reaches the layer as a [`PeerOverride`] (or, for `unix:`, a [`LocalPeer`]) set by a test
 //!   middleware from `x-test-peer`. Time is injected with [`WeirLayer::with_clock`]
 //!   (`1_000_000_000_000 + t_ms·1e6` ns), so delays are not slept: the test clock records the
-//!   sleep the layer asks for, and the test checks it equals the delay. A passed request's body stays open (permits held) until its `release`.
+//!   sleep the layer asks for, and the test checks it equals the delay. A passed request's body
+//!   stays open (permits held) until its `release`.
 //! * `queue` expectations: the request must get no response (it waits in the layer).
 //! * `retry` expecting pass/reject: the waiting request's response must now arrive (the layer
 //!   re-evaluates with its ticket every millisecond); expecting queue: still no response.
