@@ -582,14 +582,8 @@ impl<'a> PreparedRequest<'a> {
         query: &'a [u8],
         client: Option<IpAddr>,
     ) -> Self {
-        PreparedRequest {
-            view,
-            method: view.method(),
-            path,
-            query,
-            client: client.map(|c| c.to_canonical()),
-            headers: &HeaderCache::NONE,
-        }
+        let client = client.map(|c| c.to_canonical());
+        PreparedRequest::with_headers(view, path, query, client, &HeaderCache::NONE)
     }
 
     /// Like [`PreparedRequest::new`], with the headers already read in one pass and `client`
