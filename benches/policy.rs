@@ -81,7 +81,7 @@ impl RequestView for FromClient<'_> {
     fn target(&self) -> &[u8] {
         self.base.target()
     }
-    fn peer(&self) -> IpAddr {
+    fn peer(&self) -> Option<IpAddr> {
         self.base.peer()
     }
     fn header_nth(&self, name: &[u8], nth: usize) -> Option<&[u8]> {

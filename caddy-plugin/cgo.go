@@ -269,6 +269,9 @@ func (e *engine) evaluateQueued(r *reqView, now uint64, v *verdict) {
 func (e *engine) abandon(v *verdict, now uint64) { C.weir_engine_abandon(e.p, &v.v, C.uint64_t(now)) }
 func (e *engine) release(v *verdict, now uint64) { C.weir_engine_release(e.p, &v.v, C.uint64_t(now)) }
 
+// failsClosed reports the policy's failure_mode = "closed" (reject when evaluation fails).
+func (e *engine) failsClosed() bool { return C.weir_engine_fails_closed(e.p) != 0 }
+
 // queueTimeout is limit i's queue timeout in ns (0 without a queue).
 func (e *engine) queueTimeout(i int) uint64 {
 	var ns C.uint64_t

@@ -32,12 +32,13 @@ type reqEnv struct {
 }
 
 // clientIP is the client address Caddy resolved (honours the server's trusted_proxies), else
-// the TCP peer. Looked up when needed (policy evaluation, rejection logs), once.
+// the TCP peer, else "" (a unix socket peer, which Caddy names "@": the engine's local
+// client). Looked up when needed (policy evaluation, rejection logs), once.
 func (e *reqEnv) clientIP(r *http.Request) string {
 	if e.peer != "" {
 		return e.peer
 	}
-	if ip, ok := caddyhttp.GetVar(r.Context(), caddyhttp.ClientIPVarKey).(string); ok && ip != "" {
+	if ip, ok := caddyhttp.GetVar(r.Context(), caddyhttp.ClientIPVarKey).(string); ok && ip != "" && ip != "@" {
 		e.peer = ip
 	} else if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
 		e.peer = host
@@ -385,6 +386,7 @@ func (h *Handler) servePolicy(w http.ResponseWriter, r *http.Request, repl *cadd
 	hb := eng.packPolicyHeaders((*bp)[:0], r)
 	rv := reqView{method: r.Method, target: r.RequestURI, peer: env.clientIP(r), headers: hb}
 	eng.evaluate(&rv, env.now, v)
+	closed := v.rc != 0 && eng.failsClosed()
 	s.mu.RUnlock()
 	*bp = hb[:0]
 	headerPool.Put(bp)
@@ -394,7 +396,10 @@ func (h *Handler) servePolicy(w http.ResponseWriter, r *http.Request, repl *cadd
 		return "", "", caddyhttp.Error(http.StatusBadRequest, errors.New("weir: invalid request target"))
 	}
 	if v.rc != 0 {
-		h.logger.Error("weir evaluation failed; letting the request through", zap.Int("code", v.rc))
+		if err := h.failed(v.rc, closed); err != nil {
+			setPlaceholders(r, repl, "error", "")
+			return "", "", err
+		}
 		return "error", "", nil
 	}
 	limit := eng.limitName(v.limit())
@@ -445,6 +450,17 @@ func (h *Handler) servePolicy(w http.ResponseWriter, r *http.Request, repl *cadd
 	return "pass", "", nil
 }
 
+// failed applies the policy's failure_mode to an evaluation that returned error code rc: it
+// logs, then lets the request through (nil; "open") or answers 503 ("closed").
+func (h *Handler) failed(rc int, closed bool) error {
+	if !closed {
+		h.logger.Error("weir evaluation failed; letting the request through", zap.Int("code", rc))
+		return nil
+	}
+	h.logger.Error("weir evaluation failed; answering 503 (failure_mode closed)", zap.Int("code", rc))
+	return caddyhttp.Error(http.StatusServiceUnavailable, errors.New("weir: evaluation failed"))
+}
+
 func (h *Handler) passHeaders(w http.ResponseWriter, v *verdict) {
 	if v.v.headers_len == 0 {
 		return
@@ -488,9 +504,10 @@ func (h *Handler) waitQueued(rv *reqView, v *verdict, r *http.Request, env *reqE
 			return true, nil
 		}
 		s.eng.evaluateQueued(rv, nowNS(), v)
+		closed := v.rc != 0 && s.eng.failsClosed()
 		s.mu.RUnlock()
 		if v.rc != 0 {
-			return true, nil // fail open
+			return true, h.failed(v.rc, closed)
 		}
 		switch v.action() {
 		case actQueue:

@@ -185,7 +185,10 @@ typedef struct weir_request {
   const uint8_t *target;
   size_t target_len;
   /*
-   The directly connected peer's address as text ("192.0.2.1", "2001:db8::1").
+   The directly connected peer's address as text ("192.0.2.1", "2001:db8::1"). For a
+   connection without an IP address (a unix-domain socket) pass length 0, or text that
+   starts with "unix:" (as nginx writes such a peer): the request counts for the local
+   client (`trusted_proxies = ["unix:"]` trusts it, docs/POLICY.md).
    */
   const uint8_t *peer;
   size_t peer_len;

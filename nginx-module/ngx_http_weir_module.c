@@ -916,9 +916,20 @@ ngx_http_weir_verdict(ngx_http_request_t *r, ngx_http_weir_loc_conf_t *wlcf,
     }
 
     if (wrc != WEIR_OK) {
-        ngx_log_error(NGX_LOG_ALERT, r->connection->log, 0,
-                      "weir_engine_evaluate() failed (%d)", wrc);
         st->policy_done = 1;
+
+        /* the policy's failure_mode decides when weir cannot */
+
+        if (weir_engine_fails_closed(st->engine)) {
+            ngx_log_error(NGX_LOG_ALERT, r->connection->log, 0,
+                          "weir_engine_evaluate() failed (%d), rejecting "
+                          "the request (failure_mode \"closed\")", wrc);
+            return NGX_HTTP_SERVICE_UNAVAILABLE;
+        }
+
+        ngx_log_error(NGX_LOG_ALERT, r->connection->log, 0,
+                      "weir_engine_evaluate() failed (%d), letting the "
+                      "request through (failure_mode \"open\")", wrc);
         return NGX_DECLINED;
     }
 

@@ -71,13 +71,18 @@ fn main() {
 
     // Several clients per kind: distinct ip / API-key / cookie+path keys in the tables.
     type Make = fn(u8) -> OwnedRequest;
-    let kinds: [(&str, Make); 6] = [
+    let kinds: [(&str, Make); 7] = [
         ("wiki_tool", fixture::wiki_tool),
         ("wiki_tool_long_cookie", fixture::wiki_tool_long_cookie),
         ("static_asset", fixture::static_asset),
         ("api_call", fixture::api_call),
         ("bot_search", fixture::bot_search),
         ("long_diff", fixture::long_diff),
+        // Over a unix socket: the local client.
+        ("api_call_local", |c| OwnedRequest {
+            peer: None,
+            ..fixture::api_call(c)
+        }),
     ];
     let reqs: Vec<(usize, OwnedRequest)> = (1..=8u8)
         .flat_map(|c| kinds.iter().enumerate().map(move |(k, (_, f))| (k, f(c))))
@@ -96,7 +101,7 @@ fn main() {
         now += S / 10;
     }
     assert!(permits_seen > 0 && exempt_seen > 0);
-    let mut per_kind = [0usize; 6];
+    let mut per_kind = [0usize; 7];
     let mut failures = 0;
     for i in 0..10_000 {
         let (k, r) = &reqs[i % reqs.len()];

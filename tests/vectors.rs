@@ -45,14 +45,19 @@ fn str_field<'a>(v: &'a Value, name: &str, ctx: &str) -> &'a str {
 }
 
 fn build_request(step: &Value, ctx: &str) -> OwnedRequest {
-    let peer: IpAddr = str_field(step, "peer", ctx)
-        .parse()
-        .unwrap_or_else(|e| panic!("{ctx}: bad peer: {e}"));
-    let mut req = OwnedRequest::new(
+    let (method, target) = (
         str_field(step, "method", ctx),
         str_field(step, "target", ctx),
-        peer,
     );
+    let mut req = match str_field(step, "peer", ctx) {
+        "unix:" => OwnedRequest::local(method, target),
+        peer => {
+            let peer: IpAddr = peer
+                .parse()
+                .unwrap_or_else(|e| panic!("{ctx}: bad peer: {e}"));
+            OwnedRequest::new(method, target, peer)
+        }
+    };
     if let Some(hs) = step.get("headers") {
         for h in hs
             .as_array()

@@ -207,7 +207,12 @@ func getAfterReload(t *testing.T, port int, path string) response {
 }
 
 func tryRequest(port int, method, target string, headers [][2]string) (response, error) {
-	c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), 5*time.Second)
+	return tryRequestOn("tcp", fmt.Sprintf("127.0.0.1:%d", port), method, target, headers)
+}
+
+// tryRequestOn is tryRequest to any address ("unix", a socket path; "tcp", host:port).
+func tryRequestOn(network, addr, method, target string, headers [][2]string) (response, error) {
+	c, err := net.DialTimeout(network, addr, 5*time.Second)
 	if err != nil {
 		return response{}, err
 	}

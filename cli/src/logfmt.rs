@@ -102,8 +102,8 @@ impl RequestView for Entry {
     fn target(&self) -> &[u8] {
         self.slice(self.target)
     }
-    fn peer(&self) -> IpAddr {
-        self.peer
+    fn peer(&self) -> Option<IpAddr> {
+        Some(self.peer)
     }
     fn header_nth(&self, lowercase_name: &[u8], nth: usize) -> Option<&[u8]> {
         self.headers

@@ -141,7 +141,9 @@ impl Sim {
             self.engine.release(h.permits, now);
         }
         self.counts.requests += 1;
-        let client = self.engine.policy().client_ip(e).to_canonical();
+        // A logged peer always has an address, so resolution always gives one.
+        let client = self.engine.policy().client_ip(e).unwrap_or(e.peer);
+        let client = client.to_canonical();
         self.clients.add(&client);
         let verdict: &str;
         let mut decided: Option<usize> = None;
@@ -288,11 +290,15 @@ fn render_key(engine: &Engine, limit: &Limit, e: &Entry, scratch: &mut Vec<u8>, 
                 v4_prefix,
                 v6_prefix,
             } => {
-                let (p, full) = match prepared.client {
+                let Some(client) = prepared.client else {
+                    out.push_str("ip=local");
+                    continue;
+                };
+                let (p, full) = match client {
                     IpAddr::V4(_) => (*v4_prefix, 32),
                     IpAddr::V6(_) => (*v6_prefix, 128),
                 };
-                let _ = write!(out, "ip={}", mask_ip(prepared.client, p));
+                let _ = write!(out, "ip={}", mask_ip(client, p));
                 if p != full {
                     let _ = write!(out, "/{p}");
                 }

@@ -111,7 +111,10 @@ pub struct weir_request {
     /// The raw request target as in the request line (origin or absolute form).
     pub target: *const u8,
     pub target_len: usize,
-    /// The directly connected peer's address as text ("192.0.2.1", "2001:db8::1").
+    /// The directly connected peer's address as text ("192.0.2.1", "2001:db8::1"). For a
+    /// connection without an IP address (a unix-domain socket) pass length 0, or text that
+    /// starts with "unix:" (as nginx writes such a peer): the request counts for the local
+    /// client (`trusted_proxies = ["unix:"]` trusts it, docs/POLICY.md).
     pub peer: *const u8,
     pub peer_len: usize,
     /// May be NULL: the request then has no headers.
@@ -689,7 +692,7 @@ pub unsafe extern "C" fn weir_engine_free(e: *mut weir_engine) {
 struct CRequest<'a> {
     method: &'a [u8],
     target: &'a [u8],
-    peer: IpAddr,
+    peer: Option<IpAddr>,
     header: weir_header_fn,
     ctx: *mut c_void,
 }
@@ -701,7 +704,7 @@ impl RequestView for CRequest<'_> {
     fn target(&self) -> &[u8] {
         self.target
     }
-    fn peer(&self) -> IpAddr {
+    fn peer(&self) -> Option<IpAddr> {
         self.peer
     }
     fn header_nth(&self, name: &[u8], nth: usize) -> Option<&[u8]> {
@@ -723,11 +726,15 @@ unsafe fn request<'a>(r: *const weir_request) -> Result<CRequest<'a>, c_int> {
         return Err(WEIR_ERR_NULL);
     }
     let r = &*r;
-    let peer = bytes(r.peer, r.peer_len)?;
-    let peer = std::str::from_utf8(peer)
-        .ok()
-        .and_then(|s| s.parse::<IpAddr>().ok())
-        .ok_or(WEIR_ERR_INVALID)?;
+    let peer = match bytes(r.peer, r.peer_len)? {
+        p if p.is_empty() || p.starts_with(b"unix:") => None,
+        p => Some(
+            std::str::from_utf8(p)
+                .ok()
+                .and_then(|s| s.parse::<IpAddr>().ok())
+                .ok_or(WEIR_ERR_INVALID)?,
+        ),
+    };
     Ok(CRequest {
         method: bytes(r.method, r.method_len)?,
         target: bytes(r.target, r.target_len)?,

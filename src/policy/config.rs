@@ -41,7 +41,7 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::key::{KeyPart, KeySpec};
-use super::matcher::{CidrSet, Class, Glob, IpNet, PathTest, Shape, ValueMatcher};
+use super::matcher::{CidrSet, Class, Glob, PathTest, Shape, ValueMatcher};
 use super::request::{ClientIpResolver, ForwardedSource, PreparedRequest, RequestView};
 
 // ---------------------------------------------------------------------------
@@ -608,8 +608,8 @@ impl CompiledPolicy {
         self.classes.iter().position(|c| c.name == name)
     }
 
-    /// The client address of a request (trusted-proxy resolution).
-    pub fn client_ip(&self, view: &dyn RequestView) -> std::net::IpAddr {
+    /// The client address of a request (trusted-proxy resolution; `None`: the local client).
+    pub fn client_ip(&self, view: &dyn RequestView) -> Option<std::net::IpAddr> {
         self.client_ip.resolve(view)
     }
 
@@ -830,9 +830,8 @@ fn compile(cx: &mut Cx<'_>, spec: FileSpec) -> CompiledPolicy {
     let mut client_ip = ClientIpResolver::default();
     if let Some(list) = &spec.trusted_proxies {
         for (s, span) in items(list) {
-            match IpNet::parse(s) {
-                Ok(n) => client_ip.trusted.push(n),
-                Err(e) => cx.err(&span, e),
+            if let Err(e) = client_ip.trusted.push_entry(s) {
+                cx.err(&span, e);
             }
         }
     }
@@ -1375,9 +1374,8 @@ fn compile_shape(cx: &mut Cx<'_>, s: &Spanned<ShapeSpec>) -> Shape {
         if nonempty_list(cx, list, "client") {
             let mut set = CidrSet::new();
             for (v, span) in items(list) {
-                match IpNet::parse(v) {
-                    Ok(n) => set.push(n),
-                    Err(e) => cx.err(&span, e),
+                if let Err(e) = set.push_entry(v) {
+                    cx.err(&span, e);
                 }
             }
             shape.client = Some(set);

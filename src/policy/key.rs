@@ -11,7 +11,7 @@
 //!
 //! | part | bytes |
 //! |------|-------|
-//! | `ip` | `0x01`, family (`4`/`6`), prefix length, masked address (4 or 16 bytes) |
+//! | `ip` | `0x01`, family (`4`/`6`), prefix length, masked address (4 or 16 bytes); for the local client (no IP address): `0x01`, `0`, IPv4 prefix, IPv6 prefix |
 //! | `global` | `0x02` |
 //! | `header:NAME` | `0x03`, name length (u8), lowercase name, `0`=absent / `1`=present, value length (u32 BE), value |
 //! | `cookie:NAME` | `0x04`, same layout as a header |
@@ -68,7 +68,8 @@ const HASH_LEN: usize = 16;
 /// One component of a key.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum KeyPart {
-    /// Client address masked to a prefix (IPv4-mapped IPv6 counts as IPv4).
+    /// Client address masked to a prefix (IPv4-mapped IPv6 counts as IPv4); the local client
+    /// (a peer without an IP address) is one key of its own.
     Ip {
         /// IPv4 prefix length, 0..=32 (default 32).
         v4_prefix: u8,
@@ -177,14 +178,15 @@ impl KeySpec {
                     v4_prefix,
                     v6_prefix,
                 } => match req.client {
-                    IpAddr::V4(a) => {
+                    None => w.put(&[0x01, 0, *v4_prefix, *v6_prefix]),
+                    Some(IpAddr::V4(a)) => {
                         let IpAddr::V4(m) = mask_ip(IpAddr::V4(a), *v4_prefix) else {
                             unreachable!()
                         };
                         let [a, b, c, d] = m.octets();
                         w.put(&[0x01, 4, *v4_prefix, a, b, c, d]);
                     }
-                    IpAddr::V6(a) => {
+                    Some(IpAddr::V6(a)) => {
                         let IpAddr::V6(m) = mask_ip(IpAddr::V6(a), *v6_prefix) else {
                             unreachable!()
                         };
@@ -210,9 +212,19 @@ impl KeySpec {
 }
 
 /// The whole key of a [`KeySpec`] made of one `ip` part, as [`KeySpec::build`] writes it,
-/// into a fixed buffer (no part loop, no length checks): its length. `client` is canonical.
+/// into a fixed buffer (no part loop, no length checks): its length. `client` is canonical
+/// (`None`: the local client).
 #[inline]
-pub(crate) fn ip_key(client: IpAddr, v4_prefix: u8, v6_prefix: u8, out: &mut [u8; 20]) -> usize {
+pub(crate) fn ip_key(
+    client: Option<IpAddr>,
+    v4_prefix: u8,
+    v6_prefix: u8,
+    out: &mut [u8; 20],
+) -> usize {
+    let Some(client) = client else {
+        out[..5].copy_from_slice(&[FORMAT_PLAIN, 0x01, 0, v4_prefix, v6_prefix]);
+        return 5;
+    };
     match mask_ip(
         client,
         if client.is_ipv4() {
@@ -329,7 +341,8 @@ mod tests {
     use crate::policy::request::OwnedRequest;
 
     fn key(spec: &KeySpec, req: &OwnedRequest, path: &str, client: &str) -> Vec<u8> {
-        let p = PreparedRequest::new(req, path.as_bytes(), b"", client.parse().unwrap());
+        let client = (client != "local").then(|| client.parse().unwrap());
+        let p = PreparedRequest::new(req, path.as_bytes(), b"", client);
         let mut buf = [0u8; KEY_BUF_LEN];
         let n = spec.build(&p, &mut buf);
         buf[..n].to_vec()
@@ -350,6 +363,15 @@ mod tests {
             key(&spec, &r, "/", "::ffff:192.0.2.77"),
             key(&spec, &r, "/", "192.0.2.1")
         );
+        // The local client: one key, apart from every address (even with /0 prefixes).
+        assert_eq!(key(&spec, &r, "/", "local"), vec![0, 1, 0, 24, 64]);
+        let any = KeySpec::new(vec![KeyPart::Ip {
+            v4_prefix: 0,
+            v6_prefix: 0,
+        }]);
+        for c in ["0.0.0.0", "::", "192.0.2.1"] {
+            assert_ne!(key(&any, &r, "/", "local"), key(&any, &r, "/", c));
+        }
     }
 
     #[test]
@@ -366,8 +388,10 @@ mod tests {
                 "2001:db8:1:2:3:4:5:6",
                 "::",
                 "0.0.0.0",
+                "local",
             ] {
-                let p = PreparedRequest::new(&r, b"/", b"", c.parse().unwrap());
+                let p =
+                    PreparedRequest::new(&r, b"/", b"", (c != "local").then(|| c.parse().unwrap()));
                 let mut out = [0u8; 20];
                 let n = ip_key(p.client, v4, v6, &mut out);
                 assert_eq!(out[..n], key(&spec, &r, "/", c)[..], "{c} /{v4} /{v6}");
@@ -456,13 +480,16 @@ mod tests {
             ("T", "/a"),
             ("GET", long.as_str()),
         ] {
-            for client in ["192.0.2.1", "192.0.2.9", "2001:db8::1"] {
+            for client in ["192.0.2.1", "192.0.2.9", "2001:db8::1", "local"] {
                 for headers in [
                     &[][..],
                     &[("x-a", ""), ("cookie", "s=1")],
                     &[("x-a", "v"), ("cookie", "s=")],
                 ] {
-                    let mut r = OwnedRequest::new(method, path, client.parse().unwrap());
+                    let mut r = match client {
+                        "local" => OwnedRequest::local(method, path),
+                        c => OwnedRequest::new(method, path, c.parse().unwrap()),
+                    };
                     for (n, v) in headers {
                         r = r.header(n, v);
                     }
@@ -474,7 +501,7 @@ mod tests {
         let mut seen: Vec<(Vec<u8>, u64)> = Vec::new();
         for spec in &specs {
             for (r, path, client) in &cases {
-                let p = PreparedRequest::new(r, path.as_bytes(), b"", client.parse().unwrap());
+                let p = PreparedRequest::new(r, path.as_bytes(), b"", r.peer);
                 let h = spec.hash_pieces(&p, table.key_hasher());
                 assert_eq!(h, spec.hash_pieces(&p, table.key_hasher()));
                 seen.push((key(spec, r, path, client), h));

@@ -565,13 +565,17 @@ fn mask128(prefix: u8) -> u128 {
 }
 
 /// A set of networks, split by family, tested linearly (policy lists are
-/// short).
+/// short), and possibly the local client (`unix:`: a peer without an IP address).
 #[derive(Clone, Debug, Default)]
 pub struct CidrSet {
     v4: Vec<(u32, u32)>,
     v6: Vec<(u128, u128)>,
     nets: Vec<IpNet>,
+    local: bool,
 }
+
+/// How policies write the local client in address lists (as nginx's `set_real_ip_from unix:`).
+pub const LOCAL_CLIENT: &str = "unix:";
 
 impl CidrSet {
     /// Empty set (contains nothing).
@@ -588,9 +592,28 @@ impl CidrSet {
         self.nets.push(net);
     }
 
+    /// Add one list entry: a network as [`IpNet::parse`] reads it, or [`LOCAL_CLIENT`].
+    pub fn push_entry(&mut self, entry: &str) -> Result<(), String> {
+        if entry.trim() == LOCAL_CLIENT {
+            self.local = true;
+            return Ok(());
+        }
+        IpNet::parse(entry).map(|n| self.push(n))
+    }
+
     /// Is the set empty?
     pub fn is_empty(&self) -> bool {
-        self.nets.is_empty()
+        self.nets.is_empty() && !self.local
+    }
+
+    /// Is `client` in the set: an address in one of its networks, or the local client
+    /// (`None`) when the set holds `unix:`.
+    #[inline]
+    pub fn contains_peer(&self, client: Option<IpAddr>) -> bool {
+        match client {
+            Some(ip) => self.contains(ip),
+            None => self.local,
+        }
     }
 
     /// The networks, in insertion order.
@@ -698,7 +721,7 @@ impl Shape {
     #[inline(never)]
     pub(crate) fn matches_after_path(&self, req: &PreparedRequest<'_>) -> bool {
         if let Some(c) = &self.client {
-            if !c.contains(req.client) {
+            if !c.contains_peer(req.client) {
                 return false;
             }
         }

@@ -28,8 +28,10 @@ pub trait RequestView {
     fn method(&self) -> &[u8];
     /// Raw request target, as sent, e.g. `b"/a/../b?x=1"`.
     fn target(&self) -> &[u8];
-    /// Address of the directly connected peer.
-    fn peer(&self) -> IpAddr;
+    /// Address of the directly connected peer; `None` when the connection has none (a
+    /// unix-domain socket): the request then counts for the local client (see
+    /// [`ClientIpResolver`]).
+    fn peer(&self) -> Option<IpAddr>;
     /// The `nth` (0-based) occurrence of header `lowercase_name`, raw value.
     fn header_nth(&self, lowercase_name: &[u8], nth: usize) -> Option<&[u8]>;
 
@@ -563,8 +565,9 @@ pub struct PreparedRequest<'a> {
     /// Raw query string (after `?`, without it), not decoded.
     pub query: &'a [u8],
     /// Client address after trusted-proxy resolution, canonical (IPv4-mapped
-    /// IPv6 turned into IPv4).
-    pub client: IpAddr,
+    /// IPv6 turned into IPv4); `None` for the local client (a peer without an IP address
+    /// that no trusted proxy resolved, see [`ClientIpResolver`]).
+    pub client: Option<IpAddr>,
     /// The policy's headers, read in one pass ([`HeaderCache::NONE`] if not). Borrowed: the
     /// cache is large enough that copying it into every prepared request shows.
     pub headers: &'a HeaderCache<'a>,
@@ -572,28 +575,34 @@ pub struct PreparedRequest<'a> {
 
 impl<'a> PreparedRequest<'a> {
     /// Bundle a view with its normalized path, raw query and resolved client.
-    pub fn new(view: &'a dyn RequestView, path: &'a [u8], query: &'a [u8], client: IpAddr) -> Self {
+    #[inline]
+    pub fn new(
+        view: &'a dyn RequestView,
+        path: &'a [u8],
+        query: &'a [u8],
+        client: Option<IpAddr>,
+    ) -> Self {
+        let client = client.map(|c| c.to_canonical());
+        PreparedRequest::with_headers(view, path, query, client, &HeaderCache::NONE)
+    }
+
+    /// Like [`PreparedRequest::new`], with the headers already read in one pass and `client`
+    /// already canonical (as [`ClientIpResolver`] gives it).
+    #[inline]
+    pub fn with_headers(
+        view: &'a dyn RequestView,
+        path: &'a [u8],
+        query: &'a [u8],
+        client: Option<IpAddr>,
+        headers: &'a HeaderCache<'a>,
+    ) -> Self {
         PreparedRequest {
             view,
             method: view.method(),
             path,
             query,
-            client: client.to_canonical(),
-            headers: &HeaderCache::NONE,
-        }
-    }
-
-    /// Like [`PreparedRequest::new`], with the headers already read in one pass.
-    pub fn with_headers(
-        view: &'a dyn RequestView,
-        path: &'a [u8],
-        query: &'a [u8],
-        client: IpAddr,
-        headers: &'a HeaderCache<'a>,
-    ) -> Self {
-        PreparedRequest {
+            client,
             headers,
-            ..PreparedRequest::new(view, path, query, client)
         }
     }
 
@@ -704,8 +713,8 @@ pub struct OwnedRequest {
     pub method: Vec<u8>,
     /// Raw target.
     pub target: Vec<u8>,
-    /// Peer address.
-    pub peer: IpAddr,
+    /// Peer address; `None` for a connection without one (a unix-domain socket).
+    pub peer: Option<IpAddr>,
     /// Headers in order, names lowercased.
     pub headers: Vec<(Vec<u8>, Vec<u8>)>,
 }
@@ -716,8 +725,17 @@ impl OwnedRequest {
         OwnedRequest {
             method: method.as_bytes().to_vec(),
             target: target.as_bytes().to_vec(),
-            peer,
+            peer: Some(peer),
             headers: Vec::new(),
+        }
+    }
+
+    /// New request without headers over a connection without an IP address (a unix-domain
+    /// socket).
+    pub fn local(method: &str, target: &str) -> Self {
+        OwnedRequest {
+            peer: None,
+            ..OwnedRequest::new(method, target, std::net::Ipv4Addr::UNSPECIFIED.into())
         }
     }
 
@@ -738,7 +756,7 @@ impl RequestView for OwnedRequest {
     fn target(&self) -> &[u8] {
         &self.target
     }
-    fn peer(&self) -> IpAddr {
+    fn peer(&self) -> Option<IpAddr> {
         self.peer
     }
     fn for_each_header<'s>(&'s self, f: &mut dyn FnMut(&'s [u8], &'s [u8])) -> bool {
@@ -776,6 +794,8 @@ pub const MAX_HOPS: usize = 32;
 
 /// Resolves the client address like nginx `real_ip_recursive on`.
 ///
+/// * A peer without an IP address (a unix-domain socket) is the local client
+///   (`None`); it is trusted iff `trusted` holds `unix:`.
 /// * If the peer is not in `trusted`, the peer is the client; headers are
 ///   ignored (anyone can send them).
 /// * Otherwise the chain is walked right to left, skipping addresses that are
@@ -821,8 +841,8 @@ impl Hops {
 }
 
 impl ClientIpResolver {
-    /// The client address for this request (canonical form).
-    pub fn resolve(&self, view: &dyn RequestView) -> IpAddr {
+    /// The client address for this request (canonical form; `None`: the local client).
+    pub fn resolve(&self, view: &dyn RequestView) -> Option<IpAddr> {
         self.resolve_cached(view, &HeaderCache::NONE)
     }
 
@@ -838,9 +858,13 @@ impl ClientIpResolver {
     }
 
     /// [`Self::resolve`], reading the forwarding header from `cache` when it has it.
-    pub fn resolve_cached(&self, view: &dyn RequestView, cache: &HeaderCache<'_>) -> IpAddr {
-        let peer = view.peer().to_canonical();
-        if self.trusted.is_empty() || !self.trusted.contains(peer) {
+    pub fn resolve_cached(
+        &self,
+        view: &dyn RequestView,
+        cache: &HeaderCache<'_>,
+    ) -> Option<IpAddr> {
+        let peer = view.peer().map(|p| p.to_canonical());
+        if self.trusted.is_empty() || !self.trusted.contains_peer(peer) {
             return peer;
         }
         if let ForwardedSource::List(name) = &self.source {
@@ -865,10 +889,10 @@ impl ClientIpResolver {
 
     /// The `X-Forwarded-For`-style walk over `lines` (in arrival order), right to left: the
     /// same answer as [`Self::resolve_buffered`] without collecting the hops first.
-    fn walk_lines(&self, peer: IpAddr, lines: &[&[u8]]) -> IpAddr {
+    fn walk_lines(&self, peer: Option<IpAddr>, lines: &[&[u8]]) -> Option<IpAddr> {
         if let [line] = lines {
-            if let Some(client) = self.walk_v4_line(peer, line) {
-                return client;
+            if let Some(client) = self.walk_v4_line(line) {
+                return Some(client);
             }
         }
         let mut client = peer;
@@ -891,9 +915,9 @@ impl ClientIpResolver {
                     match parse_node(entry) {
                         None => return client,
                         Some(ip) => {
-                            client = ip;
+                            client = Some(ip);
                             if !self.trusted.contains(ip) {
-                                return ip;
+                                return client;
                             }
                         }
                     }
@@ -911,10 +935,11 @@ impl ClientIpResolver {
     /// and whitespace, parsed right to left in place: `None` as soon as the line holds
     /// anything else (the general walk then decides).
     #[inline]
-    fn walk_v4_line(&self, peer: IpAddr, line: &[u8]) -> Option<IpAddr> {
+    fn walk_v4_line(&self, line: &[u8]) -> Option<IpAddr> {
         let is_ws = |b: u8| b == b' ' || b == b'\t';
         let mut end = line.len();
-        let mut client = peer;
+        // Set by the first entry (the loop returns `None` unless it parses one).
+        let mut client = IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED);
         for _ in 0..MAX_HOPS {
             while end > 0 && is_ws(line[end - 1]) {
                 end -= 1;
@@ -943,7 +968,7 @@ impl ClientIpResolver {
 
     /// The general walk: collect the rightmost [`MAX_HOPS`] hops, then walk them.
     #[inline(never)]
-    fn resolve_buffered(&self, view: &dyn RequestView, peer: IpAddr) -> IpAddr {
+    fn resolve_buffered(&self, view: &dyn RequestView, peer: Option<IpAddr>) -> Option<IpAddr> {
         let mut hops = Hops {
             buf: [None; MAX_HOPS],
             len: 0,
@@ -976,9 +1001,9 @@ impl ClientIpResolver {
             match hops.buf[(hops.start + i) % MAX_HOPS] {
                 None => return client,
                 Some(ip) => {
-                    client = ip;
+                    client = Some(ip);
                     if !self.trusted.contains(ip) {
-                        return ip;
+                        return client;
                     }
                 }
             }
@@ -1436,9 +1461,9 @@ mod tests {
                 line.push_str([", ", ",", " ,\t", ""][next(4)]);
             }
             let req = OwnedRequest::new("GET", "/", peer).header("X-Forwarded-For", &line);
-            let want = r.resolve_buffered(&req, peer);
-            if let Some(got) = r.walk_v4_line(peer, line.as_bytes()) {
-                assert_eq!(got, want, "{line:?}");
+            let want = r.resolve_buffered(&req, Some(peer));
+            if let Some(got) = r.walk_v4_line(line.as_bytes()) {
+                assert_eq!(Some(got), want, "{line:?}");
                 fast += 1;
                 trusted_hops += (r.trusted.contains(got) && got != peer) as u32;
             }
@@ -1478,7 +1503,11 @@ mod tests {
                 req = req.header("X-Forwarded-For", l);
             }
             let peer = ip("10.0.0.1");
-            assert_eq!(r.resolve(&req), r.resolve_buffered(&req, peer), "{ls:?}");
+            assert_eq!(
+                r.resolve(&req),
+                r.resolve_buffered(&req, Some(peer)),
+                "{ls:?}"
+            );
         }
     }
 
@@ -1615,7 +1644,7 @@ mod tests {
             .header("cookie", "b=2");
         let plan = HeaderPlan::new([&b"user-agent"[..], b"cookie", b"x-missing"]);
         let cache = HeaderCache::fill(&plan, &r);
-        let p = PreparedRequest::with_headers(&r, b"/", b"", ip("10.0.0.1"), &cache);
+        let p = PreparedRequest::with_headers(&r, b"/", b"", Some(ip("10.0.0.1")), &cache);
         assert_eq!(p.header(b"user-agent"), Some(&b"ua"[..]));
         assert_eq!(p.header(b"x-missing"), None);
         assert_eq!(p.header(b"x-seen"), Some(&b"1"[..]));
@@ -1627,7 +1656,7 @@ mod tests {
         );
         let one = OwnedRequest::new("GET", "/", ip("10.0.0.1")).header("Cookie", "x=1; s = 2");
         let cache = HeaderCache::fill(&plan, &one);
-        let p = PreparedRequest::with_headers(&one, b"/", b"", ip("10.0.0.1"), &cache);
+        let p = PreparedRequest::with_headers(&one, b"/", b"", Some(ip("10.0.0.1")), &cache);
         assert_eq!((p.cookie(b"s"), p.cookie(b"y")), (Some(&b"2"[..]), None));
         assert_eq!(p.header_values(b"x-missing").count(), 0);
         // Names of one length, and names past the length table's last entry.
@@ -1641,7 +1670,7 @@ mod tests {
             .header("ab", "x")
             .header("ab", "y");
         let cache = HeaderCache::fill(&plan, &r);
-        let p = PreparedRequest::with_headers(&r, b"/", b"", ip("10.0.0.1"), &cache);
+        let p = PreparedRequest::with_headers(&r, b"/", b"", Some(ip("10.0.0.1")), &cache);
         assert_eq!(p.header(long_a.as_bytes()), Some(&b"a"[..]));
         assert_eq!(p.header(long_b.as_bytes()), Some(&b"b"[..]));
         assert_eq!(p.header(b"cd"), Some(&b"d"[..]));
@@ -1670,14 +1699,14 @@ mod tests {
             "Forwarded",
             "for=198.51.100.9, for=\"[2001:db8::17]:4711\";proto=https, For=10.1.1.1;by=10.0.0.1",
         );
-        assert_eq!(r.resolve(&req), ip("2001:db8::17"));
+        assert_eq!(r.resolve(&req), Some(ip("2001:db8::17")));
         let req = OwnedRequest::new("GET", "/", ip("10.0.0.1"))
             .header("Forwarded", "for=198.51.100.9, for=_hidden, for=10.1.1.1");
-        assert_eq!(r.resolve(&req), ip("10.1.1.1"));
+        assert_eq!(r.resolve(&req), Some(ip("10.1.1.1")));
         // XFF is ignored in Forwarded mode.
         let req =
             OwnedRequest::new("GET", "/", ip("10.0.0.1")).header("X-Forwarded-For", "1.2.3.4");
-        assert_eq!(r.resolve(&req), ip("10.0.0.1"));
+        assert_eq!(r.resolve(&req), Some(ip("10.0.0.1")));
     }
 
     #[test]
@@ -1686,13 +1715,13 @@ mod tests {
         let req = OwnedRequest::new("GET", "/", ip("10.0.0.1"))
             .header("X-Forwarded-For", "203.0.113.5, 198.51.100.1")
             .header("X-Forwarded-For", "10.9.9.9");
-        assert_eq!(r.resolve(&req), ip("198.51.100.1"));
+        assert_eq!(r.resolve(&req), Some(ip("198.51.100.1")));
         let req = OwnedRequest::new("GET", "/", ip("10.0.0.1"))
             .header("X-Forwarded-For", "10.3.3.3, 10.2.2.2");
-        assert_eq!(r.resolve(&req), ip("10.3.3.3"));
+        assert_eq!(r.resolve(&req), Some(ip("10.3.3.3")));
         let req = OwnedRequest::new("GET", "/", ip("10.0.0.1"))
             .header("X-Forwarded-For", "1.1.1.1, garbage, 10.2.2.2");
-        assert_eq!(r.resolve(&req), ip("10.2.2.2"));
+        assert_eq!(r.resolve(&req), Some(ip("10.2.2.2")));
         let long = (0..100)
             .map(|i| format!("10.0.0.{}", i % 250))
             .collect::<Vec<_>>()
@@ -1700,6 +1729,42 @@ mod tests {
         let req = OwnedRequest::new("GET", "/", ip("10.0.0.1"))
             .header("X-Forwarded-For", &format!("1.1.1.1, {long}"));
         // Only the rightmost MAX_HOPS are examined; all trusted → leftmost kept.
-        assert!(r.trusted.contains(r.resolve(&req)));
+        assert!(r.trusted.contains_peer(r.resolve(&req)));
+    }
+
+    /// A peer without an IP address is the local client; its forwarding header counts only
+    /// when `unix:` is trusted, and the walk falls back to the local client as it would to a
+    /// trusted peer's address.
+    #[test]
+    fn local_peer_resolves_through_unix_trust() {
+        let local = |xff: &str| OwnedRequest::local("GET", "/").header("X-Forwarded-For", xff);
+        for source in [
+            ForwardedSource::List(b"x-forwarded-for".to_vec().into()),
+            ForwardedSource::Forwarded,
+        ] {
+            let mut r = resolver(source);
+            assert_eq!(r.resolve(&local("203.0.113.5")), None, "unix: not trusted");
+            assert_eq!(r.resolve(&OwnedRequest::local("GET", "/")), None);
+            r.trusted.push_entry("unix:").unwrap();
+            assert_eq!(
+                r.resolve(&OwnedRequest::local("GET", "/")),
+                None,
+                "no header"
+            );
+        }
+        let mut r = resolver(ForwardedSource::List(b"x-forwarded-for".to_vec().into()));
+        r.trusted.push_entry("unix:").unwrap();
+        assert_eq!(r.resolve(&local("203.0.113.5")), Some(ip("203.0.113.5")));
+        assert_eq!(
+            r.resolve(&local("203.0.113.5, 10.1.1.1")),
+            Some(ip("203.0.113.5"))
+        );
+        assert_eq!(r.resolve(&local("garbage")), None);
+        assert_eq!(r.resolve(&local("2001:db8::7, garbage")), None);
+        assert_eq!(r.resolve(&local("10.1.1.1")), Some(ip("10.1.1.1")));
+        // Trusting unix: does not make any address trusted.
+        let req =
+            OwnedRequest::new("GET", "/", ip("192.0.2.9")).header("X-Forwarded-For", "1.1.1.1");
+        assert_eq!(r.resolve(&req), Some(ip("192.0.2.9")));
     }
 }

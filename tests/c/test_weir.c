@@ -476,6 +476,13 @@ test_bad_inputs(void)
     r.peer = (const uint8_t *) "\xff\xfe";
     r.peer_len = 2;
     CHECK(weir_engine_evaluate(e, &r, 0, &v, NULL, 0) == WEIR_ERR_INVALID, "non-UTF-8 peer");
+    /* No IP peer (a unix-domain socket): evaluated as the local client. */
+    r.peer = NULL;
+    r.peer_len = 0;
+    CHECK(weir_engine_evaluate(e, &r, 0, &v, NULL, 0) == WEIR_OK, "peer length 0");
+    r.peer = (const uint8_t *) "unix:";
+    r.peer_len = 5;
+    CHECK(weir_engine_evaluate(e, &r, 0, &v, NULL, 0) == WEIR_OK, "unix: peer");
     r.peer = (const uint8_t *) "2001:db8::1";
     r.peer_len = 11;
     {

@@ -1213,7 +1213,9 @@ def asan_env():
 
 
 def main():
-    sys.modules.setdefault("run", sys.modules[__name__])  # for the checks in other files
+    # the checks in other files import this one as `run`: one module, one Failure class
+    sys.modules["run"] = sys.modules[__name__]
+    import peers
     import reload_edits
 
     ap = argparse.ArgumentParser()
@@ -1239,6 +1241,8 @@ def main():
         ("reload-edits", lambda: reload_edits.test_reload_edits(args.module)),
         ("reload-rates", lambda: reload_edits.test_reload_rates(args.module)),
         ("metrics", lambda: test_metrics(args.module, args.promcheck)),
+        ("unix-peers", lambda: peers.test_unix_peers(args.module)),
+        ("failure-mode", lambda: peers.test_failure_mode(args.test_module)),
     ]
     if args.asan_module:
         checks += [
@@ -1249,6 +1253,8 @@ def main():
              lambda: reload_edits.test_reload_edits(args.asan_module, asan_env())),
             ("asan-redirects-waits", lambda: test_redirects_and_waits(args.asan_module, asan_env())),
             ("asan-cluster", lambda: test_cluster(args.asan_module, asan_env())),
+            ("asan-unix-peers", lambda: peers.test_unix_peers(args.asan_module, asan_env())),
+            ("asan-failure-mode", lambda: peers.test_failure_mode(args.asan_module, asan_env())),
         ]
     failed = 0
     for name, fn in checks:

@@ -10,6 +10,7 @@
 //! | reject | answers the limit's status (default 429) with `Retry-After` (and the `RateLimit` fields when the policy enables them), a short text body, without calling the inner service |
 //! | queue | waits for a concurrency slot: re-evaluates every [`WeirLayer::queue_poll`] (5 ms by default) up to the limit's `timeout`, then passes or answers the limit's status; if the request's future is dropped meanwhile (client gone), its place in the queue is given back |
 //! | bad target | answers 400 (a target nginx would refuse: `/../x`, `%zz`, …) |
+//! | no verdict (a panic inside weir or the clock, caught) | per the policy's `failure_mode`: `open` logs an error (`tracing`) and calls the inner service; `closed` logs it and answers 503 |
 //!
 //! When the policy enables them (`headers = true`), `RateLimit-Policy` and `RateLimit` are added
 //! to passed responses too.
@@ -54,9 +55,13 @@
 //!    the app is served with `into_make_service_with_connect_info::<SocketAddr>()`;
 //! 3. a plain `std::net::SocketAddr` (what some hyper-based servers insert).
 //!
-//! **Without any of them** every request is attributed to [`WeirLayer::fallback_peer`]
-//! (`0.0.0.0` unless set): all clients then share one per-IP key (`key = "ip"` limits become
-//! site-wide) and CIDR matchers and exemptions see that address. Serve with `ConnectInfo`.
+//! **Without any of them** (a service on a unix-domain socket, or served without `ConnectInfo`),
+//! or with a [`LocalPeer`] extension, the peer has no IP address: the request counts for the
+//! policy's *local client*, as nginx and Caddy count requests on a unix socket. Its forwarding
+//! header is believed when the policy trusts `"unix:"` (`trusted_proxies = ["unix:"]`, for a
+//! local proxy in front); otherwise all such requests share one per-IP key and match only
+//! `client = ["unix:"]` lists. [`WeirLayer::fallback_peer`] gives them an address instead. Over
+//! TCP, serve with `ConnectInfo`.
 //!
 //! # Time
 //!
@@ -73,7 +78,8 @@
 
 use std::borrow::Cow;
 use std::future::Future;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
@@ -86,6 +92,7 @@ use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 use tower_layer::Layer;
 use tower_service::Service;
+use weir::policy::config::FailureMode;
 use weir::policy::engine::{Permits, QueueTicket};
 use weir::policy::{Action, Engine, EvalError, Outcome, RequestView};
 
@@ -97,6 +104,12 @@ use weir::policy::{Action, Engine, EvalError, Outcome, RequestView};
 /// proxy). Never derive it from a client-supplied header unless a trusted proxy set that header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PeerOverride(pub IpAddr);
+
+/// Marks the request as coming over a connection without an IP address (a unix-domain
+/// socket), whatever other address extensions say: it counts for the local client (see the
+/// [crate docs](crate)). A request extension, like [`PeerOverride`] (which wins over it).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LocalPeer;
 
 /// The layer's time source: `now` for the engine (and for releases), and the sleep used for
 /// delays. Any `Fn() -> u64 + Send + Sync` is a clock (with tokio's sleep).
@@ -188,7 +201,7 @@ impl Verdict {
 struct Config {
     engine: Arc<Engine>,
     clock: Arc<dyn Clock>,
-    fallback_peer: IpAddr,
+    fallback_peer: Option<IpAddr>,
     queue_poll: Duration,
     expose_verdict: bool,
 }
@@ -206,7 +219,7 @@ impl WeirLayer {
             cfg: Arc::new(Config {
                 engine,
                 clock: Arc::new(MonotonicClock),
-                fallback_peer: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+                fallback_peer: None,
                 queue_poll: Duration::from_millis(5),
                 expose_verdict: false,
             }),
@@ -220,9 +233,10 @@ impl WeirLayer {
         self
     }
 
-    /// The peer used when a request carries no address (see the crate docs). Default `0.0.0.0`.
+    /// The peer used when a request carries no address (see the crate docs). Default: none,
+    /// the request counts for the local client.
     pub fn fallback_peer(mut self, peer: IpAddr) -> WeirLayer {
-        Arc::make_mut(&mut self.cfg).fallback_peer = peer;
+        Arc::make_mut(&mut self.cfg).fallback_peer = Some(peer);
         self
     }
 
@@ -265,11 +279,11 @@ pub struct WeirService<S> {
 struct View<'a, B> {
     req: &'a Request<B>,
     target: Cow<'a, str>,
-    peer: IpAddr,
+    peer: Option<IpAddr>,
 }
 
 impl<'a, B> View<'a, B> {
-    fn new(req: &'a Request<B>, fallback: IpAddr) -> View<'a, B> {
+    fn new(req: &'a Request<B>, fallback: Option<IpAddr>) -> View<'a, B> {
         let uri = req.uri();
         let target = if uri.scheme().is_some() {
             // Absolute-form: the engine takes the path out of it itself.
@@ -289,17 +303,20 @@ impl<'a, B> View<'a, B> {
     }
 }
 
-fn peer_of<B>(req: &Request<B>, fallback: IpAddr) -> IpAddr {
+fn peer_of<B>(req: &Request<B>, fallback: Option<IpAddr>) -> Option<IpAddr> {
     let ext = req.extensions();
     if let Some(p) = ext.get::<PeerOverride>() {
-        return p.0;
+        return Some(p.0);
+    }
+    if ext.get::<LocalPeer>().is_some() {
+        return None;
     }
     #[cfg(feature = "axum")]
     if let Some(ci) = ext.get::<axum::extract::ConnectInfo<SocketAddr>>() {
-        return ci.0.ip();
+        return Some(ci.0.ip());
     }
     if let Some(sa) = ext.get::<SocketAddr>() {
-        return sa.ip();
+        return Some(sa.ip());
     }
     fallback
 }
@@ -311,7 +328,7 @@ impl<B> RequestView for View<'_, B> {
     fn target(&self) -> &[u8] {
         self.target.as_bytes()
     }
-    fn peer(&self) -> IpAddr {
+    fn peer(&self) -> Option<IpAddr> {
         self.peer
     }
     fn header_nth(&self, lowercase_name: &[u8], nth: usize) -> Option<&[u8]> {
@@ -486,13 +503,46 @@ fn reject_response<B>(cfg: &Config, out: &Outcome, verdict: Verdict) -> Response
     resp
 }
 
-fn bad_request<B>(cfg: &Config) -> Response<WeirBody<B>> {
-    let mut resp = Response::new(WeirBody::full("Bad Request"));
-    *resp.status_mut() = StatusCode::BAD_REQUEST;
+/// Runs one evaluation, catching a panic inside weir (or the clock): `None` when weir could not
+/// decide, logged with what `failure_mode` makes of it.
+fn guarded<T>(cfg: &Config, eval: impl FnOnce() -> T) -> Option<T> {
+    // The engine's state stays consistent across a panic: tables are updated by atomic
+    // operations only, and an unfinished evaluation at worst leaves a charge or a permit
+    // behind, as a crashed worker would.
+    let res = catch_unwind(AssertUnwindSafe(eval)).ok();
+    if res.is_none() {
+        let what = if fails_closed(cfg) {
+            "answering 503 (failure_mode = \"closed\")"
+        } else {
+            "letting the request through (failure_mode = \"open\")"
+        };
+        tracing::error!("weir evaluation failed (panic); {what}");
+    }
+    res
+}
+
+fn fails_closed(cfg: &Config) -> bool {
+    cfg.engine.policy().failure_mode == FailureMode::Closed
+}
+
+/// A short text answer of the layer's own: the status and its reason phrase.
+fn plain<B>(status: StatusCode) -> Response<WeirBody<B>> {
+    let mut resp = Response::new(WeirBody::full(status.canonical_reason().unwrap_or("")));
+    *resp.status_mut() = status;
     resp.headers_mut().insert(
         CONTENT_TYPE,
         HeaderValue::from_static("text/plain; charset=utf-8"),
     );
+    resp
+}
+
+/// The answer when weir could not decide and the policy fails closed.
+fn unavailable<B>() -> Response<WeirBody<B>> {
+    plain(StatusCode::SERVICE_UNAVAILABLE)
+}
+
+fn bad_request<B>(cfg: &Config) -> Response<WeirBody<B>> {
+    let mut resp = plain(StatusCode::BAD_REQUEST);
     if cfg.expose_verdict {
         resp.extensions_mut().insert(Verdict::bad_target());
     }
@@ -590,10 +640,29 @@ where
     fn call(&mut self, mut req: Request<B>) -> Self::Future {
         let cfg = &self.cfg;
         let engine = &cfg.engine;
-        let res = engine.evaluate(&View::new(&req, cfg.fallback_peer), cfg.clock.now_ns());
+        let res = guarded(cfg, || {
+            engine.evaluate(&View::new(&req, cfg.fallback_peer), cfg.clock.now_ns())
+        });
         let mut out = match res {
-            Ok(out) => out,
-            Err(EvalError::BadTarget(_)) => {
+            Some(Ok(out)) => out,
+            None if fails_closed(cfg) => {
+                return ResponseFuture {
+                    state: State::Ready {
+                        resp: Some(unavailable()),
+                    },
+                }
+            }
+            None => {
+                return ResponseFuture {
+                    state: State::Inner {
+                        fut: self.inner.call(req),
+                        guard: None,
+                        fields: None,
+                        verdict: None,
+                    },
+                }
+            }
+            Some(Err(EvalError::BadTarget(_))) => {
                 return ResponseFuture {
                     state: State::Ready {
                         resp: Some(bad_request(cfg)),
@@ -662,9 +731,17 @@ where
             let Some(ticket) = place.ticket.take() else {
                 break;
             };
-            let res = engine.evaluate_queued(&View::new(&req, cfg.fallback_peer), now, ticket);
+            let res = guarded(&cfg, || {
+                engine.evaluate_queued(&View::new(&req, cfg.fallback_peer), now, ticket)
+            });
             match res {
-                Ok(mut o) => {
+                None if fails_closed(&cfg) => return Ok(unavailable()),
+                // Failing open: serve without waiting any longer.
+                None => {
+                    out.action = Action::Pass;
+                    break;
+                }
+                Some(Ok(mut o)) => {
                     place.ticket = o.ticket.take();
                     out = o;
                     if out.action != Action::Queue {
@@ -672,7 +749,7 @@ where
                     }
                 }
                 // The target was fine a moment ago; cannot happen, but answer as the engine does.
-                Err(EvalError::BadTarget(_)) => return Ok(bad_request(&cfg)),
+                Some(Err(EvalError::BadTarget(_))) => return Ok(bad_request(&cfg)),
             }
         }
     }

@@ -313,7 +313,7 @@ async fn without_connect_info_the_fallback_peer_is_used() {
         Ok::<_, Infallible>(http::Response::new(Full::new(bytes::Bytes::from("ok"))))
     });
     let req = || http::Request::get("/").body(()).unwrap();
-    // Default fallback 0.0.0.0: not in 127.0.0.1/32, never limited.
+    // No address: the local client, not in 127.0.0.1/32, never limited.
     let svc = WeirLayer::new(engine(LOCAL_ONLY)).layer(inner);
     for _ in 0..3 {
         assert_eq!(svc.clone().oneshot(req()).await.unwrap().status(), 200);

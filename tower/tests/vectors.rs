@@ -3,10 +3,11 @@
 //!
 //! How the vector steps map onto HTTP:
 //! * request: sent with the vector's method, target and headers (in order); the vector's peer
-//!   reaches the layer as a [`PeerOverride`] set by a test middleware from `x-test-peer`. Time
-//!   is injected with [`WeirLayer::with_clock`] (`1_000_000_000_000 + t_ms·1e6` ns), so delays
-//!   are not slept: the test clock records the sleep the layer asks for, and the test checks it
-//!   equals the delay. A passed request's body stays open (permits held) until its `release`.
+//!   reaches the layer as a [`PeerOverride`] (or, for `unix:`, a [`LocalPeer`]) set by a test
+//!   middleware from `x-test-peer`. Time is injected with [`WeirLayer::with_clock`]
+//!   (`1_000_000_000_000 + t_ms·1e6` ns), so delays are not slept: the test clock records the
+//!   sleep the layer asks for, and the test checks it equals the delay. A passed request's body
+//!   stays open (permits held) until its `release`.
 //! * `queue` expectations: the request must get no response (it waits in the layer).
 //! * `retry` expecting pass/reject: the waiting request's response must now arrive (the layer
 //!   re-evaluates with its ticket every millisecond); expecting queue: still no response.
@@ -36,7 +37,7 @@ use common::{held_response, serve, Conn, End, Finished, Held};
 use http::HeaderValue;
 use serde_json::Value;
 use weir::policy::{Action, CompiledPolicy, Engine};
-use weir_tower::{Clock, PeerOverride, Verdict, WeirLayer};
+use weir_tower::{Clock, LocalPeer, PeerOverride, Verdict, WeirLayer};
 
 const BASE_NS: u64 = 1_000_000_000_000;
 const MIN_VECTORS: usize = 70;
@@ -91,9 +92,19 @@ fn action_str(a: Action) -> &'static str {
 async fn test_mw(State(held): State<Arc<Held>>, mut req: Request, next: Next) -> Response {
     let id = common::step_id(&req).unwrap_or(u64::MAX);
     let _finished = Finished(held.clone(), id);
-    if let Some(p) = req.headers().get("x-test-peer") {
-        let ip: IpAddr = p.to_str().unwrap().parse().unwrap();
-        req.extensions_mut().insert(PeerOverride(ip));
+    match req
+        .headers()
+        .get("x-test-peer")
+        .map(|p| p.to_str().unwrap())
+    {
+        Some("unix:") => {
+            req.extensions_mut().insert(LocalPeer);
+        }
+        Some(p) => {
+            let ip: IpAddr = p.parse().unwrap();
+            req.extensions_mut().insert(PeerOverride(ip));
+        }
+        None => {}
     }
     let mut resp = next.run(req).await;
     if let Some(v) = resp.extensions().get::<Verdict>().copied() {
