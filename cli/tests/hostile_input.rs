@@ -12,13 +12,7 @@ use serde_json::Value;
 
 const MIB: u64 = 1 << 20;
 
-fn data(name: &str) -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/data")
-        .join(name)
-        .display()
-        .to_string()
-}
+const POLICY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/golden.toml");
 
 /// Runs `weir replay --json ARGS…`: the report, stderr, and the process's peak RSS in bytes.
 fn replay(args: &[&str]) -> (Value, String, u64) {
@@ -88,7 +82,7 @@ fn impossible_timestamps_are_malformed() {
     std::fs::write(&log, text).unwrap();
     let (v, err, _) = replay(&[
         "--policy",
-        &data("golden.toml"),
+        POLICY,
         "--show-malformed",
         "100",
         log.to_str().unwrap(),
@@ -123,7 +117,7 @@ fn impossible_timestamps_are_malformed() {
     std::fs::write(&log, lines.map(caddy).concat()).unwrap();
     let (v, err, _) = replay(&[
         "--policy",
-        &data("golden.toml"),
+        POLICY,
         "--format",
         "caddy-json",
         log.to_str().unwrap(),
@@ -142,7 +136,7 @@ fn a_line_without_end_is_not_held_whole() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("zeros.gz");
     gzip(&log, (0..256).map(|_| vec![0u8; MIB as usize]));
-    let (v, err, rss) = replay(&["--policy", &data("golden.toml"), log.to_str().unwrap()]);
+    let (v, err, rss) = replay(&["--policy", POLICY, log.to_str().unwrap()]);
     assert_eq!(
         (v["lines"].as_u64(), v["malformed"].as_u64()),
         (Some(1), Some(1))
@@ -174,7 +168,7 @@ fn reorder_buffer_is_bounded_in_bytes() {
     );
     let (v, err, rss) = replay(&[
         "--policy",
-        &data("golden.toml"),
+        POLICY,
         "--max-buffered-bytes",
         "16m",
         log.to_str().unwrap(),
@@ -188,7 +182,7 @@ fn reorder_buffer_is_bounded_in_bytes() {
     // Over --max-line-bytes, the same lines are malformed and never buffered.
     let (v, _, rss) = replay(&[
         "--policy",
-        &data("golden.toml"),
+        POLICY,
         "--max-line-bytes",
         "64k",
         log.to_str().unwrap(),
