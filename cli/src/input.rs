@@ -185,7 +185,7 @@ impl<R: Read> LineReader<R> {
 mod tests {
     use super::*;
 
-    /// Every line of `data`: text, or `None` for an overlong line (with its length).
+    /// Every line of `data`: its text, or the length of an overlong line.
     fn lines(data: &[u8], max_line: usize, buf: usize) -> Vec<Result<Vec<u8>, u64>> {
         let mut r = LineReader::new(data, max_line);
         r.buf = vec![0; buf]; // force growth and compaction
