@@ -19,22 +19,37 @@ __attribute__((used)) static const char wgo_lib_sha[] = WGO_STR(WEIR_LIB_SHA);
 // Request headers packed by Go into one buffer: for each header line,
 // [u32 name_len][lowercase name][u32 value_len][value], native byte order.
 // The lookup runs in C so that one evaluation is exactly one cgo call.
-typedef struct { const uint8_t *buf; size_t len; } wgo_headers;
+// The engine reads the lines of one name in order (nth 0, 1, 2, ...): a lookup of nth right
+// after nth - 1 of the same name resumes after that line (at `next`), so n repeated lines
+// cost O(n), not O(n^2). `last_nth` is SIZE_MAX while no line was found.
+typedef struct {
+	const uint8_t *buf; size_t len;
+	size_t last_nth, last_name, last_name_len, next;
+} wgo_headers;
 
 static int wgo_header(void *ctx, const uint8_t *lname, size_t lname_len, size_t nth,
                       const uint8_t **value, size_t *value_len) {
-	const wgo_headers *h = (const wgo_headers *) ctx;
+	wgo_headers *h = (wgo_headers *) ctx;
 	size_t off = 0, seen = 0;
+	if (nth > 0 && h->last_nth == nth - 1 && h->last_name_len == lname_len &&
+	    memcmp(h->buf + h->last_name, lname, lname_len) == 0) {
+		off = h->next;
+		seen = nth;
+	}
 	while (off + 4 <= h->len) {
 		uint32_t nl, vl;
 		memcpy(&nl, h->buf + off, 4); off += 4;
 		if (off + nl + 4 > h->len) return 0;
-		const uint8_t *name = h->buf + off; off += nl;
+		size_t name = off; off += nl;
 		memcpy(&vl, h->buf + off, 4); off += 4;
 		if (off + vl > h->len) return 0;
 		const uint8_t *val = h->buf + off; off += vl;
-		if (nl == lname_len && memcmp(name, lname, nl) == 0) {
-			if (seen == nth) { *value = val; *value_len = vl; return 1; }
+		if (nl == lname_len && memcmp(h->buf + name, lname, nl) == 0) {
+			if (seen == nth) {
+				h->last_nth = nth; h->last_name = name; h->last_name_len = nl; h->next = off;
+				*value = val; *value_len = vl;
+				return 1;
+			}
 			seen++;
 		}
 	}
@@ -53,7 +68,7 @@ static weir_request wgo_request(const uint8_t *m, size_t ml, const uint8_t *t, s
 static int wgo_evaluate(const weir_engine *e, const uint8_t *m, size_t ml, const uint8_t *t, size_t tl,
                         const uint8_t *p, size_t pl, const uint8_t *hb, size_t hl, uint64_t now,
                         weir_verdict *out, uint8_t *buf, size_t cap) {
-	wgo_headers h = { hb, hl };
+	wgo_headers h = { hb, hl, SIZE_MAX, 0, 0, 0 };
 	weir_request r = wgo_request(m, ml, t, tl, p, pl, &h);
 	return weir_engine_evaluate(e, &r, now, out, buf, cap);
 }
@@ -61,7 +76,7 @@ static int wgo_evaluate(const weir_engine *e, const uint8_t *m, size_t ml, const
 static int wgo_evaluate_queued(const weir_engine *e, const uint8_t *m, size_t ml, const uint8_t *t,
                                size_t tl, const uint8_t *p, size_t pl, const uint8_t *hb, size_t hl,
                                uint64_t now, weir_verdict *v, uint8_t *buf, size_t cap) {
-	wgo_headers h = { hb, hl };
+	wgo_headers h = { hb, hl, SIZE_MAX, 0, 0, 0 };
 	weir_request r = wgo_request(m, ml, t, tl, p, pl, &h);
 	return weir_engine_evaluate_queued(e, &r, now, v, buf, cap);
 }

@@ -164,7 +164,9 @@ typedef struct weir_region {
  Header lookup for `weir_request`: store a pointer to the `nth` (0-based) value of header
  `lname` (lowercase ASCII, `lname_len` bytes) in `*value`/`*value_len` and return 1, or return
  0 when there is no such occurrence. The value must stay valid until the evaluating call
- returns.
+ returns. The engine asks for the occurrences of a name in order (`nth` 0, 1, 2 …, each walk
+ starting at 0 within one evaluating call): answer `nth` right after `nth - 1` by resuming
+ after the previous occurrence, or a request with n repeated lines costs O(n²).
  */
 typedef int (*weir_header_fn)(void *ctx,
                               const uint8_t *lname,

@@ -757,20 +757,56 @@ ngx_http_weir_conn(ngx_http_request_t *r, ngx_http_weir_loc_conf_t *wlcf,
 
 /* policy mode */
 
+/*
+ * Where the last header lookup stopped.  The engine reads the lines of one
+ * name in order (nth 0, 1, 2, ...) within one evaluation: resuming after the
+ * previous line makes a walk over n repeated lines O(n), not O(n^2).  Reset
+ * by ngx_http_weir_request() before each evaluation (workers run one at a
+ * time), so it never points into another request's headers.
+ */
+
+static struct {
+    ngx_http_request_t  *r;
+    ngx_list_part_t     *part;
+    ngx_uint_t           i;
+    size_t               nth;
+} ngx_http_weir_header_cursor;
+
+
 static int
 ngx_http_weir_header_lookup(void *data, const uint8_t *lname, size_t len,
     size_t nth, const uint8_t **value, size_t *value_len)
 {
     ngx_http_request_t  *r = data;
 
+    size_t            seen;
     ngx_uint_t        i;
     ngx_list_part_t  *part;
     ngx_table_elt_t  *h;
 
     part = &r->headers_in.headers.part;
+    i = 0;
+    seen = 0;
+
+    if (ngx_http_weir_header_cursor.r == r
+        && ngx_http_weir_header_cursor.nth + 1 == nth)
+    {
+        /* resume after the (nth - 1)th line if it has this name */
+
+        h = ngx_http_weir_header_cursor.part->elts;
+        h += ngx_http_weir_header_cursor.i;
+
+        if (h->key.len == len && ngx_strncmp(h->lowcase_key, lname, len) == 0)
+        {
+            part = ngx_http_weir_header_cursor.part;
+            i = ngx_http_weir_header_cursor.i + 1;
+            seen = nth;
+        }
+    }
+
     h = part->elts;
 
-    for (i = 0; /* void */ ; i++) {
+    for ( /* void */ ; /* void */ ; i++) {
 
         if (i >= part->nelts) {
             if (part->next == NULL) {
@@ -788,7 +824,12 @@ ngx_http_weir_header_lookup(void *data, const uint8_t *lname, size_t len,
             continue;
         }
 
-        if (nth-- == 0) {
+        if (seen++ == nth) {
+            ngx_http_weir_header_cursor.r = r;
+            ngx_http_weir_header_cursor.part = part;
+            ngx_http_weir_header_cursor.i = i;
+            ngx_http_weir_header_cursor.nth = nth;
+
             *value = h[i].value.data;
             *value_len = h[i].value.len;
             return 1;
@@ -839,6 +880,8 @@ ngx_http_weir_request(ngx_http_request_t *r, weir_request *wr)
     }
     }
 #endif
+
+    ngx_http_weir_header_cursor.r = NULL;
 
     wr->header = ngx_http_weir_header_lookup;
     wr->header_ctx = m;

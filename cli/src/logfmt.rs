@@ -9,7 +9,7 @@ use std::net::IpAddr;
 use memchr::memmem;
 use weir::policy::RequestView;
 
-use crate::timefmt::{self, NS};
+use crate::timefmt;
 
 /// The nginx "combined" format.
 pub const COMBINED: &str = "$remote_addr - $remote_user [$time_local] \"$request\" $status \
@@ -36,6 +36,9 @@ pub struct Entry {
     target: (u32, u32),
     /// (name start, name end, value start, value end); names lowercase.
     headers: Vec<(u32, u32, u32, u32)>,
+    /// Indexes into `headers` sorted by name, each name's lines in log order: `header_nth` is a
+    /// binary search, so a line with many repeated headers costs O(n log n), not O(n²).
+    by_name: Vec<u32>,
 }
 
 impl Default for Entry {
@@ -52,6 +55,7 @@ impl Default for Entry {
             method: (0, 0),
             target: (0, 0),
             headers: Vec::with_capacity(8),
+            by_name: Vec::with_capacity(8),
         }
     }
 }
@@ -60,6 +64,7 @@ impl Entry {
     fn reset(&mut self) {
         self.buf.clear();
         self.headers.clear();
+        self.by_name.clear();
         self.duration_ns = None;
         self.whole_second = false;
         self.method = (0, 0);
@@ -86,6 +91,37 @@ impl Entry {
         &self.buf[r.0 as usize..r.1 as usize]
     }
 
+    fn header_name(&self, i: u32) -> &[u8] {
+        let h = self.headers[i as usize];
+        self.slice((h.0, h.1))
+    }
+
+    /// Builds `by_name` once the headers are in.
+    fn index_headers(&mut self) {
+        let mut by_name = std::mem::take(&mut self.by_name);
+        by_name.extend(0..self.headers.len() as u32);
+        // Stable: lines of one name keep their order.
+        by_name.sort_by(|&a, &b| self.header_name(a).cmp(self.header_name(b)));
+        self.by_name = by_name;
+    }
+
+    /// Memory the entry holds, its own size included.
+    pub fn mem_bytes(&self) -> usize {
+        std::mem::size_of::<Entry>()
+            + self.buf.capacity()
+            + self.headers.capacity() * std::mem::size_of::<(u32, u32, u32, u32)>()
+            + self.by_name.capacity() * std::mem::size_of::<u32>()
+    }
+
+    /// Empties the entry and lets each of its buffers keep at most about `bytes`.
+    pub fn shrink(&mut self, bytes: usize) {
+        self.reset();
+        self.buf.shrink_to(bytes);
+        self.headers
+            .shrink_to(bytes / std::mem::size_of::<(u32, u32, u32, u32)>());
+        self.by_name.shrink_to(bytes / std::mem::size_of::<u32>());
+    }
+
     pub fn method_str(&self) -> &[u8] {
         self.slice(self.method)
     }
@@ -106,11 +142,18 @@ impl RequestView for Entry {
         Some(self.peer)
     }
     fn header_nth(&self, lowercase_name: &[u8], nth: usize) -> Option<&[u8]> {
-        self.headers
-            .iter()
-            .filter(|h| self.slice((h.0, h.1)) == lowercase_name)
-            .nth(nth)
-            .map(|h| self.slice((h.2, h.3)))
+        let first = self
+            .by_name
+            .partition_point(|&i| self.header_name(i) < lowercase_name);
+        let i = *self.by_name.get(first.checked_add(nth)?)?;
+        let h = self.headers[i as usize];
+        (self.slice((h.0, h.1)) == lowercase_name).then(|| self.slice((h.2, h.3)))
+    }
+    fn for_each_header<'s>(&'s self, f: &mut dyn FnMut(&'s [u8], &'s [u8])) -> bool {
+        for h in &self.headers {
+            f(self.slice((h.0, h.1)), self.slice((h.2, h.3)));
+        }
+        true
     }
 }
 
@@ -141,9 +184,11 @@ impl LogFormat {
     pub fn parse(&self, line: &[u8], e: &mut Entry) -> Result<(), Malformed> {
         e.reset();
         match self {
-            LogFormat::Nginx(f) => f.parse(line, e),
-            LogFormat::Caddy(f) => f.parse(line, e),
+            LogFormat::Nginx(f) => f.parse(line, e)?,
+            LogFormat::Caddy(f) => f.parse(line, e)?,
         }
+        e.index_headers();
+        Ok(())
     }
 }
 
@@ -281,7 +326,7 @@ impl NginxFormat {
                     }
                 }
                 Var::Msec => {
-                    time = Some((timefmt::parse_decimal_seconds(v).ok_or("bad $msec")?, false))
+                    time = Some((timefmt::parse_unix_seconds(v).ok_or("bad $msec")?, false))
                 }
                 Var::Request => request = Some(r),
                 Var::RequestMethod => method = Some(r),
@@ -465,16 +510,12 @@ impl CaddyFormat {
             .request
             .ok_or("no \"request\" (not an access log entry)")?;
         let ts = match l.ts.ok_or("no \"ts\"")? {
-            CaddyTs::Num(f) if f.is_finite() && f > 0.0 => {
-                let secs = f.trunc();
-                (secs as i64) * NS + ((f - secs) * 1e9).round() as i64
-            }
-            CaddyTs::Num(_) => return Err("bad \"ts\""),
+            CaddyTs::Num(f) => timefmt::unix_seconds_f64(f),
             CaddyTs::Text(t) => timefmt::parse_iso8601(t.as_bytes())
                 .map(|x| x.0)
-                .or_else(|| timefmt::parse_decimal_seconds(t.as_bytes()))
-                .ok_or("bad \"ts\"")?,
-        };
+                .or_else(|| timefmt::parse_unix_seconds(t.as_bytes())),
+        }
+        .ok_or("bad \"ts\"")?;
         e.ts_ns = ts;
         let ip = if self.use_client_ip {
             r.client_ip.as_deref().or(r.remote_ip.as_deref())
@@ -509,6 +550,7 @@ impl CaddyFormat {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::timefmt::NS;
 
     fn parse(fmt: &str, line: &str) -> Result<Entry, Malformed> {
         let f = LogFormat::from_spec(fmt).unwrap();

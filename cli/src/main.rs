@@ -51,6 +51,13 @@ enum Cmd {
         /// Lines held for reordering at most (memory bound); past it the oldest replay early.
         #[arg(long, default_value_t = 1_000_000, value_name = "LINES")]
         max_buffered: usize,
+        /// Bytes of parsed lines held for reordering at most (memory bound; `k`, `m`, `g`
+        /// units); past it the oldest replay early.
+        #[arg(long, default_value = "256m", value_name = "SIZE", value_parser = size)]
+        max_buffered_bytes: usize,
+        /// Longest log line parsed (`k`, `m`, `g` units); longer lines are malformed.
+        #[arg(long, default_value = "4m", value_name = "SIZE", value_parser = size)]
+        max_line_bytes: usize,
         /// Replay whole-second timestamps as given instead of spreading each second's requests
         /// evenly over that second.
         #[arg(long)]
@@ -72,6 +79,12 @@ enum Cmd {
         #[arg(required = true, value_name = "LOG")]
         logs: Vec<String>,
     },
+}
+
+/// A size option: bytes, or a number with `k`, `m` or `g` (powers of 1024).
+fn size(s: &str) -> Result<usize, String> {
+    let n = weir::policy::config::parse_size(s)?;
+    usize::try_from(n).map_err(|_| format!("size {s:?} is too large"))
 }
 
 fn main() -> ExitCode {
@@ -116,6 +129,8 @@ fn main() -> ExitCode {
             timeline,
             reorder_window,
             max_buffered,
+            max_buffered_bytes,
+            max_line_bytes,
             no_spread,
             caddy_client_ip,
             top,
@@ -131,6 +146,8 @@ fn main() -> ExitCode {
                 window_s: reorder_window,
                 spread: !no_spread,
                 max_buffered,
+                max_buffered_bytes,
+                max_line: max_line_bytes,
                 verdicts,
                 top,
                 progress: !no_progress,

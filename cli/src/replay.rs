@@ -10,6 +10,7 @@
 //! spread evenly over that second in log order (n requests at s, s + 1/n, …), so a rate limit
 //! sees the second's real rate instead of n simultaneous requests (`--no-spread` turns it off).
 
+use std::borrow::Cow;
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, VecDeque};
 use std::fmt::Write as _;
@@ -26,7 +27,7 @@ use weir::policy::key::KeyPart;
 use weir::policy::matcher::mask_ip;
 use weir::policy::{normalize, Action, Engine, RequestView};
 
-use crate::input::{self, LineReader};
+use crate::input::{self, Line, LineReader};
 use crate::logfmt::{Entry, LogFormat};
 use crate::report::{ExemptionReport, KeyCount, LimitReport, Report, Timeline};
 use crate::timefmt::{self, NS};
@@ -45,6 +46,10 @@ pub struct Options {
     pub spread: bool,
     /// At most this many lines are held for reordering (older ones are then replayed early).
     pub max_buffered: usize,
+    /// At most this many bytes of parsed lines are held for reordering (likewise).
+    pub max_buffered_bytes: usize,
+    /// Longest line parsed, in bytes; longer lines are malformed (and never held whole).
+    pub max_line: usize,
     pub verdicts: Option<PathBuf>,
     /// Top keys / clients per limit in the report.
     pub top: usize,
@@ -357,6 +362,9 @@ struct Reorder {
     window: i64,
     spread: bool,
     max: usize,
+    /// Memory the entries in `q` hold, and its bound.
+    bytes: usize,
+    max_bytes: usize,
     max_seen: i64,
     /// Lines older than this were already replayed.
     watermark: i64,
@@ -374,6 +382,7 @@ impl Reorder {
             return Some(e);
         }
         self.max_seen = self.max_seen.max(e.ts_ns);
+        self.bytes += e.mem_bytes();
         match self.q.back() {
             Some(b) if b.ts_ns > e.ts_ns => {
                 counts.reordered += 1;
@@ -396,8 +405,10 @@ impl Reorder {
         } else {
             0
         };
-        let ready =
-            flush || self.q.len() > self.max || front.ts_ns + span <= self.max_seen - self.window;
+        let ready = flush
+            || self.q.len() > self.max
+            || self.bytes > self.max_bytes
+            || front.ts_ns + span <= self.max_seen - self.window;
         if !ready {
             return None;
         }
@@ -414,6 +425,7 @@ impl Reorder {
 
     fn take(&mut self) -> Option<(Entry, i64)> {
         let e = self.q.pop_front()?;
+        self.bytes -= e.mem_bytes();
         let t = if self.group_n > 1 {
             self.group_ts + (self.group_i as i64 * NS) / self.group_n as i64
         } else {
@@ -421,6 +433,37 @@ impl Reorder {
         };
         self.group_i += 1;
         Some((e, t))
+    }
+}
+
+/// Parsed entries kept for their buffers' reuse, at most [`Pool::MAX_BYTES`] in all.
+#[derive(Default)]
+struct Pool {
+    free: Vec<Entry>,
+    bytes: usize,
+}
+
+impl Pool {
+    const MAX_BYTES: usize = 16 << 20;
+    /// Buffers an entry keeps when pooled (a long line's are shrunk to this).
+    const KEEP_BYTES: usize = 4 << 10;
+
+    fn get(&mut self) -> Entry {
+        match self.free.pop() {
+            Some(e) => {
+                self.bytes -= e.mem_bytes();
+                e
+            }
+            None => Entry::default(),
+        }
+    }
+
+    fn put(&mut self, mut e: Entry) {
+        e.shrink(Self::KEEP_BYTES);
+        if self.bytes + e.mem_bytes() <= Self::MAX_BYTES {
+            self.bytes += e.mem_bytes();
+            self.free.push(e);
+        }
     }
 }
 
@@ -477,6 +520,8 @@ pub fn run(opts: &Options) -> Result<(Report, Timeline), String> {
         window: opts.window_s as i64 * NS,
         spread: opts.spread,
         max: opts.max_buffered.max(1),
+        bytes: 0,
+        max_bytes: opts.max_buffered_bytes,
         max_seen: i64::MIN,
         watermark: i64::MIN,
         group_ts: 0,
@@ -506,26 +551,32 @@ pub fn run(opts: &Options) -> Result<(Report, Timeline), String> {
             b
         });
 
-    let mut pool: Vec<Entry> = Vec::new();
+    let mut pool = Pool::default();
     let mut cur = Entry::default();
     let mut arrival = 0u64;
     let mut shown = 0usize;
     let io_err = |e: io::Error| format!("{e}");
     for (fi, path) in opts.inputs.iter().enumerate() {
         let (r, _) = input::open(path, read.clone()).map_err(|e| format!("{path}: {e}"))?;
-        let mut lr = LineReader::new(r);
+        let mut lr = LineReader::new(r, opts.max_line);
         let mut line_no = 0u64;
         while let Some(line) = lr.next_line().map_err(|e| format!("{path}: {e}"))? {
             line_no += 1;
-            if line.is_empty() {
-                continue;
-            }
+            // Err: why the line is malformed, and its beginning.
+            let parsed: Result<(), (Cow<str>, &[u8])> = match line {
+                Line::Text([]) => continue,
+                Line::Text(l) => format.parse(l, &mut cur).map_err(|why| (why.into(), l)),
+                Line::TooLong { head, len } => Err((
+                    format!("{len} bytes, over --max-line-bytes {}", opts.max_line).into(),
+                    head,
+                )),
+            };
             sim.counts.lines += 1;
-            if let Err(why) = format.parse(line, &mut cur) {
+            if let Err((why, l)) = parsed {
                 sim.counts.malformed += 1;
                 if shown < opts.show_malformed {
                     shown += 1;
-                    let l = String::from_utf8_lossy(&line[..line.len().min(160)]);
+                    let l = String::from_utf8_lossy(&l[..l.len().min(160)]);
                     eprintln!("{path}:{line_no}: malformed ({why}): {l}");
                 }
                 continue;
@@ -534,15 +585,15 @@ pub fn run(opts: &Options) -> Result<(Report, Timeline), String> {
             cur.line = line_no;
             arrival += 1;
             cur.seq = arrival;
-            let e = std::mem::replace(&mut cur, pool.pop().unwrap_or_default());
+            let e = std::mem::replace(&mut cur, pool.get());
             if let Some(late) = ro.push(e, &mut sim.counts) {
                 let t = sim.last_t;
                 sim.eval(&late, t).map_err(io_err)?;
-                pool.push(late);
+                pool.put(late);
             }
             while let Some((e, t)) = ro.pop(false) {
                 sim.eval(&e, t).map_err(io_err)?;
-                pool.push(e);
+                pool.put(e);
             }
             if let Some(b) = &bar {
                 if line_no % 65_536 == 0 {
@@ -554,7 +605,7 @@ pub fn run(opts: &Options) -> Result<(Report, Timeline), String> {
     }
     while let Some((e, t)) = ro.pop(true) {
         sim.eval(&e, t).map_err(io_err)?;
-        pool.push(e);
+        pool.put(e);
     }
     if let Some(b) = bar {
         b.finish_and_clear();
@@ -677,4 +728,84 @@ pub fn describe_key(l: &Limit) -> String {
         })
         .collect::<Vec<_>>()
         .join("+")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reorder(max_bytes: usize) -> Reorder {
+        Reorder {
+            q: VecDeque::new(),
+            window: 10 * NS,
+            spread: true,
+            max: 1_000_000,
+            bytes: 0,
+            max_bytes,
+            max_seen: i64::MIN,
+            watermark: i64::MIN,
+            group_ts: 0,
+            group_n: 0,
+            group_i: 0,
+        }
+    }
+
+    /// An entry at `ts` (sub-second resolution) holding `bytes` of line.
+    fn entry(ts: i64, seq: u64, bytes: usize) -> Entry {
+        let mut e = Entry::default();
+        e.buf.resize(bytes, b'x');
+        (e.ts_ns, e.seq) = (ts, seq);
+        e
+    }
+
+    #[test]
+    fn reorder_buffer_is_bounded_in_bytes() {
+        let mut counts = Counts::default();
+        let mut ro = reorder(1 << 20);
+        let mut out = vec![];
+        // 300 lines of 100 KiB within 3 s: the window alone would hold them all.
+        for i in 0..300 {
+            let ts = NS + i as i64 * NS / 100;
+            assert!(ro.push(entry(ts, i, 100 << 10), &mut counts).is_none());
+            while let Some((e, t)) = ro.pop(false) {
+                out.push((e.seq, t));
+            }
+            assert!(ro.bytes <= 1 << 20, "{} bytes held", ro.bytes);
+            assert_eq!(ro.bytes, ro.q.iter().map(Entry::mem_bytes).sum::<usize>());
+        }
+        assert!(out.len() > 250, "{} replayed early", out.len());
+        while let Some((e, t)) = ro.pop(true) {
+            out.push((e.seq, t));
+        }
+        assert_eq!(ro.bytes, 0);
+        // Log order is kept.
+        assert!(out.iter().map(|o| o.0).eq(0..300));
+        // Small lines within the window stay buffered.
+        let mut ro = reorder(1 << 20);
+        for i in 0..300 {
+            ro.push(entry(NS + i as i64 * NS / 100, i, 100), &mut counts);
+            assert!(ro.pop(false).is_none());
+        }
+    }
+
+    #[test]
+    fn pool_is_bounded_in_bytes() {
+        let mut pool = Pool::default();
+        for i in 0..5000 {
+            pool.put(entry(0, i, if i % 2 == 0 { 64 << 10 } else { 8 << 10 }));
+            assert!(pool.bytes <= Pool::MAX_BYTES);
+        }
+        // Shrunk to KEEP_BYTES, the first few thousand fit; the rest were dropped.
+        assert!(
+            (1000..5000).contains(&pool.free.len()),
+            "{}",
+            pool.free.len()
+        );
+        let e = pool.get();
+        assert!(e.buf.capacity() <= Pool::KEEP_BYTES && e.buf.is_empty());
+        assert_eq!(
+            pool.bytes,
+            pool.free.iter().map(Entry::mem_bytes).sum::<usize>()
+        );
+    }
 }

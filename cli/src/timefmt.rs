@@ -2,8 +2,18 @@
 
 pub const NS: i64 = 1_000_000_000;
 
+/// Log times are accepted from 1970-01-01T00:00:00Z up to (excluding) this time,
+/// 2262-01-01T00:00:00Z: every one fits an `i64` of nanoseconds (which ends in April 2262).
+/// Anything else in a log is a malformed line, never a wrapped-around time.
+pub const MAX_NS: i64 = days_from_civil(2262, 1, 1) * 86_400 * NS;
+
+/// `ns` if it lies in the accepted range (`0..MAX_NS`).
+fn in_range(ns: i64) -> Option<i64> {
+    (0..MAX_NS).contains(&ns).then_some(ns)
+}
+
 /// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
-pub fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
+pub const fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
     let y = if m <= 2 { y - 1 } else { y };
     let era = if y >= 0 { y } else { y - 399 } / 400;
     let yoe = y - era * 400;
@@ -49,14 +59,33 @@ fn month(s: &[u8]) -> Option<u32> {
     M.iter().position(|m| &m[..] == s).map(|i| i as u32 + 1)
 }
 
+fn days_in_month(y: i64, m: u32) -> u32 {
+    match m {
+        2 if y % 4 == 0 && (y % 100 != 0 || y % 400 == 0) => 29,
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    }
+}
+
+/// A local date and time → ns, `None` unless it is a real time of a year 1969–2261 (the
+/// offset may still move it out of range; the callers check the UTC result). Seconds are
+/// 00–59: neither nginx nor Caddy writes a leap second.
 fn hms(y: i64, mo: u32, d: u32, h: i64, mi: i64, s: i64) -> Option<i64> {
-    if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || s > 60 {
+    if !(1969..=2261).contains(&y)
+        || !(1..=12).contains(&mo)
+        || !(1..=days_in_month(y, mo)).contains(&d)
+        || h > 23
+        || mi > 59
+        || s > 59
+    {
         return None;
     }
     Some((days_from_civil(y, mo, d) * 86_400 + h * 3600 + mi * 60 + s) * NS)
 }
 
-/// `+0100` / `-0530` / `+01:00` / `Z` → offset in seconds east of UTC.
+/// `+0100` / `-0530` / `+01:00` / `Z` → offset in seconds east of UTC; minutes below 60 and
+/// at most 14 hours either way (the widest offsets in use are −12:00 and +14:00).
 fn offset(s: &[u8]) -> Option<i64> {
     if s == b"Z" || s == b"z" {
         return Some(0);
@@ -72,6 +101,9 @@ fn offset(s: &[u8]) -> Option<i64> {
         5 if rest[2] == b':' => (digits(&rest[..2])?, digits(&rest[3..])?),
         _ => return None,
     };
+    if m > 59 || h * 60 + m > 14 * 60 {
+        return None;
+    }
     Some(sign * (h * 3600 + m * 60))
 }
 
@@ -88,7 +120,7 @@ pub fn parse_time_local(s: &[u8]) -> Option<i64> {
         digits(&s[15..17])?,
         digits(&s[18..20])?,
     )?;
-    Some(t - offset(&s[21..])? * NS)
+    in_range(t - offset(&s[21..])? * NS)
 }
 
 /// ISO 8601 / RFC 3339: `2026-12-02T12:36:45+00:00`, optional fraction, `Z` allowed.
@@ -118,25 +150,41 @@ pub fn parse_iso8601(s: &[u8]) -> Option<(i64, bool)> {
         whole = false;
         rest = &rest[1 + n..];
     }
-    Some((t - offset(rest)? * NS, whole))
+    Some((in_range(t - offset(rest)? * NS)?, whole))
 }
 
-/// Decimal seconds (`$msec` `1733143005.123`, Caddy `ts` as text, `$request_time`) → ns.
+/// Decimal seconds (`$request_time`) → ns; `None` if not a number or too large for ns.
 pub fn parse_decimal_seconds(s: &[u8]) -> Option<i64> {
     let (int, frac) = match memchr::memchr(b'.', s) {
         Some(i) => (&s[..i], &s[i + 1..]),
         None => (s, &s[s.len()..]),
     };
-    let mut v = digits(int)? * NS;
+    let mut v = digits(int)?.checked_mul(NS)?;
     if !frac.is_empty() {
         let f = &frac[..frac.len().min(9)];
         let mut x = digits(f)?;
         for _ in f.len()..9 {
             x *= 10;
         }
-        v += x;
+        v = v.checked_add(x)?;
     }
     Some(v)
+}
+
+/// A Unix time in decimal seconds (`$msec` `1733143005.123`, Caddy `ts` as text) → ns, if in
+/// the accepted range.
+pub fn parse_unix_seconds(s: &[u8]) -> Option<i64> {
+    in_range(parse_decimal_seconds(s)?)
+}
+
+/// A Unix time in seconds as a JSON number (Caddy `ts`) → ns, if in the accepted range.
+pub fn unix_seconds_f64(f: f64) -> Option<i64> {
+    // The range test also refuses NaN; within it the conversions cannot overflow.
+    if !(0.0..(MAX_NS / NS) as f64).contains(&f) {
+        return None;
+    }
+    let secs = f.trunc();
+    in_range((secs as i64) * NS + ((f - secs) * 1e9).round() as i64)
 }
 
 /// RFC 3339 in UTC with millisecond precision: `2026-12-02T12:36:45.123Z`.
@@ -199,6 +247,77 @@ mod tests {
         assert_eq!(parse_decimal_seconds(b"1796215005.25"), Some(a + NS / 4));
         assert_eq!(parse_decimal_seconds(b"0.003"), Some(3_000_000));
         assert_eq!(parse_time_local(b"02/Foo/2026:12:36:45 +0000"), None);
+    }
+
+    #[test]
+    fn impossible_times_are_refused() {
+        let local = |d: &str| parse_time_local(d.as_bytes());
+        for bad in [
+            "01/Jan/0000:00:00:00 +0000",
+            "29/Feb/2025:12:00:00 +0000",
+            "31/Apr/2026:12:00:00 +0000",
+            "00/Dec/2026:12:00:00 +0000",
+            "02/Dec/2026:24:00:00 +0000",
+            "02/Dec/2026:12:60:00 +0000",
+            "02/Dec/2026:12:00:60 +0000",
+            "02/Dec/2026:12:00:00 -9959",
+            "02/Dec/2026:12:00:00 +0160",
+            "02/Dec/2026:12:00:00 +1401",
+            "31/Dec/1969:23:59:59 +0000",
+            "01/Jan/2262:00:00:00 +0000",
+            "31/Dec/9999:23:59:59 +0000",
+        ] {
+            assert_eq!(local(bad), None, "{bad}");
+        }
+        assert!(local("29/Feb/2024:12:00:00 +0000").is_some());
+        assert!(local("29/Feb/2000:12:00:00 +0000").is_some());
+        assert_eq!(local("29/Feb/2100:12:00:00 +0000"), None);
+        assert_eq!(local("01/Jan/1970:00:00:00 +0000"), Some(0));
+        assert_eq!(local("01/Jan/1970:14:00:00 +1400"), Some(0));
+        assert_eq!(local("31/Dec/1969:12:00:00 -1200"), Some(0));
+        assert_eq!(local("01/Jan/1970:00:00:00 +0100"), None);
+        assert_eq!(
+            local("31/Dec/2261:23:59:59 +0000"),
+            Some(MAX_NS - NS),
+            "the last second accepted"
+        );
+        let iso = |d: &str| parse_iso8601(d.as_bytes()).map(|t| t.0);
+        for bad in [
+            "0000-01-01T00:00:00Z",
+            "2025-02-29T12:00:00Z",
+            "2026-13-01T12:00:00Z",
+            "2026-12-02T12:00:00+14:01",
+            "2026-12-02T12:00:00-99:59",
+            "2262-01-01T00:00:00Z",
+            "1969-12-31T23:59:59.999Z",
+            "2026-12-02T12:00:00.Z",
+        ] {
+            assert_eq!(iso(bad), None, "{bad}");
+        }
+        assert_eq!(iso("1970-01-01T00:00:00Z"), Some(0));
+        // Unix seconds: in range, no overflow, no wrap.
+        for bad in [
+            "999999999999999999",
+            "9223372037",
+            "99999999999.5",
+            "-1",
+            "1e18",
+        ] {
+            assert_eq!(parse_unix_seconds(bad.as_bytes()), None, "{bad}");
+        }
+        assert_eq!(parse_decimal_seconds(b"999999999999999999"), None);
+        assert_eq!(
+            parse_unix_seconds(b"1796215005.25"),
+            Some(1_796_215_005 * NS + NS / 4)
+        );
+        for bad in [-1e18, -1.0, 1e18, f64::NAN, f64::INFINITY, 9.3e9] {
+            assert_eq!(unix_seconds_f64(bad), None, "{bad}");
+        }
+        assert_eq!(unix_seconds_f64(0.0), Some(0));
+        assert_eq!(
+            unix_seconds_f64(1_796_215_005.25),
+            Some(1_796_215_005 * NS + NS / 4)
+        );
     }
 
     #[test]

@@ -33,6 +33,12 @@ pub trait RequestView {
     /// [`ClientIpResolver`]).
     fn peer(&self) -> Option<IpAddr>;
     /// The `nth` (0-based) occurrence of header `lowercase_name`, raw value.
+    ///
+    /// The engine reads the occurrences of a name in order, `nth` = 0, 1, 2 …, each walk
+    /// starting at 0 within one evaluation. A host whose requests may carry many lines should
+    /// answer `nth` right after `nth - 1` in O(1) (resume after the previous occurrence, or
+    /// index by name): walking from the first line each time makes a request with n repeated
+    /// lines cost O(n²).
     fn header_nth(&self, lowercase_name: &[u8], nth: usize) -> Option<&[u8]>;
 
     /// Calls `f(name, value)` for every header line, in the order received (names in any
