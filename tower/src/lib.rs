@@ -76,9 +76,10 @@
 //! extensions (for the handler: log dry-run verdicts, the delay served, …) and into the
 //! response's (for outer layers: access logs, metrics). Off by default: it costs an allocation.
 
-use std::borrow::Cow;
+mod view;
+
 use std::future::Future;
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::Pin;
 use std::sync::Arc;
@@ -94,7 +95,9 @@ use tower_layer::Layer;
 use tower_service::Service;
 use weir::policy::config::FailureMode;
 use weir::policy::engine::{Permits, QueueTicket};
-use weir::policy::{Action, Engine, EvalError, Outcome, RequestView};
+use weir::policy::{Action, Engine, EvalError, Outcome};
+
+use view::View;
 
 /// The peer address to give the engine for this request, overriding the connection's.
 ///
@@ -273,73 +276,6 @@ impl<S> Layer<S> for WeirLayer {
 pub struct WeirService<S> {
     inner: S,
     cfg: Arc<Config>,
-}
-
-/// The engine's view of an `http::Request`: no copies except an absolute-form target.
-struct View<'a, B> {
-    req: &'a Request<B>,
-    target: Cow<'a, str>,
-    peer: Option<IpAddr>,
-}
-
-impl<'a, B> View<'a, B> {
-    fn new(req: &'a Request<B>, fallback: Option<IpAddr>) -> View<'a, B> {
-        let uri = req.uri();
-        let target = if uri.scheme().is_some() {
-            // Absolute-form: the engine takes the path out of it itself.
-            Cow::Owned(uri.to_string())
-        } else if let Some(pq) = uri.path_and_query() {
-            Cow::Borrowed(pq.as_str())
-        } else if let Some(a) = uri.authority() {
-            Cow::Borrowed(a.as_str())
-        } else {
-            Cow::Borrowed(uri.path())
-        };
-        View {
-            req,
-            target,
-            peer: peer_of(req, fallback),
-        }
-    }
-}
-
-fn peer_of<B>(req: &Request<B>, fallback: Option<IpAddr>) -> Option<IpAddr> {
-    let ext = req.extensions();
-    if let Some(p) = ext.get::<PeerOverride>() {
-        return Some(p.0);
-    }
-    if ext.get::<LocalPeer>().is_some() {
-        return None;
-    }
-    #[cfg(feature = "axum")]
-    if let Some(ci) = ext.get::<axum::extract::ConnectInfo<SocketAddr>>() {
-        return Some(ci.0.ip());
-    }
-    if let Some(sa) = ext.get::<SocketAddr>() {
-        return Some(sa.ip());
-    }
-    fallback
-}
-
-impl<B> RequestView for View<'_, B> {
-    fn method(&self) -> &[u8] {
-        self.req.method().as_str().as_bytes()
-    }
-    fn target(&self) -> &[u8] {
-        self.target.as_bytes()
-    }
-    fn peer(&self) -> Option<IpAddr> {
-        self.peer
-    }
-    fn header_nth(&self, lowercase_name: &[u8], nth: usize) -> Option<&[u8]> {
-        let name = std::str::from_utf8(lowercase_name).ok()?;
-        self.req
-            .headers()
-            .get_all(name)
-            .iter()
-            .nth(nth)
-            .map(HeaderValue::as_bytes)
-    }
 }
 
 /// Releases an admitted request's concurrency permits when dropped.
