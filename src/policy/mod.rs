@@ -10,6 +10,7 @@ pub mod metrics;
 pub mod normalize;
 pub mod request;
 mod target_scan;
+pub mod zone_size;
 #[cfg(test)]
 mod test_rng;
 
