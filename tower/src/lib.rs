@@ -87,7 +87,7 @@ use pin_project_lite::pin_project;
 use tower_layer::Layer;
 use tower_service::Service;
 use weir::policy::engine::{Permits, QueueTicket};
-use weir::policy::{Action, Engine, EvalError, Outcome, RequestView};
+use weir::policy::{Action, Engine, Outcome, RequestView};
 
 /// The peer address to give the engine for this request, overriding the connection's.
 ///
@@ -593,7 +593,8 @@ where
         let res = engine.evaluate(&View::new(&req, cfg.fallback_peer), cfg.clock.now_ns());
         let mut out = match res {
             Ok(out) => out,
-            Err(EvalError::BadTarget(_)) => {
+            // A target nginx refuses, or too many values of one header the policy reads.
+            Err(_) => {
                 return ResponseFuture {
                     state: State::Ready {
                         resp: Some(bad_request(cfg)),
@@ -671,8 +672,8 @@ where
                         break;
                     }
                 }
-                // The target was fine a moment ago; cannot happen, but answer as the engine does.
-                Err(EvalError::BadTarget(_)) => return Ok(bad_request(&cfg)),
+                // The request was fine a moment ago; cannot happen, but answer as the engine does.
+                Err(_) => return Ok(bad_request(&cfg)),
             }
         }
     }
