@@ -510,9 +510,9 @@ pub unsafe extern "C" fn weir_engine_attach(
 pub const WEIR_ATTACH_DEFER_SYNC: u32 = 1;
 
 /// `weir_engine_attach_shared` flag: every zone and cluster region that holds no table yet is
-/// all zero bytes (fresh shared memory, as an nginx zone or an anonymous `mmap`). Only its header is
-/// written then, so a zone's pages are first touched when keys land in them and a large zone
-/// costs no memory up front.
+/// all zero bytes (fresh shared memory, as an nginx zone or an anonymous `mmap`). Only the
+/// headers are written then, so a zone's pages are first touched when keys land in them and a
+/// large zone costs no memory up front.
 pub const WEIR_ATTACH_ZEROED: u32 = 2;
 
 /// Like `weir_engine_attach`, for processes sharing the zones (nginx workers): `cluster` (may

@@ -69,35 +69,3 @@ impl RequestView for Bounded<'_> {
         self.view.for_each_header(f)
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A host whose lookup answers every occurrence.
-    struct Endless;
-
-    impl RequestView for Endless {
-        fn method(&self) -> &[u8] {
-            b"GET"
-        }
-        fn target(&self) -> &[u8] {
-            b"/"
-        }
-        fn peer(&self) -> IpAddr {
-            IpAddr::from([192, 0, 2, 1])
-        }
-        fn header_nth(&self, _: &[u8], _: usize) -> Option<&[u8]> {
-            Some(b"a=1")
-        }
-    }
-
-    #[test]
-    fn endless_headers_end_at_the_bound() {
-        let b = Bounded::new(&Endless);
-        let view: &dyn RequestView = &b;
-        assert_eq!(view.header_values(b"x-a").count(), MAX_HEADER_VALUES);
-        assert!(b.overflowed());
-        assert_eq!(view.cookie(b"missing"), None);
-    }
-}

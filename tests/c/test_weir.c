@@ -879,13 +879,9 @@ test_abi_misuse(void)
 
     CHECK(weir_policy_parse((const uint8_t *) policy, strlen(policy), "c", &p, NULL) == WEIR_OK
           && weir_engine_new(p, &e, NULL) == WEIR_OK, "concurrency engine");
-    memset(&r, 0, sizeof(r));
-    r.method = (const uint8_t *) "GET";
-    r.method_len = 3;
-    r.target = (const uint8_t *) "/";
-    r.target_len = 1;
-    r.peer = (const uint8_t *) "192.0.2.1";
-    r.peer_len = 9;
+    r = (weir_request) { .method = (const uint8_t *) "GET", .method_len = 3,
+                         .target = (const uint8_t *) "/", .target_len = 1,
+                         .peer = (const uint8_t *) "192.0.2.1", .peer_len = 9 };
 
     /* Two in flight (the limit), then a copy of the first verdict released after it. */
     for (int i = 0; i < 2; i++) {
