@@ -104,9 +104,9 @@
 
 /*
  `weir_engine_attach_shared` flag: every zone and cluster region that holds no table yet is
- all zero bytes (fresh shared memory, as an nginx zone or an anonymous `mmap`). Only its header is
- written then, so a zone's pages are first touched when keys land in them and a large zone
- costs no memory up front.
+ all zero bytes (fresh shared memory, as an nginx zone or an anonymous `mmap`). Only the
+ headers are written then, so a zone's pages are first touched when keys land in them and a
+ large zone costs no memory up front.
  */
 #define WEIR_ATTACH_ZEROED 2
 

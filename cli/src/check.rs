@@ -483,7 +483,8 @@ mod tests {
     #[test]
     fn errors_carry_positions() {
         let d = check_source(
-            "[zones.z]\nsize = \"1m\"\nalgorithm = \"gcra\"\nrate = \"1r/w\"\n",
+            "[zones.z]\nsize = \"1m\"\nalgorithm = \"gcra\"\nrate = \"1r/w\"\n\
+             [[limit]]\nclass = \"*\"\nzone = \"z\"\n",
             "p.toml",
         );
         assert_eq!(d.len(), 1);

@@ -9,7 +9,7 @@
 //! | delay | sleeps the outcome's wait (tokio timer), then calls the inner service |
 //! | reject | answers the limit's status (default 429) with `Retry-After` (and the `RateLimit` fields when the policy enables them), a short text body, without calling the inner service |
 //! | queue | waits for a concurrency slot: re-evaluates every [`WeirLayer::queue_poll`] (5 ms by default) up to the limit's `timeout`, then passes or answers the limit's status; if the request's future is dropped meanwhile (client gone), its place in the queue is given back |
-//! | bad target | answers 400 (a target nginx would refuse: `/../x`, `%zz`, …) |
+//! | bad target | answers 400 (a target nginx would refuse: `/../x`, `%zz`, …; or more than 256 values of one header the policy reads) |
 //!
 //! When the policy enables them (`headers = true`), `RateLimit-Policy` and `RateLimit` are added
 //! to passed responses too.
