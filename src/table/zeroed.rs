@@ -30,7 +30,7 @@ impl Mapping {
                 std::ptr::null_mut(),
                 reserve,
                 libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
                 -1,
                 0,
             )
@@ -46,9 +46,9 @@ impl Mapping {
         }
         let head = (base as usize).next_multiple_of(HUGE_PAGE) - base as usize;
         let tail = reserve - head - len;
-        // SAFETY: `[base, base + head)` and the `tail` bytes after `ptr + len` are parts of the
-        // mapping made above that the table never uses; `ptr + len` is page-aligned because
-        // `len` is whole pages or the tail is unmapped from its next page on.
+        // SAFETY: `[base, ptr)` and `[end + spare, base + reserve)` lie in the mapping made
+        // above, outside `[ptr, ptr + len)`, and start on page boundaries (`ptr` is 2 MiB
+        // aligned, `end + spare` is `end` rounded up to a page).
         let ptr = unsafe {
             let ptr = base.add(head);
             if head > 0 {
