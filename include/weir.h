@@ -52,7 +52,8 @@
 #define WEIR_ERR_ZONE -4
 
 /*
- The request target is one nginx answers 400 for.
+ The request is one to answer 400 for: a target nginx answers 400 for, or more than
+ `WEIR_MAX_HEADER_VALUES` values of one header the policy reads.
  */
 #define WEIR_ERR_BAD_TARGET -5
 
@@ -83,6 +84,13 @@
 #define WEIR_QUEUE 3
 
 /*
+ Most values of one header name the engine asks a `weir_header_fn` for (0 to this many
+ minus one, then one more to learn whether there are more). A request with more values of a
+ header the policy reads gets WEIR_ERR_BAD_TARGET (answer 400) and nothing is charged.
+ */
+#define WEIR_MAX_HEADER_VALUES 65536
+
+/*
  Number of permits a verdict can hold.
  */
 #define WEIR_MAX_PERMITS 4
@@ -93,6 +101,14 @@
  it).
  */
 #define WEIR_ATTACH_DEFER_SYNC 1
+
+/*
+ `weir_engine_attach_shared` flag: every zone and cluster region that holds no table yet is
+ all zero bytes (fresh shared memory, as an nginx zone or an anonymous `mmap`). Only the
+ headers are written then, so a zone's pages are first touched when keys land in them and a
+ large zone costs no memory up front.
+ */
+#define WEIR_ATTACH_ZEROED 2
 
 /*
  A policy with its zones' tables: evaluates requests. Thread-safe.
@@ -202,12 +218,15 @@ typedef struct weir_request {
 } weir_request;
 
 /*
- A concurrency permit or queue place. `limit < 0` means empty.
+ A concurrency permit or queue place. `limit < 0` means empty. Copies are harmless: once
+ one copy is released (or abandoned), releasing another changes nothing (`generation`
+ tells them apart).
  */
 typedef struct weir_permit {
   int32_t limit;
   uint64_t key_hash;
   uint64_t bucket;
+  uint64_t generation;
 } weir_permit;
 
 /*
@@ -413,8 +432,8 @@ int weir_engine_attach(const struct weir_policy *p,
  `cluster_bytes` (64-byte aligned, outliving the engine, formatted by the first attach as
  `regions` are: attach it first in one process), for local zones `{NULL, 0}`. Every process
  attached to the same cluster regions decides with the same view of the other nodes' counts
- and sync health, and any of them can take over the syncing. `flags`: 0 or
- `WEIR_ATTACH_DEFER_SYNC`.
+ and sync health, and any of them can take over the syncing. `flags`: 0 or any of
+ `WEIR_ATTACH_DEFER_SYNC`, `WEIR_ATTACH_ZEROED`.
  */
 int weir_engine_attach_shared(const struct weir_policy *p,
                               const struct weir_region *regions,
@@ -462,7 +481,8 @@ void weir_engine_free(struct weir_engine *e);
 /*
  Evaluates a request at `now` (CLOCK_MONOTONIC ns). Fills `*out`; response header lines
  ("Retry-After: 3\r\n", and RateLimit fields when the policy enables them) are written to
- `header_buf` (may be NULL when `header_cap` is 0). A target nginx would answer 400 gives
+ `header_buf` (may be NULL when `header_cap` is 0). A target nginx would answer 400, or more
+ than WEIR_MAX_HEADER_VALUES values of one header the policy reads, gives
  WEIR_ERR_BAD_TARGET with `out->action = WEIR_REJECT, out->status = 400`.
  */
 int weir_engine_evaluate(const struct weir_engine *e,
@@ -475,6 +495,8 @@ int weir_engine_evaluate(const struct weir_engine *e,
 /*
  Evaluates a queued request again: `v` is the WEIR_QUEUE verdict (its ticket is consumed)
  and is overwritten with the new verdict, which holds a ticket again only if still queued.
+ A ticket already handed back (a stale copy) holds no place: the request is evaluated anew.
+ A ticket naming no concurrency limit of `e` gives WEIR_ERR_INVALID and changes nothing.
  */
 int weir_engine_evaluate_queued(const struct weir_engine *e,
                                 const struct weir_request *r,
@@ -484,13 +506,17 @@ int weir_engine_evaluate_queued(const struct weir_engine *e,
                                 size_t header_cap);
 
 /*
- Gives up the queue place held in `v` (the wait timed out or the client left). Idempotent.
+ Gives up the queue place held in `v` (the wait timed out or the client left). Idempotent,
+ also across copies of `v`. A ticket naming no concurrency limit of `e` gives
+ WEIR_ERR_INVALID and changes nothing.
  */
 int weir_engine_abandon(const struct weir_engine *e, struct weir_verdict *v, uint64_t now);
 
 /*
  Releases the concurrency permits held in `v` (when the response is complete) and clears
- them, so a second call changes nothing.
+ them, so a second call changes nothing; releasing a copy of `v` afterwards changes nothing
+ either. A permit naming no concurrency limit of `e` gives WEIR_ERR_INVALID and nothing is
+ released.
  */
 int weir_engine_release(const struct weir_engine *e, struct weir_verdict *v, uint64_t now);
 
@@ -668,7 +694,8 @@ int weir_zone_acquire(const struct weir_zone *z,
                       struct weir_permit *permit);
 
 /*
- Releases a permit from `weir_zone_acquire` and empties it (a second call does nothing).
+ Releases a permit from `weir_zone_acquire` and empties it (a second call does nothing, nor
+ does releasing a copy of a permit already released).
  */
 int weir_zone_release(const struct weir_zone *z,
                       const struct weir_limiter *l,

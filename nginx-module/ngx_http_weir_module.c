@@ -1697,11 +1697,14 @@ ngx_http_weir_init_counters_zone(ngx_shm_zone_t *shm_zone, void *data)
     /*
      * the master attaches (and on first start formats) the regions; the
      * cluster syncer threads start in each worker: threads do not survive
-     * fork(), and the workers elect one syncer among themselves
+     * fork(), and the workers elect one syncer among themselves; a region
+     * without a table is fresh slab pages of a new zone, all zero, so only
+     * its header is written and a large zone costs nothing until used
      */
 
     if (weir_engine_attach_shared(wmcf->policy, regions, n, cluster,
-                                  &counters, 0, WEIR_ATTACH_DEFER_SYNC,
+                                  &counters, 0,
+                                  WEIR_ATTACH_DEFER_SYNC|WEIR_ATTACH_ZEROED,
                                   &wmcf->engine, &err)
         != WEIR_OK)
     {

@@ -580,7 +580,7 @@ fn shared_region_one_view_and_handover() {
     let engine = |first: bool| unsafe {
         let (t, _) = Table::create_or_attach(r.ptr, l.bytes, l.schema, 0).unwrap();
         let (c, kept) =
-            ClusterShared::create_or_attach(cr.ptr, l.cluster_bytes, t.capacity(), l.schema)
+            ClusterShared::create_or_attach(cr.ptr, l.cluster_bytes, t.capacity(), l.schema, false)
                 .unwrap();
         assert_eq!(kept, !first);
         Engine::with_shared(

@@ -41,8 +41,8 @@ impl RequestView for Host {
     fn target(&self) -> &[u8] {
         b"/x"
     }
-    fn peer(&self) -> IpAddr {
-        "10.0.0.1".parse().unwrap()
+    fn peer(&self) -> Option<IpAddr> {
+        Some("10.0.0.1".parse().unwrap())
     }
     fn header_nth(&self, lowercase_name: &[u8], nth: usize) -> Option<&[u8]> {
         self.lookups.set(self.lookups.get() + 1);

@@ -294,9 +294,9 @@ zone = "z"
 }
 
 #[test]
-fn empty_policy_is_valid() {
-    let p = parse("");
-    assert!(p.limits.is_empty() && p.zones.is_empty());
+fn a_policy_without_limits_is_refused() {
+    assert_err("", 1, 1, "no [[limit]]");
+    assert_err(ZONE, 5, 1, "no [[limit]]");
 }
 
 // ---------------------------------------------------------------------------
@@ -653,7 +653,12 @@ fn all_errors_are_collected_in_file_order() {
     let src = "failure_mode = \"ajar\"\n[zones.b]\nsize = \"1x\"\nalgorithm = \"gcra\"\nrate = \"1r/w\"\n[zones.a]\nsize = \"1m\"\nalgorithm = \"nope\"\n";
     let errs = check_policy(src, Some("p.toml")).err().unwrap();
     let pos: Vec<_> = errs.iter().map(|e| (e.line, e.column)).collect();
-    assert_eq!(pos, vec![(1, 16), (3, 10), (5, 10), (8, 13)], "{errs:?}");
+    // The last: no [[limit]], at the end of the file.
+    assert_eq!(
+        pos,
+        vec![(1, 16), (3, 10), (5, 10), (8, 13), (9, 1)],
+        "{errs:?}"
+    );
     assert_eq!(parse_policy(src, None).err().unwrap().line, 1);
 }
 
@@ -864,8 +869,11 @@ fn xff_trusted_chain_picks_first_untrusted_from_right() {
 
 #[test]
 fn forwarded_header_mode() {
-    let src = "trusted_proxies = [\"10.0.0.0/8\"]\nclient_ip_header = \"Forwarded\"\n";
-    let p = parse(src);
+    let src = format!(
+        "trusted_proxies = [\"10.0.0.0/8\"]\nclient_ip_header = \"Forwarded\"\n{ZONE}\
+         [[limit]]\nclass = \"*\"\nzone = \"z\"\n"
+    );
+    let p = parse(&src);
     assert_eq!(p.client_ip.source, ForwardedSource::Forwarded);
     let r = Req::new("GET", "/", "10.0.0.2")
         .header(

@@ -85,7 +85,7 @@ struct Got {
 
 fn got_from(engine: &Engine, res: &Result<Outcome, EvalError>) -> Got {
     match res {
-        Err(EvalError::BadTarget(_)) => Got {
+        Err(EvalError::BadTarget(_) | EvalError::TooManyHeaderValues) => Got {
             action: "bad_request",
             status: 400,
             limit: None,

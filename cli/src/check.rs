@@ -48,6 +48,20 @@ impl Diag {
     }
 }
 
+/// [`check_source`] for a file's bytes: text that is not UTF-8 is an error at its first bad
+/// byte.
+pub fn check_bytes(src: &[u8], file: &str) -> Vec<Diag> {
+    match weir::policy::config::policy_text(src, Some(file)) {
+        Ok(text) => check_source(text, file),
+        Err(e) => vec![Diag {
+            line: e.line,
+            column: e.column,
+            warning: false,
+            message: e.message,
+        }],
+    }
+}
+
 /// Errors (if any) and warnings for one policy source, in file order.
 pub fn check_source(src: &str, file: &str) -> Vec<Diag> {
     match weir::policy::config::check_policy(src, Some(file)) {
@@ -497,7 +511,8 @@ mod tests {
     #[test]
     fn errors_carry_positions() {
         let d = check_source(
-            "[zones.z]\nsize = \"1m\"\nalgorithm = \"gcra\"\nrate = \"1r/w\"\n",
+            "[zones.z]\nsize = \"1m\"\nalgorithm = \"gcra\"\nrate = \"1r/w\"\n\
+             [[limit]]\nclass = \"*\"\nzone = \"z\"\n",
             "p.toml",
         );
         assert_eq!(d.len(), 1);

@@ -96,7 +96,7 @@ fn main() -> ExitCode {
             let (mut errors, mut warnings) = (0, 0);
             for p in &policies {
                 let name = p.display().to_string();
-                let src = match std::fs::read_to_string(p) {
+                let src = match std::fs::read(p) {
                     Ok(s) => s,
                     Err(e) => {
                         eprintln!("{name}: error: cannot read: {e}");
@@ -104,7 +104,7 @@ fn main() -> ExitCode {
                         continue;
                     }
                 };
-                let diags = check::check_source(&src, &name);
+                let diags = check::check_bytes(&src, &name);
                 for d in &diags {
                     eprintln!("{}", d.render(&name));
                 }

@@ -23,7 +23,8 @@ use std::ptr;
 use weir::cluster::ClusterShared;
 use weir::limiter::{Concurrency, Decision, Delay, Gcra, Permit, Rate, SlidingWindow};
 use weir::policy::counters::Counters;
-use weir::policy::engine::{Action, Permits, QueueTicket, MAX_PERMITS};
+use weir::policy::engine::{Action, Permits, QueueTicket, RawPermit, MAX_PERMITS};
+use weir::policy::ledger::Ledger;
 use weir::policy::{CompiledPolicy, Engine, RequestView};
 use weir::table::Table;
 
@@ -38,7 +39,8 @@ pub const WEIR_ERR_INVALID: c_int = -2;
 pub const WEIR_ERR_POLICY: c_int = -3;
 /// A zone could not be created or attached (too small, misaligned, layout changed).
 pub const WEIR_ERR_ZONE: c_int = -4;
-/// The request target is one nginx answers 400 for.
+/// The request is one to answer 400 for: a target nginx answers 400 for, or more than
+/// `WEIR_MAX_HEADER_VALUES` values of one header the policy reads.
 pub const WEIR_ERR_BAD_TARGET: c_int = -5;
 /// The caller's buffer is too small; the needed size is reported.
 pub const WEIR_ERR_BUFFER_TOO_SMALL: c_int = -6;
@@ -75,6 +77,17 @@ pub struct weir_engine {
 /// Thread-safe; usable from several processes when the region is shared.
 pub struct weir_zone {
     table: Table,
+    /// The permits `weir_zone_acquire` handed out in this process and not yet released.
+    ledger: Ledger,
+}
+
+impl weir_zone {
+    fn new(table: Table) -> weir_zone {
+        weir_zone {
+            table,
+            ledger: Ledger::new(true),
+        }
+    }
 }
 
 /// A limiting algorithm with its parameters (GCRA, sliding window or concurrency).
@@ -124,20 +137,30 @@ pub struct weir_request {
     pub header_ctx: *mut c_void,
 }
 
-/// A concurrency permit or queue place. `limit < 0` means empty.
+/// A concurrency permit or queue place. `limit < 0` means empty. Copies are harmless: once
+/// one copy is released (or abandoned), releasing another changes nothing (`generation`
+/// tells them apart).
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct weir_permit {
     pub limit: i32,
     pub key_hash: u64,
     pub bucket: u64,
+    pub generation: u64,
 }
 
 const NO_PERMIT: weir_permit = weir_permit {
     limit: -1,
     key_hash: 0,
     bucket: 0,
+    generation: 0,
 };
+
+/// Most values of one header name the engine asks a `weir_header_fn` for (0 to this many
+/// minus one, then one more to learn whether there are more). A request with more values of a
+/// header the policy reads gets WEIR_ERR_BAD_TARGET (answer 400) and nothing is charged.
+pub const WEIR_MAX_HEADER_VALUES: usize = 65_536;
+const _: () = assert!(WEIR_MAX_HEADER_VALUES == weir::policy::engine::MAX_HEADER_VALUES);
 
 /// Number of permits a verdict can hold.
 pub const WEIR_MAX_PERMITS: usize = 4;
@@ -343,13 +366,14 @@ pub unsafe extern "C" fn weir_policy_parse(
             Ok(b) => b,
             Err(code) => return fail(err, code, "policy text is NULL or too long"),
         };
-        let Ok(src) = std::str::from_utf8(src) else {
-            return fail(err, WEIR_ERR_POLICY, "policy is not valid UTF-8");
-        };
         let name = if name.is_null() {
             None
         } else {
             CStr::from_ptr(name).to_str().ok()
+        };
+        let src = match weir::policy::config::policy_text(src, name) {
+            Ok(s) => s,
+            Err(e) => return fail(err, WEIR_ERR_POLICY, e),
         };
         match CompiledPolicy::parse(src, name) {
             Ok(policy) => give(out, weir_policy { policy }),
@@ -492,14 +516,20 @@ pub unsafe extern "C" fn weir_engine_attach(
 /// it).
 pub const WEIR_ATTACH_DEFER_SYNC: u32 = 1;
 
+/// `weir_engine_attach_shared` flag: every zone and cluster region that holds no table yet is
+/// all zero bytes (fresh shared memory, as an nginx zone or an anonymous `mmap`). Only the
+/// headers are written then, so a zone's pages are first touched when keys land in them and a
+/// large zone costs no memory up front.
+pub const WEIR_ATTACH_ZEROED: u32 = 2;
+
 /// Like `weir_engine_attach`, for processes sharing the zones (nginx workers): `cluster` (may
 /// be NULL when the policy has no `scope = "cluster"` zone, or to keep cluster state in this
 /// process) holds `n` regions in zone order; for each cluster zone one of at least its
 /// `cluster_bytes` (64-byte aligned, outliving the engine, formatted by the first attach as
 /// `regions` are: attach it first in one process), for local zones `{NULL, 0}`. Every process
 /// attached to the same cluster regions decides with the same view of the other nodes' counts
-/// and sync health, and any of them can take over the syncing. `flags`: 0 or
-/// `WEIR_ATTACH_DEFER_SYNC`.
+/// and sync health, and any of them can take over the syncing. `flags`: 0 or any of
+/// `WEIR_ATTACH_DEFER_SYNC`, `WEIR_ATTACH_ZEROED`.
 #[no_mangle]
 pub unsafe extern "C" fn weir_engine_attach_shared(
     p: *const weir_policy,
@@ -550,7 +580,13 @@ pub unsafe extern "C" fn weir_engine_attach_shared(
                     ),
                 );
             }
-            match Table::create_or_attach(r.ptr.cast(), l.bytes, l.schema, clock_base) {
+            let (ptr, bytes) = (r.ptr.cast(), l.bytes);
+            let made = if flags & WEIR_ATTACH_ZEROED != 0 {
+                Table::create_or_attach_zeroed(ptr, bytes, l.schema, clock_base)
+            } else {
+                Table::create_or_attach(ptr, bytes, l.schema, clock_base)
+            };
+            match made {
                 Ok((t, _)) => tables.push(t),
                 Err(e) => return fail(err, WEIR_ERR_ZONE, format_args!("zone {}: {e}", l.name)),
             }
@@ -569,6 +605,7 @@ pub unsafe extern "C" fn weir_engine_attach_shared(
                         r.len,
                         t.capacity(),
                         l.schema,
+                        flags & WEIR_ATTACH_ZEROED != 0,
                     ) {
                         Ok((s, _)) => shared.push(Some(s)),
                         Err(e) => {
@@ -773,29 +810,47 @@ fn action_code(a: Action) -> i32 {
     }
 }
 
-fn raw_permit(r: Option<(u16, u64, u64)>) -> weir_permit {
-    r.map_or(NO_PERMIT, |(l, key_hash, bucket)| weir_permit {
-        limit: l as i32,
-        key_hash,
-        bucket,
+fn raw_permit(r: Option<RawPermit>) -> weir_permit {
+    r.map_or(NO_PERMIT, |r| weir_permit {
+        limit: i32::from(r.limit),
+        key_hash: r.key_hash,
+        bucket: r.bucket,
+        generation: r.generation,
     })
 }
 
-fn take_permits(v: &mut weir_verdict) -> Permits {
-    let mut raw = [None; MAX_PERMITS];
-    for (slot, p) in raw.iter_mut().zip(v.permits.iter_mut()) {
-        if p.limit >= 0 && p.limit <= u16::MAX as i32 {
-            *slot = Some((p.limit as u16, p.key_hash, p.bucket));
-        }
-        *p = NO_PERMIT;
+/// The permit `p` holds: `Ok(None)` when empty, `Err` when its limit is no concurrency limit
+/// of `e` (forged or from another engine).
+fn held(e: &Engine, p: &weir_permit) -> Result<Option<RawPermit>, c_int> {
+    if p.limit < 0 {
+        return Ok(None);
     }
-    Permits::from_raw(raw)
+    match u16::try_from(p.limit) {
+        Ok(limit) if e.is_concurrency_limit(limit.into()) => Ok(Some(RawPermit {
+            limit,
+            key_hash: p.key_hash,
+            bucket: p.bucket,
+            generation: p.generation,
+        })),
+        _ => Err(WEIR_ERR_INVALID),
+    }
 }
 
-fn take_ticket(v: &mut weir_verdict) -> Option<QueueTicket> {
-    let t = std::mem::replace(&mut v.ticket, NO_PERMIT);
-    (t.limit >= 0 && t.limit <= u16::MAX as i32)
-        .then(|| QueueTicket::from_raw(t.limit as u16, t.key_hash, t.bucket))
+/// Takes the permits out of `v` (emptying them); `Err` and nothing taken when one is forged.
+fn take_permits(e: &Engine, v: &mut weir_verdict) -> Result<Permits, c_int> {
+    let mut raw = [None; MAX_PERMITS];
+    for (slot, p) in raw.iter_mut().zip(&v.permits) {
+        *slot = held(e, p)?;
+    }
+    v.permits = [NO_PERMIT; WEIR_MAX_PERMITS];
+    Ok(Permits::from_raw(raw))
+}
+
+/// Takes the ticket out of `v` (emptying it); `Err` and nothing taken when it is forged.
+fn take_ticket(e: &Engine, v: &mut weir_verdict) -> Result<Option<QueueTicket>, c_int> {
+    let t = held(e, &v.ticket)?;
+    v.ticket = NO_PERMIT;
+    Ok(t.map(QueueTicket::from_raw))
 }
 
 unsafe fn evaluate(
@@ -881,7 +936,8 @@ unsafe fn evaluate(
 
 /// Evaluates a request at `now` (CLOCK_MONOTONIC ns). Fills `*out`; response header lines
 /// ("Retry-After: 3\r\n", and RateLimit fields when the policy enables them) are written to
-/// `header_buf` (may be NULL when `header_cap` is 0). A target nginx would answer 400 gives
+/// `header_buf` (may be NULL when `header_cap` is 0). A target nginx would answer 400, or more
+/// than WEIR_MAX_HEADER_VALUES values of one header the policy reads, gives
 /// WEIR_ERR_BAD_TARGET with `out->action = WEIR_REJECT, out->status = 400`.
 #[no_mangle]
 pub unsafe extern "C" fn weir_engine_evaluate(
@@ -897,6 +953,8 @@ pub unsafe extern "C" fn weir_engine_evaluate(
 
 /// Evaluates a queued request again: `v` is the WEIR_QUEUE verdict (its ticket is consumed)
 /// and is overwritten with the new verdict, which holds a ticket again only if still queued.
+/// A ticket already handed back (a stale copy) holds no place: the request is evaluated anew.
+/// A ticket naming no concurrency limit of `e` gives WEIR_ERR_INVALID and changes nothing.
 #[no_mangle]
 pub unsafe extern "C" fn weir_engine_evaluate_queued(
     e: *const weir_engine,
@@ -907,15 +965,19 @@ pub unsafe extern "C" fn weir_engine_evaluate_queued(
     header_cap: usize,
 ) -> c_int {
     guard(|| {
-        if v.is_null() {
+        if e.is_null() || v.is_null() {
             return WEIR_ERR_NULL;
         }
-        let ticket = take_ticket(&mut *v);
-        evaluate(e, r, now, ticket, v, header_buf, header_cap)
+        match take_ticket(&(*e).engine, &mut *v) {
+            Ok(ticket) => evaluate(e, r, now, ticket, v, header_buf, header_cap),
+            Err(code) => code,
+        }
     })
 }
 
-/// Gives up the queue place held in `v` (the wait timed out or the client left). Idempotent.
+/// Gives up the queue place held in `v` (the wait timed out or the client left). Idempotent,
+/// also across copies of `v`. A ticket naming no concurrency limit of `e` gives
+/// WEIR_ERR_INVALID and changes nothing.
 #[no_mangle]
 pub unsafe extern "C" fn weir_engine_abandon(
     e: *const weir_engine,
@@ -926,15 +988,22 @@ pub unsafe extern "C" fn weir_engine_abandon(
         if e.is_null() || v.is_null() {
             return WEIR_ERR_NULL;
         }
-        if let Some(t) = take_ticket(&mut *v) {
-            (*e).engine.abandon(t, now);
+        match take_ticket(&(*e).engine, &mut *v) {
+            Ok(t) => {
+                if let Some(t) = t {
+                    (*e).engine.abandon(t, now);
+                }
+                WEIR_OK
+            }
+            Err(code) => code,
         }
-        WEIR_OK
     })
 }
 
 /// Releases the concurrency permits held in `v` (when the response is complete) and clears
-/// them, so a second call changes nothing.
+/// them, so a second call changes nothing; releasing a copy of `v` afterwards changes nothing
+/// either. A permit naming no concurrency limit of `e` gives WEIR_ERR_INVALID and nothing is
+/// released.
 #[no_mangle]
 pub unsafe extern "C" fn weir_engine_release(
     e: *const weir_engine,
@@ -945,9 +1014,13 @@ pub unsafe extern "C" fn weir_engine_release(
         if e.is_null() || v.is_null() {
             return WEIR_ERR_NULL;
         }
-        let permits = take_permits(&mut *v);
-        (*e).engine.release(permits, now);
-        WEIR_OK
+        match take_permits(&(*e).engine, &mut *v) {
+            Ok(permits) => {
+                (*e).engine.release(permits, now);
+                WEIR_OK
+            }
+            Err(code) => code,
+        }
     })
 }
 
@@ -1212,7 +1285,7 @@ pub unsafe extern "C" fn weir_zone_new(
         }
         *out = ptr::null_mut();
         match Table::new(bytes, schema, 0) {
-            Ok(table) => give(out, weir_zone { table }),
+            Ok(table) => give(out, weir_zone::new(table)),
             Err(e) => fail(err, WEIR_ERR_ZONE, e),
         }
     })
@@ -1241,7 +1314,7 @@ pub unsafe extern "C" fn weir_zone_attach(
                 if !existed.is_null() {
                     *existed = kept as c_int;
                 }
-                give(out, weir_zone { table })
+                give(out, weir_zone::new(table))
             }
             Err(e) => fail(err, WEIR_ERR_ZONE, e),
         }
@@ -1461,6 +1534,7 @@ pub unsafe extern "C" fn weir_zone_acquire(
                     limit: 0,
                     key_hash,
                     bucket,
+                    generation: (*z).ledger.take(),
                 }
             }
             None => NO_PERMIT,
@@ -1469,7 +1543,8 @@ pub unsafe extern "C" fn weir_zone_acquire(
     })
 }
 
-/// Releases a permit from `weir_zone_acquire` and empties it (a second call does nothing).
+/// Releases a permit from `weir_zone_acquire` and empties it (a second call does nothing, nor
+/// does releasing a copy of a permit already released).
 #[no_mangle]
 pub unsafe extern "C" fn weir_zone_release(
     z: *const weir_zone,
@@ -1485,7 +1560,8 @@ pub unsafe extern "C" fn weir_zone_release(
             return WEIR_ERR_INVALID;
         };
         let p = std::mem::replace(&mut *permit, NO_PERMIT);
-        if p.limit >= 0 {
+        // A copy of a permit already released (or a forged one) gives nothing back.
+        if p.limit >= 0 && (*z).ledger.give_back(p.generation) {
             (*z).table
                 .release(c, Permit::from_raw(p.key_hash, p.bucket), now);
         }

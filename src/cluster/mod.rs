@@ -120,18 +120,22 @@ unsafe impl Sync for ClusterShared {}
 impl ClusterShared {
     /// Attaches to the shared region of a cluster zone (local table of `capacity` slots,
     /// zone `schema`), or formats it when it holds none of this layout (first start; a reload
-    /// with the same zone keeps it). Returns whether the state was kept.
+    /// with the same zone keeps it). Returns whether the state was kept. With `zeroed`, a
+    /// region to format is known to hold only zero bytes (fresh shared memory) and only the
+    /// headers are written.
     ///
     /// # Safety
     /// `ptr` must be 64-byte aligned and valid for reads and writes of `len` bytes for as long
     /// as any engine using it lives; formatting must not race with users of the region (nginx
-    /// formats it in the master before forking workers).
+    /// formats it in the master before forking workers). With `zeroed`, a region that does not
+    /// hold this layout must be all zero.
     #[cfg(not(loom))]
     pub unsafe fn create_or_attach(
         ptr: *mut u8,
         len: usize,
         capacity: usize,
         schema: u64,
+        zeroed: bool,
     ) -> Result<(ClusterShared, bool), String> {
         let need = shared_bytes(capacity);
         if ptr.is_null() || (ptr as usize) % crate::table::REGION_ALIGN != 0 {
@@ -154,9 +158,11 @@ impl ClusterShared {
         let (remote, pushed, kept) = match tables {
             Ok((r, p)) => (r, p, true),
             Err(_) => {
-                std::ptr::write_bytes(ptr, 0, need);
-                let r = Table::create(remote_at, tb, 0, 0).map_err(|e| e.to_string())?;
-                let p = Table::create(pushed_at, tb, 0, 0).map_err(|e| e.to_string())?;
+                if !zeroed {
+                    std::ptr::write_bytes(ptr, 0, need);
+                }
+                let r = Table::create_zeroed(remote_at, tb, 0, 0).map_err(|e| e.to_string())?;
+                let p = Table::create_zeroed(pushed_at, tb, 0, 0).map_err(|e| e.to_string())?;
                 for (w, v) in words.iter().zip(ident) {
                     w.store(v, Relaxed);
                 }

@@ -726,13 +726,32 @@ pub fn check_policy(src: &str, file: Option<&str>) -> Result<CompiledPolicy, Vec
 /// Read, parse and compile a policy file.
 pub fn load_policy(path: &Path) -> Result<CompiledPolicy, PolicyError> {
     let name = path.display().to_string();
-    let src = std::fs::read_to_string(path).map_err(|e| PolicyError {
+    let src = std::fs::read(path).map_err(|e| PolicyError {
         file: Some(name.clone()),
         line: 0,
         column: 0,
         message: format!("cannot read policy: {e}"),
     })?;
-    parse_policy(&src, Some(&name))
+    parse_policy(policy_text(&src, Some(&name))?, Some(&name))
+}
+
+/// `src` as text, or an error at the line and column of its first byte that is not UTF-8.
+pub fn policy_text<'s>(src: &'s [u8], file: Option<&str>) -> Result<&'s str, PolicyError> {
+    std::str::from_utf8(src).map_err(|e| {
+        let good = e.valid_up_to();
+        // The prefix up to `valid_up_to` is valid UTF-8 by definition.
+        let before = std::str::from_utf8(&src[..good]).unwrap_or("");
+        let (line, column) = line_col(before, good);
+        PolicyError {
+            file: file.map(str::to_owned),
+            line,
+            column,
+            message: format!(
+                "the policy is not valid UTF-8 (byte {:#04x}); save it as UTF-8",
+                src[good]
+            ),
+        }
+    })
 }
 
 // ---------------------------------------------------------------------------
@@ -876,6 +895,14 @@ fn compile(cx: &mut Cx<'_>, spec: FileSpec) -> CompiledPolicy {
         exemptions.push(compile_class(cx, name.get_ref(), c));
     }
 
+    if spec.limit.is_empty() {
+        // At the end of the file, where a limit would go (and after any other error).
+        let end = cx.src.len();
+        cx.err(
+            &(end..end),
+            "the policy has no [[limit]], so it would limit nothing (an empty file is not a policy)",
+        );
+    }
     let mut limits: Vec<Limit> = Vec::new();
     let mut names: BTreeMap<String, usize> = BTreeMap::new();
     for l in &spec.limit {
@@ -1015,6 +1042,8 @@ fn compile_zone(cx: &mut Cx<'_>, name: &str, z: &Spanned<ZoneSpec>) -> Option<Zo
     if !ok {
         return None;
     }
+    // Sliding and concurrency states count up to MAX_COUNT (src/limiter/packed.rs).
+    let most = crate::limiter::MAX_COUNT as i64;
     let algorithm = match alg {
         "gcra" => {
             let r = zs.rate.as_ref()?;
@@ -1027,7 +1056,7 @@ fn compile_zone(cx: &mut Cx<'_>, name: &str, z: &Spanned<ZoneSpec>) -> Option<Zo
             }
         }
         "sliding" => {
-            let events = positive(cx, zs.events.as_ref()?, "events", 1, 1 << 40);
+            let events = positive(cx, zs.events.as_ref()?, "events", 1, most);
             let w = zs.window.as_ref()?;
             let window = duration_value(cx, w)?;
             if window < Duration::from_secs(1) || window > Duration::from_secs(7 * 86400) {
@@ -1065,13 +1094,18 @@ fn compile_zone(cx: &mut Cx<'_>, name: &str, z: &Spanned<ZoneSpec>) -> Option<Zo
             }
         }
         _ => Algorithm::Concurrency {
-            max: positive(cx, zs.max.as_ref()?, "max", 1, 1 << 32)?,
+            max: positive(cx, zs.max.as_ref()?, "max", 1, most)?,
         },
     };
     let cluster = compile_cluster(cx, name, zs, &algorithm).ok()?;
+    let size = size?;
+    if let Some(e) = super::zone_size::size_error(size, &algorithm) {
+        cx.err(&zs.size.span(), format!("zone {name:?}: {e}"));
+        return None;
+    }
     Some(Zone {
         name: name.to_owned(),
-        size: size?,
+        size,
         algorithm,
         cluster,
     })
@@ -1764,9 +1798,26 @@ fn compile_limit(
         }
     }
     let cost = cost?;
+    if let (Algorithm::Gcra { rate }, Some(b)) = (z.algorithm, &ls.burst) {
+        // The limiter keeps (burst + 1) emission intervals in ns (src/limiter/gcra.rs).
+        if (burst + 1)
+            .checked_mul(rate.emission_interval_ns())
+            .is_none()
+        {
+            cx.err(
+                &b.span(),
+                format!("burst = {burst} is too large for rate {rate}: (burst + 1) intervals must fit in 584 years"),
+            );
+            ok = false;
+        }
+    }
     let cap = match z.algorithm {
         Algorithm::Gcra { .. } => burst + 1,
-        Algorithm::Sliding { events, .. } => events,
+        // Without Redis a cluster zone admits its share on each node (src/cluster/mod.rs).
+        Algorithm::Sliding { events, .. } => match &z.cluster {
+            Some(c) => (events / c.expected_nodes.max(1)).max(1),
+            None => events,
+        },
         Algorithm::Concurrency { max } => max,
         // One log entry per admitted request.
         Algorithm::Log { .. } => 1,
@@ -1775,6 +1826,9 @@ fn compile_limit(
         if let Some(c) = &ls.cost {
             let why = match z.algorithm {
                 Algorithm::Gcra { .. } => format!("burst + 1 = {cap}"),
+                Algorithm::Sliding { .. } if z.cluster.is_some() => {
+                    format!("the zone's share of events per node without Redis, {cap}")
+                }
                 Algorithm::Sliding { .. } => format!("the zone's events = {cap}"),
                 Algorithm::Concurrency { .. } => format!("the zone's max = {cap}"),
                 Algorithm::Log { .. } => {

@@ -19,12 +19,15 @@ use std::sync::Arc;
 
 use arrayvec::ArrayVec;
 
+use super::bounded::Bounded;
+pub use super::bounded::MAX_HEADER_VALUES;
 use super::classset::ClassSet;
 use super::config::{self, CompiledPolicy, Limit};
 use super::counters::{fingerprint, Counters};
 pub use super::counters::{EngineCounts, LimitCounts};
 use super::key::KeyPart;
 use super::key::{ip_key, KEY_BUF_LEN};
+use super::ledger::Ledger;
 use super::normalize::{self, UriError};
 use super::request::{HeaderCache, HeaderPlan, OwnedRequest, PreparedRequest, RequestView};
 use crate::cluster::{ClusterShared, ClusterZone};
@@ -61,6 +64,20 @@ pub enum Action {
 pub struct QueueTicket {
     limit: u16,
     permit: Permit,
+    /// Its entry in the engine's [`Ledger`].
+    generation: u64,
+}
+
+/// A permit or queue ticket as plain data, for hosts that carry them across an FFI. A copy
+/// handed back after the original (or a forged one) changes nothing: `generation` names the
+/// engine's record of it ([`super::ledger`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RawPermit {
+    /// Index of the concurrency limit.
+    pub limit: u16,
+    pub key_hash: u64,
+    pub bucket: u64,
+    pub generation: u64,
 }
 
 impl QueueTicket {
@@ -69,17 +86,23 @@ impl QueueTicket {
         self.limit as usize
     }
 
-    /// The raw parts (limit, key hash, bucket), for hosts that carry tickets across an FFI.
-    pub fn into_raw(self) -> (u16, u64, u64) {
+    /// The raw parts, for hosts that carry tickets across an FFI.
+    pub fn into_raw(self) -> RawPermit {
         let (key_hash, bucket) = self.permit.into_raw();
-        (self.limit, key_hash, bucket)
+        RawPermit {
+            limit: self.limit,
+            key_hash,
+            bucket,
+            generation: self.generation,
+        }
     }
 
     /// Rebuilds a ticket from [`QueueTicket::into_raw`]'s parts.
-    pub fn from_raw(limit: u16, key_hash: u64, bucket: u64) -> QueueTicket {
+    pub fn from_raw(raw: RawPermit) -> QueueTicket {
         QueueTicket {
-            limit,
-            permit: Permit::from_raw(key_hash, bucket),
+            limit: raw.limit,
+            permit: Permit::from_raw(raw.key_hash, raw.bucket),
+            generation: raw.generation,
         }
     }
 }
@@ -88,8 +111,8 @@ impl QueueTicket {
 #[derive(Debug, Default)]
 #[must_use = "permits must be released with Engine::release"]
 pub struct Permits {
-    /// The held permits first, then `None`s.
-    held: [Option<(u16, Permit)>; MAX_PERMITS],
+    /// The held permits first (limit, permit, ledger generation), then `None`s.
+    held: [Option<(u16, Permit, u64)>; MAX_PERMITS],
 }
 
 impl Permits {
@@ -97,32 +120,41 @@ impl Permits {
         self.held[0].is_none()
     }
 
-    /// The raw parts (limit, key hash, bucket) of each held permit, consuming them.
-    pub fn into_raw(self) -> [Option<(u16, u64, u64)>; MAX_PERMITS] {
+    /// The raw parts of each held permit, consuming them.
+    pub fn into_raw(self) -> [Option<RawPermit>; MAX_PERMITS] {
         self.held.map(|h| {
-            h.map(|(l, p)| {
-                let (k, b) = p.into_raw();
-                (l, k, b)
+            h.map(|(limit, p, generation)| {
+                let (key_hash, bucket) = p.into_raw();
+                RawPermit {
+                    limit,
+                    key_hash,
+                    bucket,
+                    generation,
+                }
             })
         })
     }
 
     /// Rebuilds permits from [`Permits::into_raw`]'s parts (in any order, with gaps).
-    pub fn from_raw(raw: [Option<(u16, u64, u64)>; MAX_PERMITS]) -> Permits {
+    pub fn from_raw(raw: [Option<RawPermit>; MAX_PERMITS]) -> Permits {
         let mut permits = Permits::default();
-        for (l, k, b) in raw.into_iter().flatten() {
-            permits.push(l as usize, Permit::from_raw(k, b));
+        for r in raw.into_iter().flatten() {
+            permits.push(
+                r.limit as usize,
+                Permit::from_raw(r.key_hash, r.bucket),
+                r.generation,
+            );
         }
         permits
     }
 
-    fn push(&mut self, limit: usize, p: Permit) {
+    fn push(&mut self, limit: usize, p: Permit, generation: u64) {
         let slot = self
             .held
             .iter_mut()
             .find(|s| s.is_none())
             .expect("MAX_PERMITS exceeded");
-        *slot = Some((limit as u16, p));
+        *slot = Some((limit as u16, p, generation));
     }
 }
 
@@ -194,12 +226,19 @@ impl Outcome {
 pub enum EvalError {
     /// A target nginx answers 400 for.
     BadTarget(UriError),
+    /// More than [`MAX_HEADER_VALUES`] values of one header the policy reads (answer 400);
+    /// nothing was charged.
+    TooManyHeaderValues,
 }
 
 impl std::fmt::Display for EvalError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             EvalError::BadTarget(e) => write!(f, "bad request target: {e}"),
+            EvalError::TooManyHeaderValues => write!(
+                f,
+                "more than {MAX_HEADER_VALUES} values of one header the policy reads"
+            ),
         }
     }
 }
@@ -275,6 +314,8 @@ pub struct Engine {
     classes: ClassSet,
     /// Per limit: how its key is made.
     keys: Vec<KeyPlan>,
+    /// The permits and queue places handed out and not yet given back.
+    ledger: Ledger,
 }
 
 /// How a limit's key is made, decided when the engine is built.
@@ -443,9 +484,10 @@ fn log_for(zone: &config::Zone, table: &Table) -> Result<Option<Arc<LogTable>>, 
         }
         // SAFETY: `[skip, len)` of the table's region is the slot area, valid as long as the
         // table, which the engine owns beside the log handle (dropping a handle on a borrowed
-        // region touches nothing); no slot of a log zone's table is ever used.
+        // region touches nothing). No slot of a log zone's table is ever used, so the area is
+        // all zero (as the table's creation left it) until a log table is created there.
         let (t, _) = unsafe {
-            LogTable::create_or_attach(ptr.add(skip), len - skip, log, table.clock_base())
+            LogTable::create_or_attach_zeroed(ptr.add(skip), len - skip, log, table.clock_base())
         }
         .map_err(|e| format!("zone {}: {e}", zone.name))?;
         Ok(Some(Arc::new(t)))
@@ -594,7 +636,13 @@ impl Engine {
             }
         }
         let header_names = read_headers(&policy);
+        let ledger = Ledger::new(
+            limiters
+                .iter()
+                .any(|l| matches!(l, Limiter::Concurrency(_))),
+        );
         let mut engine = Engine {
+            ledger,
             headers: HeaderPlan::new(header_names.iter().map(|n| &n[..])),
             header_names,
             classes: ClassSet::new(&policy.classes, &policy.exemptions),
@@ -712,41 +760,57 @@ impl Engine {
     }
 
     /// Evaluates a queued request again; on anything but [`Action::Queue`] its ticket is
-    /// handed back, otherwise it is returned in [`Outcome::ticket`].
+    /// handed back, otherwise it is returned in [`Outcome::ticket`]. A ticket already handed
+    /// back (a stale copy) holds no place: the request is evaluated as a new one.
     pub fn evaluate_queued(
         &self,
         req: &dyn RequestView,
         now: u64,
         ticket: QueueTicket,
     ) -> Result<Outcome, EvalError> {
-        self.run(req, now, Some(ticket))
+        let live = self.ledger.is_held(ticket.generation);
+        self.run(req, now, live.then_some(ticket))
     }
 
     /// Gives up a place in a queue (the host's wait timed out or the client went away).
+    /// A ticket already handed back, or of no concurrency limit, changes nothing.
     pub fn abandon(&self, ticket: QueueTicket, now: u64) {
         let l = ticket.limit as usize;
-        if let Limiter::Concurrency(c) = &self.limiters[l] {
-            self.queue_of(c).release_in(
-                &self.tables[self.policy.limits[l].zone],
-                ticket.permit,
-                now,
-            );
+        if let Some(Limiter::Concurrency(c)) = self.limiters.get(l) {
+            if self.ledger.give_back(ticket.generation) {
+                self.queue_of(c).release_in(
+                    &self.tables[self.policy.limits[l].zone],
+                    ticket.permit,
+                    now,
+                );
+            }
         }
     }
 
-    /// Releases an admitted request's permits (when its response is complete).
+    /// Releases an admitted request's permits (when its response is complete). A permit
+    /// already released (a stale copy), or of no concurrency limit, changes nothing.
     pub fn release(&self, permits: Permits, now: u64) {
         // Read in place, field by field: moving the array out (`into_iter`) copies it with
         // wide loads that wait for the narrower stores that have just written it.
         for held in &permits.held {
-            let Some((l, p)) = held else { break };
-            if let Limiter::Concurrency(c) = &self.limiters[usize::from(*l)] {
+            let Some((l, p, generation)) = held else {
+                break;
+            };
+            if let Some(Limiter::Concurrency(c)) = self.limiters.get(usize::from(*l)) {
+                if !self.ledger.give_back(*generation) {
+                    continue;
+                }
                 let limit = &self.policy.limits[usize::from(*l)];
-                // `permits` is consumed: each permit is released once.
                 let p = Permit::from_raw(p.key_hash, p.bucket);
                 self.tables[limit.zone].release_units(c, p, limit.cost, now);
             }
         }
+    }
+
+    /// Whether limit `limit` exists and is a concurrency limit (for hosts that check the
+    /// permits and tickets they carry across an FFI).
+    pub fn is_concurrency_limit(&self, limit: usize) -> bool {
+        matches!(self.limiters.get(limit), Some(Limiter::Concurrency(_)))
     }
 
     fn queue_of(&self, c: &Concurrency) -> QueueLimiter {
@@ -769,7 +833,7 @@ impl Engine {
         let query = parts.query.unwrap_or(b"");
         if normalize::is_normal(parts.path) {
             // Nearly every real path: already what nginx's $uri would be; no copy.
-            return Ok(self.decide(req, parts.path, query, now, ticket));
+            return self.decide(req, parts.path, query, now, ticket);
         }
         self.run_normalized(req, parts.path, query, now, ticket)
     }
@@ -793,18 +857,30 @@ impl Engine {
             &mut heap
         };
         let len = normalize::normalize_path(raw_path, buf).map_err(|e| self.bad(e))?;
-        Ok(self.decide(req, &buf[..len], query, now, ticket))
+        self.decide(req, &buf[..len], query, now, ticket)
     }
 
-    /// Everything after normalization: exemptions, limits, charging.
+    /// Everything after normalization: exemptions, limits, charging. Every header is read
+    /// before anything is charged, so a request with too many values of one is refused whole.
     fn decide(
         &self,
-        req: &dyn RequestView,
+        host_req: &dyn RequestView,
         path: &[u8],
         query: &[u8],
         now: u64,
         mut ticket: Option<QueueTicket>,
-    ) -> Outcome {
+    ) -> Result<Outcome, EvalError> {
+        let bounded = Bounded::new(host_req);
+        let req: &dyn RequestView = &bounded;
+        let overflow = |ticket: &mut Option<QueueTicket>| {
+            let over = bounded.overflowed();
+            if over {
+                if let Some(t) = ticket.take() {
+                    self.abandon(t, now);
+                }
+            }
+            over
+        };
         let mut headers = HeaderCache::empty();
         headers.fill_in(&self.headers, req);
         let client = self.policy.client_ip.resolve_cached(req, &headers);
@@ -813,12 +889,15 @@ impl Engine {
         let mut out = Outcome::new();
         let mut facts = self.classes.facts(&prepared);
         if let Some(i) = self.classes.exemption(&prepared, &mut facts) {
+            if overflow(&mut ticket) {
+                return Err(EvalError::TooManyHeaderValues);
+            }
             self.counters.add_total(|t| &t.exempt);
             out.exempt = Some(i as u16);
             if let Some(t) = ticket.take() {
                 self.abandon(t, now);
             }
-            return out;
+            return Ok(out);
         }
 
         let mut hits = ArrayVec::<Hit, MAX_HITS>::new();
@@ -858,13 +937,16 @@ impl Engine {
             }
         }
         let hits = &hits[..];
+        if overflow(&mut ticket) {
+            return Err(EvalError::TooManyHeaderValues);
+        }
         if hits.is_empty() {
             self.counters.add_total(|t| &t.unmatched);
             out.unmatched = true;
             if let Some(t) = ticket.take() {
                 self.abandon(t, now);
             }
-            return out;
+            return Ok(out);
         }
 
         // 3. Concurrency permits.
@@ -877,7 +959,7 @@ impl Engine {
             };
             let table = &self.tables[limit.zone];
             match table.acquire_units(c, h.key_hash, limit.cost, now) {
-                (_, Some(p)) => out.permits.push(h.limit, p),
+                (_, Some(p)) => out.permits.push(h.limit, p, self.ledger.take()),
                 (_, None) if limit.dry_run => {
                     pending[k] = Counted::DryRejected;
                     out.dry_run.get_or_insert((h.limit as u16, Action::Reject));
@@ -890,7 +972,7 @@ impl Engine {
                         if let Some(t) = ticket.take() {
                             self.abandon(t, now);
                         }
-                        return rejected;
+                        return Ok(rejected);
                     }
                     let mine = ticket.as_ref().is_some_and(|t| t.limit as usize == h.limit);
                     if mine || (ticket.is_none() && limit.queue > 0) {
@@ -904,6 +986,7 @@ impl Engine {
                                     .map(|permit| QueueTicket {
                                         limit: h.limit as u16,
                                         permit,
+                                        generation: self.ledger.take(),
                                     });
                                 if entered.is_some() {
                                     self.counters.add_limit(h.limit, |c| &c.queued);
@@ -916,14 +999,14 @@ impl Engine {
                             out.status = limit.status;
                             out.limit = Some(h.limit as u16);
                             out.ticket = Some(t);
-                            return out;
+                            return Ok(out);
                         }
                     }
                     self.reject(&mut out, h.limit, 0);
                     if let Some(t) = ticket.take() {
                         self.abandon(t, now);
                     }
-                    return out;
+                    return Ok(out);
                 }
             }
         }
@@ -1009,7 +1092,7 @@ impl Engine {
                     out.wait_ns = 0;
                     self.reject(&mut out, h.limit, v.retry_after_ns);
                     out.quota = Some(self.quota(h.limit, alg, &v));
-                    return out;
+                    return Ok(out);
                 }
             }
         }
@@ -1021,7 +1104,7 @@ impl Engine {
                 Counted::DryRejected => &c.dry_run_rejected,
             });
         }
-        out
+        Ok(out)
     }
 
     /// The first enforced rate limit among `hits` that would reject the request now, as the

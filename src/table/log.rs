@@ -48,9 +48,6 @@ const AHEAD: u64 = 1 << (SEQ_BITS - 1);
 const NS_PER_MS: u64 = 1_000_000;
 /// Longest window: timestamps are 40-bit milliseconds.
 const MAX_WINDOW_MS: u64 = 1 << 36;
-/// A transparent huge page on x86-64 (the alignment of large in-process tables).
-#[cfg(not(loom))]
-const HUGE_PAGE: usize = 2 << 20;
 
 /// Parameters of an exact sliding log: at most `events` admissions per key in any `window`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -123,8 +120,10 @@ fn dist(h: u64, seq: u64) -> u64 {
 
 enum Owner {
     Borrowed,
+    /// An anonymous mapping, unmapped when this table (holding it) is dropped.
     #[cfg(not(loom))]
-    Heap(std::alloc::Layout),
+    #[allow(dead_code)]
+    Mapped(super::zeroed::Mapping),
     #[cfg(loom)]
     Boxed(
         #[allow(dead_code)] Box<Header>,
@@ -153,16 +152,6 @@ pub struct LogTable {
 unsafe impl Send for LogTable {}
 unsafe impl Sync for LogTable {}
 
-impl Drop for LogTable {
-    fn drop(&mut self) {
-        #[cfg(not(loom))]
-        if let Owner::Heap(layout) = self.owner {
-            // SAFETY: allocated in `LogTable::new` with exactly this layout.
-            unsafe { std::alloc::dealloc(self.header.as_ptr().cast(), layout) };
-        }
-    }
-}
-
 impl LogTable {
     /// Records (keys) that fit in `bytes` (0 when too small for one).
     pub fn capacity_for(log: &SlidingLog, bytes: usize) -> usize {
@@ -184,33 +173,11 @@ impl LogTable {
         if bytes < minimum {
             return Err(TableError::TooSmall { bytes, minimum });
         }
-        // As the slot table's (`Table::new`): a table of a huge page or more is aligned to one
-        // and advised to use transparent huge pages, so that a random key rarely costs a TLB
-        // miss on top of its cache misses.
-        let align = if bytes >= HUGE_PAGE {
-            HUGE_PAGE
-        } else {
-            REGION_ALIGN
-        };
-        let layout = std::alloc::Layout::from_size_align(bytes, align)
-            .map_err(|_| TableError::Alloc { bytes })?;
-        // Not `alloc_zeroed` (it may write the pages before the advice); `create` zeroes.
-        // SAFETY: non-zero size.
-        let ptr = unsafe { std::alloc::alloc(layout) };
-        if ptr.is_null() {
-            return Err(TableError::Alloc { bytes });
-        }
-        if align == HUGE_PAGE {
-            // Advice only: where transparent huge pages are off, this fails and nothing changes.
-            // SAFETY: `[ptr, ptr + bytes)` is this allocation; the advice keeps its contents.
-            unsafe { libc::madvise(ptr.cast(), bytes, libc::MADV_HUGEPAGE) };
-        }
-        // SAFETY: fresh, exclusive, aligned, `bytes` long.
-        let mut t = unsafe { LogTable::create(ptr, bytes, log, clock_base) }.inspect_err(|_| {
-            // SAFETY: allocated above with this layout.
-            unsafe { std::alloc::dealloc(ptr, layout) }
-        })?;
-        t.owner = Owner::Heap(layout);
+        // As the slot table's (`Table::new`): zero pages, touched only when a key lands there.
+        let map = super::zeroed::Mapping::new(bytes)?;
+        // SAFETY: a fresh private mapping: exclusive, aligned, `bytes` long, all zero.
+        let mut t = unsafe { LogTable::create_zeroed(map.ptr(), bytes, log, clock_base) }?;
+        t.owner = Owner::Mapped(map);
         Ok(t)
     }
 
@@ -241,9 +208,25 @@ impl LogTable {
         log: SlidingLog,
         clock_base: u64,
     ) -> Result<LogTable, TableError> {
-        let capacity = check_region(ptr, len, &log)?;
+        check_region(ptr, len, &log)?;
         // SAFETY: exclusive access to `len` bytes; zero is valid for every atomic.
         unsafe { std::ptr::write_bytes(ptr, 0, len) };
+        LogTable::create_zeroed(ptr, len, log, clock_base)
+    }
+
+    /// [`LogTable::create`] for a region that holds only zero bytes: only the header is
+    /// written (an empty record is all zero), so a page is first touched when a key lands there.
+    ///
+    /// # Safety
+    /// As [`LogTable::create`], and every byte of the region must be zero.
+    #[cfg(not(loom))]
+    pub unsafe fn create_zeroed(
+        ptr: *mut u8,
+        len: usize,
+        log: SlidingLog,
+        clock_base: u64,
+    ) -> Result<LogTable, TableError> {
+        let capacity = check_region(ptr, len, &log)?;
         let header = NonNull::new_unchecked(ptr.cast::<Header>());
         init(
             header.as_ref(),
@@ -319,9 +302,38 @@ impl LogTable {
         log: SlidingLog,
         clock_base: u64,
     ) -> Result<(LogTable, bool), TableError> {
+        LogTable::create_or_attach_with(ptr, len, log, clock_base, false)
+    }
+
+    /// [`LogTable::create_or_attach`] where a region without a log table holds only zero bytes:
+    /// it is created with [`LogTable::create_zeroed`].
+    ///
+    /// # Safety
+    /// As [`LogTable::create_zeroed`] when the region holds no log table.
+    #[cfg(not(loom))]
+    pub unsafe fn create_or_attach_zeroed(
+        ptr: *mut u8,
+        len: usize,
+        log: SlidingLog,
+        clock_base: u64,
+    ) -> Result<(LogTable, bool), TableError> {
+        LogTable::create_or_attach_with(ptr, len, log, clock_base, true)
+    }
+
+    #[cfg(not(loom))]
+    unsafe fn create_or_attach_with(
+        ptr: *mut u8,
+        len: usize,
+        log: SlidingLog,
+        clock_base: u64,
+        zeroed: bool,
+    ) -> Result<(LogTable, bool), TableError> {
         check_region(ptr, len, &log)?;
         match LogTable::attach(ptr, len, log) {
             Ok(t) => Ok((t, true)),
+            Err(TableError::NotATable) if zeroed => {
+                Ok((LogTable::create_zeroed(ptr, len, log, clock_base)?, false))
+            }
             Err(TableError::NotATable) => Ok((LogTable::create(ptr, len, log, clock_base)?, false)),
             Err(e) => Err(e),
         }

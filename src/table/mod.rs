@@ -11,6 +11,8 @@ mod log;
 mod owner;
 mod rescale;
 mod slot;
+#[cfg(not(loom))]
+mod zeroed;
 
 pub use header::LAYOUT_VERSION;
 pub(crate) use owner::{add as add_to_stripe, STRIPES};
@@ -39,9 +41,6 @@ pub const PROBE_WINDOW: usize = 16;
 pub const MIN_CAPACITY: usize = 8;
 /// Alignment a caller-given region must have.
 pub const REGION_ALIGN: usize = 64;
-/// A transparent huge page on x86-64 (the alignment of large in-process tables).
-#[cfg(not(loom))]
-const HUGE_PAGE: usize = 2 << 20;
 
 /// Why a table could not be created or attached.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -128,9 +127,10 @@ pub struct TableStats {
 enum Owner {
     /// The caller owns the region.
     Borrowed,
-    /// Heap memory this table frees on drop.
+    /// An anonymous mapping, unmapped when this table (holding it) is dropped.
     #[cfg(not(loom))]
-    Heap(std::alloc::Layout),
+    #[allow(dead_code)]
+    Mapped(zeroed::Mapping),
     #[cfg(loom)]
     Boxed(
         #[allow(dead_code)] Box<Header>,
@@ -162,16 +162,6 @@ pub struct Table {
 unsafe impl Send for Table {}
 unsafe impl Sync for Table {}
 
-impl Drop for Table {
-    fn drop(&mut self) {
-        #[cfg(not(loom))]
-        if let Owner::Heap(layout) = self.owner {
-            // SAFETY: allocated in `Table::new` with exactly this layout.
-            unsafe { std::alloc::dealloc(self.header.as_ptr().cast(), layout) };
-        }
-    }
-}
-
 impl Table {
     /// Slots that fit in a region of `bytes` (0 when it is too small for a table).
     pub fn capacity_for(bytes: usize) -> usize {
@@ -196,35 +186,10 @@ impl Table {
         if bytes < minimum {
             return Err(TableError::TooSmall { bytes, minimum });
         }
-        // Tables of a huge page or more are aligned to one and advised to use huge pages: a
-        // random key then costs one cache miss and rarely a TLB miss.
-        let align = if bytes >= HUGE_PAGE {
-            HUGE_PAGE
-        } else {
-            REGION_ALIGN
-        };
-        let layout = std::alloc::Layout::from_size_align(bytes, align)
-            .map_err(|_| TableError::Alloc { bytes })?;
-        // Not `alloc_zeroed`: that may write the pages before the advice below; `create`
-        // zeroes the region anyway.
-        // SAFETY: the layout has a non-zero size.
-        let ptr = unsafe { std::alloc::alloc(layout) };
-        if ptr.is_null() {
-            return Err(TableError::Alloc { bytes });
-        }
-        if align == HUGE_PAGE {
-            // Advice only: where transparent huge pages are off, this fails and nothing changes.
-            // SAFETY: `[ptr, ptr + bytes)` is this allocation; the advice does not change its
-            // contents.
-            unsafe { libc::madvise(ptr.cast(), bytes, libc::MADV_HUGEPAGE) };
-        }
-        // SAFETY: fresh, exclusive, aligned, `bytes` long.
-        let mut table =
-            unsafe { Table::create(ptr, bytes, schema, clock_base) }.inspect_err(|_| {
-                // SAFETY: allocated above with this layout.
-                unsafe { std::alloc::dealloc(ptr, layout) }
-            })?;
-        table.owner = Owner::Heap(layout);
+        let map = zeroed::Mapping::new(bytes)?;
+        // SAFETY: a fresh private mapping: exclusive, aligned, `bytes` long, all zero.
+        let mut table = unsafe { Table::create_zeroed(map.ptr(), bytes, schema, clock_base) }?;
+        table.owner = Owner::Mapped(map);
         Ok(table)
     }
 
@@ -252,10 +217,27 @@ impl Table {
         schema: u64,
         clock_base: u64,
     ) -> Result<Table, TableError> {
-        let capacity = check_region(ptr, len)?;
+        check_region(ptr, len)?;
         // SAFETY: caller guarantees exclusive access to `len` bytes; zero is a valid value for
         // every atomic in the region.
         unsafe { std::ptr::write_bytes(ptr, 0, len) };
+        Table::create_zeroed(ptr, len, schema, clock_base)
+    }
+
+    /// [`Table::create`] for a region that holds only zero bytes (fresh `mmap` or shared
+    /// memory): only the header is written, so a slot's page is first touched when a key
+    /// lands there (an empty slot is all zero).
+    ///
+    /// # Safety
+    /// As [`Table::create`], and every byte of the region must be zero.
+    #[cfg(not(loom))]
+    pub unsafe fn create_zeroed(
+        ptr: *mut u8,
+        len: usize,
+        schema: u64,
+        clock_base: u64,
+    ) -> Result<Table, TableError> {
+        let capacity = check_region(ptr, len)?;
         let header = NonNull::new_unchecked(ptr.cast::<Header>());
         init_header(
             header.as_ref(),
@@ -325,9 +307,38 @@ impl Table {
         schema: u64,
         clock_base: u64,
     ) -> Result<(Table, bool), TableError> {
+        Table::create_or_attach_with(ptr, len, schema, clock_base, false)
+    }
+
+    /// [`Table::create_or_attach`] where a region without a table holds only zero bytes
+    /// (fresh shared memory, as an nginx zone): it is created with [`Table::create_zeroed`].
+    ///
+    /// # Safety
+    /// As [`Table::create_zeroed`] when the region holds no table.
+    #[cfg(not(loom))]
+    pub unsafe fn create_or_attach_zeroed(
+        ptr: *mut u8,
+        len: usize,
+        schema: u64,
+        clock_base: u64,
+    ) -> Result<(Table, bool), TableError> {
+        Table::create_or_attach_with(ptr, len, schema, clock_base, true)
+    }
+
+    #[cfg(not(loom))]
+    unsafe fn create_or_attach_with(
+        ptr: *mut u8,
+        len: usize,
+        schema: u64,
+        clock_base: u64,
+        zeroed: bool,
+    ) -> Result<(Table, bool), TableError> {
         check_region(ptr, len)?;
         match Table::attach(ptr, len, schema) {
             Ok(t) => Ok((t, true)),
+            Err(TableError::NotATable) if zeroed => {
+                Ok((Table::create_zeroed(ptr, len, schema, clock_base)?, false))
+            }
             Err(TableError::NotATable) => Ok((Table::create(ptr, len, schema, clock_base)?, false)),
             Err(e) => Err(e),
         }

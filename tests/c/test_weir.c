@@ -816,10 +816,187 @@ test_cluster_region(void)
     munmap(cl[0].ptr, cl[0].len);
 }
 
+/* ---------------------------------------------------------------------------------------- */
+/* Misuse of permits, tickets and the header callback: refused quietly, never counted twice. */
+
+/* Runs around a call: `quiet_begin` sends stderr to a temporary file, `quiet_end` restores it
+ * and returns how many bytes were written meanwhile. */
+static FILE *quiet_file;
+static int quiet_saved = -1;
+
+static void
+quiet_begin(void)
+{
+    fflush(stderr);
+    quiet_file = tmpfile();
+    quiet_saved = dup(2);
+    dup2(fileno(quiet_file), 2);
+}
+
+static long
+quiet_end(void)
+{
+    long n;
+
+    fflush(stderr);
+    dup2(quiet_saved, 2);
+    close(quiet_saved);
+    fseek(quiet_file, 0, SEEK_END);
+    n = ftell(quiet_file);
+    fclose(quiet_file);
+    return n;
+}
+
+/* A header callback that has a value for every occurrence asked for (a broken host). */
+static size_t endless_calls;
+
+static int
+endless_header(void *ctx, const uint8_t *lname, size_t lname_len, size_t nth,
+    const uint8_t **value, size_t *value_len)
+{
+    (void) ctx;
+    (void) lname;
+    (void) lname_len;
+    (void) nth;
+    if (++endless_calls > 100000) {
+        return 0; /* give the engine a way out, so a missing bound fails instead of hanging */
+    }
+    *value = (const uint8_t *) "203.0.113.9";
+    *value_len = 11;
+    return 1;
+}
+
+static void
+test_abi_misuse(void)
+{
+    static const char policy[] =
+        "[zones.c]\nsize = \"64k\"\nalgorithm = \"concurrency\"\nmax = 2\n"
+        "[[limit]]\nclass = \"*\"\nzone = \"c\"\nkey = \"global\"\nqueue = 1\n";
+    static const char by_header[] =
+        "trusted_proxies = \"192.0.2.0/24\"\n"
+        "[zones.ip]\nsize = \"64k\"\nalgorithm = \"gcra\"\nrate = \"1r/s\"\n"
+        "[[limit]]\nclass = \"*\"\nzone = \"ip\"\nburst = 1000\n";
+    weir_policy *p = NULL;
+    weir_engine *e = NULL;
+    weir_verdict v[5], copy;
+    weir_request r;
+    uint64_t now = BASE_NS;
+    long noise;
+    int rc;
+
+    CHECK(weir_policy_parse((const uint8_t *) policy, strlen(policy), "c", &p, NULL) == WEIR_OK
+          && weir_engine_new(p, &e, NULL) == WEIR_OK, "concurrency engine");
+    r = (weir_request) { .method = (const uint8_t *) "GET", .method_len = 3,
+                         .target = (const uint8_t *) "/", .target_len = 1,
+                         .peer = (const uint8_t *) "192.0.2.1", .peer_len = 9 };
+
+    /* Two in flight (the limit), then a copy of the first verdict released after it. */
+    for (int i = 0; i < 2; i++) {
+        CHECK(weir_engine_evaluate(e, &r, now, &v[i], NULL, 0) == WEIR_OK
+              && v[i].action == WEIR_PASS, "request %d passes", i);
+    }
+    copy = v[0];
+    CHECK(weir_engine_release(e, &v[0], now) == WEIR_OK, "release");
+    CHECK(weir_engine_release(e, &copy, now) == WEIR_OK, "release of a copy");
+    CHECK(weir_engine_evaluate(e, &r, now, &v[2], NULL, 0) == WEIR_OK
+          && v[2].action == WEIR_PASS, "one slot was free");
+    CHECK(weir_engine_evaluate(e, &r, now, &v[3], NULL, 0) == WEIR_OK
+          && v[3].action == WEIR_QUEUE, "the copy freed no second slot (action %d)", v[3].action);
+
+    /* The queue ticket: abandoned through a copy, then through the original. */
+    copy = v[3];
+    CHECK(weir_engine_abandon(e, &copy, now) == WEIR_OK, "abandon a copy");
+    CHECK(weir_engine_abandon(e, &v[3], now) == WEIR_OK, "abandon the original");
+    CHECK(weir_engine_evaluate(e, &r, now, &v[3], NULL, 0) == WEIR_OK
+          && v[3].action == WEIR_QUEUE, "the queue place is free again once");
+    CHECK(weir_engine_evaluate(e, &r, now, &v[4], NULL, 0) == WEIR_OK
+          && v[4].action == WEIR_REJECT, "one queue place only (action %d)", v[4].action);
+
+    /* Forged limit indexes: refused with WEIR_ERR_INVALID, nothing released, nothing printed. */
+    copy = v[1];
+    copy.permits[0].limit = 7;
+    quiet_begin();
+    rc = weir_engine_release(e, &copy, now);
+    noise = quiet_end();
+    CHECK(rc == WEIR_ERR_INVALID && noise == 0, "forged permit: rc %d, %ld bytes on stderr", rc,
+        noise);
+    CHECK(copy.permits[0].limit == 7, "a refused release leaves the verdict as it was");
+    copy = v[3];
+    copy.ticket.limit = 40000;
+    quiet_begin();
+    rc = weir_engine_abandon(e, &copy, now);
+    noise = quiet_end();
+    CHECK(rc == WEIR_ERR_INVALID && noise == 0, "forged ticket: rc %d, %ld bytes", rc, noise);
+    quiet_begin();
+    rc = weir_engine_evaluate_queued(e, &r, now, &copy, NULL, 0);
+    noise = quiet_end();
+    CHECK(rc == WEIR_ERR_INVALID && noise == 0, "forged queued ticket: rc %d, %ld bytes", rc,
+        noise);
+    CHECK(weir_engine_evaluate(e, &r, now, &v[4], NULL, 0) == WEIR_OK
+          && v[4].action == WEIR_REJECT, "still two in flight, one queued");
+    for (int i = 1; i < 3; i++) {
+        CHECK(weir_engine_release(e, &v[i], now) == WEIR_OK, "release %d", i);
+    }
+    CHECK(weir_engine_abandon(e, &v[3], now) == WEIR_OK, "abandon");
+    weir_engine_free(e);
+    weir_policy_free(p);
+
+    /* The low-level zone API: a copy of a released permit frees nothing either. */
+    {
+        weir_zone *z = NULL;
+        weir_limiter *l = NULL;
+        weir_permit pm[4], pcopy;
+        weir_check c;
+        const uint8_t *k = (const uint8_t *) "k";
+
+        CHECK(weir_zone_new(1 << 16, 1, &z, NULL) == WEIR_OK
+              && weir_limiter_concurrency(2, 0, &l, NULL) == WEIR_OK, "zone");
+        for (int i = 0; i < 2; i++) {
+            CHECK(weir_zone_acquire(z, l, k, 1, now, &c, &pm[i]) == WEIR_OK
+                  && c.action == WEIR_PASS, "zone acquire %d", i);
+        }
+        pcopy = pm[0];
+        CHECK(weir_zone_release(z, l, &pm[0], now) == WEIR_OK
+              && weir_zone_release(z, l, &pcopy, now) == WEIR_OK, "zone releases");
+        CHECK(weir_zone_in_flight(z, l, k, 1, now) == 1, "one still in flight");
+        CHECK(weir_zone_acquire(z, l, k, 1, now, &c, &pm[2]) == WEIR_OK
+              && c.action == WEIR_PASS, "one slot free");
+        CHECK(weir_zone_acquire(z, l, k, 1, now, &c, &pm[3]) == WEIR_OK
+              && c.action == WEIR_REJECT && pm[3].limit < 0, "no second slot");
+        for (int i = 1; i < 3; i++) {
+            CHECK(weir_zone_release(z, l, &pm[i], now) == WEIR_OK, "zone release %d", i);
+        }
+        CHECK(weir_zone_in_flight(z, l, k, 1, now) == 0, "none in flight");
+        weir_limiter_free(l);
+        weir_zone_free(z);
+    }
+
+    /* A header callback that never runs out: bounded, answered 400, nothing charged. */
+    CHECK(weir_policy_parse((const uint8_t *) by_header, strlen(by_header), "h", &p, NULL)
+          == WEIR_OK && weir_engine_new(p, &e, NULL) == WEIR_OK, "header engine");
+    r.header = endless_header;
+    endless_calls = 0;
+    rc = weir_engine_evaluate(e, &r, now, &v[0], NULL, 0);
+    CHECK(rc == WEIR_ERR_BAD_TARGET && v[0].action == WEIR_REJECT && v[0].status == 400,
+        "endless header values: rc %d", rc);
+    /* a pass or two over the name, each ending one lookup past the bound */
+    CHECK(endless_calls <= 2 * (WEIR_MAX_HEADER_VALUES + 1), "%zu header lookups",
+        endless_calls);
+    r.header = NULL;
+    {
+        weir_limit_counters c;
+        CHECK(weir_engine_limit_counters(e, 0, &c) == WEIR_OK && c.passed == 0,
+            "nothing charged");
+    }
+    weir_engine_free(e);
+    weir_policy_free(p);
+}
+
 int
 main(int argc, char **argv)
 {
     test_bad_inputs();
+    test_abi_misuse();
     test_fork_shared_region();
     test_fork_engine_regions();
     test_cluster_region();

@@ -1285,6 +1285,66 @@ burst = 100000
         ngx.cleanup()
 
 
+def rss_kb(pid):
+    """Resident memory of a running process in KiB."""
+    with open(f"/proc/{pid}/status") as f:
+        return int(next(l for l in f if l.startswith("VmRSS:")).split()[1])
+
+
+def test_zone_limits(module):
+    """nginx -t refuses zones no table fits in, at the policy's file:line:col, and a large zone
+    costs no memory up front: neither nginx -t nor a running nginx touches its pages."""
+    http = """
+    weir_policy %DIR%/policy.toml;
+    server { listen 127.0.0.1:%PORT%; location / { weir on; return 204; } }
+"""
+    limit = '[[limit]]\nclass = "*"\nzone = "z"\n'
+    refused = [
+        ("1k gcra zone", '[zones.z]\nsize = "1k"\nalgorithm = "gcra"\nrate = "1r/s"\n' + limit,
+         r'policy\.toml:2:8: zone "z": size 1024 is too small'),
+        ("32k log zone of 4096 events",
+         '[zones.z]\nsize = "32k"\nalgorithm = "log"\nevents = 4096\nwindow = "1m"\n' + limit,
+         r'policy\.toml:2:8: zone "z": size 32768 holds no key'),
+        ("empty policy", "", r"policy\.toml:1:1: the policy has no \[\[limit\]\]"),
+        ("invalid UTF-8", b'[zones.z]\nsize = "1\xffm"\n',
+         r"policy\.toml:2:10: the policy is not valid UTF-8"),
+    ]
+    for what, text, want in refused:
+        ngx = Nginx(module, http)
+        try:
+            with open(ngx.path("policy.toml"), "wb") as f:
+                f.write(text if isinstance(text, bytes) else text.encode())
+            rc, out = ngx.test_config()
+            check(rc != 0, f"{what}: nginx -t succeeded")
+            check(re.search(want, out), f"{what}: {want!r} not in nginx -t output:\n{out}")
+        finally:
+            ngx.cleanup()
+
+    big = '[zones.z]\nsize = "2g"\nalgorithm = "gcra"\nrate = "10r/s"\n' + limit
+    budget_kb = 200 << 10
+    ngx = Nginx(module, http, files={"policy.toml": big})
+    try:
+        p = subprocess.Popen([NGINX, "-p", ngx.dir + "/", "-c", ngx.path("nginx.conf"), "-t"],
+                             env=ngx.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        out = p.stdout.read().decode(errors="replace")
+        _, status, usage = os.wait4(p.pid, 0)
+        p.returncode = os.waitstatus_to_exitcode(status)
+        check(p.returncode == 0, f"nginx -t with a 2g zone failed:\n{out}")
+        check(usage.ru_maxrss < budget_kb,
+              f"nginx -t with a 2g zone peaked at {usage.ru_maxrss >> 10} MiB")
+        ngx.start()
+        got = [request(ngx.port, "GET", f"/{i}")[0] for i in range(20)]
+        check(got == [204] * 20, f"requests through the 2g zone: {got}")
+        for pid in [ngx.pid] + ngx.workers_pids():
+            check(rss_kb(pid) < budget_kb, f"process {pid} holds {rss_kb(pid) >> 10} MiB")
+        ngx.check_log()
+        peak = usage.ru_maxrss >> 10
+    finally:
+        ngx.cleanup()
+    return (f"{len(refused)} bad policies fail nginx -t at file:line:col; a 2g zone: nginx -t "
+            f"peaks at {peak} MiB, the running nginx stays under {budget_kb >> 10} MiB")
+
+
 def asan_env():
     lib = subprocess.run(["gcc", "-print-file-name=libasan.so"], capture_output=True,
                          text=True).stdout.strip()
@@ -1316,6 +1376,7 @@ def main():
         ("sigkill", lambda: test_sigkill(args.module)),
         ("reload", lambda: test_reload(args.module)),
         ("bad-configs", lambda: test_bad_configs(args.module)),
+        ("zone-limits", lambda: test_zone_limits(args.module)),
         ("redirects-waits", lambda: test_redirects_and_waits(args.module)),
         ("directive-extras", lambda: test_directive_extras(args.module)),
         ("cluster", lambda: test_cluster(args.module)),

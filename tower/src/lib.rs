@@ -9,7 +9,7 @@
 //! | delay | sleeps the outcome's wait (tokio timer), then calls the inner service |
 //! | reject | answers the limit's status (default 429) with `Retry-After` (and the `RateLimit` fields when the policy enables them), a short text body, without calling the inner service |
 //! | queue | waits for a concurrency slot: re-evaluates every [`WeirLayer::queue_poll`] (5 ms by default) up to the limit's `timeout`, then passes or answers the limit's status; if the request's future is dropped meanwhile (client gone), its place in the queue is given back |
-//! | bad target | answers 400 (a target nginx would refuse: `/../x`, `%zz`, …) |
+//! | bad target | answers 400 (a target nginx would refuse: `/../x`, `%zz`, …; or more values of one header the policy reads than the engine takes) |
 //! | no verdict (a panic inside weir or the clock, caught) | per the policy's `failure_mode`: `open` logs an error (`tracing`) and calls the inner service; `closed` logs it and answers 503 |
 //!
 //! When the policy enables them (`headers = true`), `RateLimit-Policy` and `RateLimit` are added
@@ -95,7 +95,7 @@ use tower_layer::Layer;
 use tower_service::Service;
 use weir::policy::config::FailureMode;
 use weir::policy::engine::{Permits, QueueTicket};
-use weir::policy::{Action, Engine, EvalError, Outcome};
+use weir::policy::{Action, Engine, Outcome};
 
 use view::View;
 
@@ -598,7 +598,8 @@ where
                     },
                 }
             }
-            Some(Err(EvalError::BadTarget(_))) => {
+            // A target nginx refuses, or too many values of one header the policy reads.
+            Some(Err(_)) => {
                 return ResponseFuture {
                     state: State::Ready {
                         resp: Some(bad_request(cfg)),
@@ -684,8 +685,8 @@ where
                         break;
                     }
                 }
-                // The target was fine a moment ago; cannot happen, but answer as the engine does.
-                Some(Err(EvalError::BadTarget(_))) => return Ok(bad_request(&cfg)),
+                // The request was fine a moment ago; cannot happen, but answer as the engine does.
+                Some(Err(_)) => return Ok(bad_request(&cfg)),
             }
         }
     }
