@@ -617,6 +617,19 @@ int weir_zone_attach(void *region,
                      struct weir_error **err);
 
 /*
+ As `weir_zone_attach`, for a region that holds only zero bytes when it holds no zone (fresh
+ shared memory: an nginx zone, an anonymous `mmap`): a new zone writes only its header, so its
+ pages are first touched when keys land in them.
+ */
+int weir_zone_attach_zeroed(void *region,
+                            size_t len,
+                            uint64_t schema,
+                            uint64_t clock_base,
+                            int *existed,
+                            struct weir_zone **out,
+                            struct weir_error **err);
+
+/*
  Frees a zone handle (NULL is ignored); a caller's region is left as it is.
  */
 void weir_zone_free(struct weir_zone *z);

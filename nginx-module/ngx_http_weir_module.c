@@ -1583,8 +1583,13 @@ ngx_http_weir_init_zone(ngx_shm_zone_t *shm_zone, void *data)
 
     err = NULL;
 
-    if (weir_zone_attach(region, len, ctx->schema, 0, &existed, &ctx->zone,
-                         &err)
+    /*
+     * a region without a table is fresh slab pages of a new zone, all zero:
+     * only its header is written, so a large zone costs nothing until used
+     */
+
+    if (weir_zone_attach_zeroed(region, len, ctx->schema, 0, &existed,
+                                &ctx->zone, &err)
         != WEIR_OK)
     {
         ngx_log_error(NGX_LOG_EMERG, shm_zone->shm.log, 0,

@@ -1304,12 +1304,47 @@ pub unsafe extern "C" fn weir_zone_attach(
     out: *mut *mut weir_zone,
     err: *mut *mut weir_error,
 ) -> c_int {
+    zone_attach(region, len, schema, clock_base, false, existed, out, err)
+}
+
+/// As `weir_zone_attach`, for a region that holds only zero bytes when it holds no zone (fresh
+/// shared memory: an nginx zone, an anonymous `mmap`): a new zone writes only its header, so its
+/// pages are first touched when keys land in them.
+#[no_mangle]
+pub unsafe extern "C" fn weir_zone_attach_zeroed(
+    region: *mut c_void,
+    len: usize,
+    schema: u64,
+    clock_base: u64,
+    existed: *mut c_int,
+    out: *mut *mut weir_zone,
+    err: *mut *mut weir_error,
+) -> c_int {
+    zone_attach(region, len, schema, clock_base, true, existed, out, err)
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe fn zone_attach(
+    region: *mut c_void,
+    len: usize,
+    schema: u64,
+    clock_base: u64,
+    zeroed: bool,
+    existed: *mut c_int,
+    out: *mut *mut weir_zone,
+    err: *mut *mut weir_error,
+) -> c_int {
     guard(|| {
         if out.is_null() || region.is_null() {
             return fail(err, WEIR_ERR_NULL, "region or out is NULL");
         }
         *out = ptr::null_mut();
-        match Table::create_or_attach(region.cast(), len, schema, clock_base) {
+        let made = if zeroed {
+            Table::create_or_attach_zeroed(region.cast(), len, schema, clock_base)
+        } else {
+            Table::create_or_attach(region.cast(), len, schema, clock_base)
+        };
+        match made {
             Ok((table, kept)) => {
                 if !existed.is_null() {
                     *existed = kept as c_int;

@@ -1322,27 +1322,37 @@ def test_zone_limits(module):
 
     big = '[zones.z]\nsize = "2g"\nalgorithm = "gcra"\nrate = "10r/s"\n' + limit
     budget_kb = 200 << 10
-    ngx = Nginx(module, http, files={"policy.toml": big})
+    # a 2g directive zone beside the 2g policy zone
+    big_http = """
+    weir_policy %DIR%/policy.toml;
+    weir_req_zone $binary_remote_addr zone=big:2048m rate=10r/s;
+    server {
+        listen 127.0.0.1:%PORT%;
+        location / { weir on; weir_req zone=big; return 204; }
+    }
+"""
+    ngx = Nginx(module, big_http, files={"policy.toml": big})
     try:
         p = subprocess.Popen([NGINX, "-p", ngx.dir + "/", "-c", ngx.path("nginx.conf"), "-t"],
                              env=ngx.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         out = p.stdout.read().decode(errors="replace")
         _, status, usage = os.wait4(p.pid, 0)
         p.returncode = os.waitstatus_to_exitcode(status)
-        check(p.returncode == 0, f"nginx -t with a 2g zone failed:\n{out}")
+        check(p.returncode == 0, f"nginx -t with 2g zones failed:\n{out}")
         check(usage.ru_maxrss < budget_kb,
-              f"nginx -t with a 2g zone peaked at {usage.ru_maxrss >> 10} MiB")
+              f"nginx -t with 2g zones peaked at {usage.ru_maxrss >> 10} MiB")
         ngx.start()
         got = [request(ngx.port, "GET", f"/{i}")[0] for i in range(20)]
-        check(got == [204] * 20, f"requests through the 2g zone: {got}")
+        check(got == [204] * 20, f"requests beside the 2g zones: {got}")
         for pid in [ngx.pid] + ngx.workers_pids():
             check(rss_kb(pid) < budget_kb, f"process {pid} holds {rss_kb(pid) >> 10} MiB")
         ngx.check_log()
         peak = usage.ru_maxrss >> 10
     finally:
         ngx.cleanup()
-    return (f"{len(refused)} bad policies fail nginx -t at file:line:col; a 2g zone: nginx -t "
-            f"peaks at {peak} MiB, the running nginx stays under {budget_kb >> 10} MiB")
+    return (f"{len(refused)} bad policies fail nginx -t at file:line:col; a 2g policy zone and "
+            f"a 2g weir_req_zone: nginx -t peaks at {peak} MiB, the running nginx stays under "
+            f"{budget_kb >> 10} MiB")
 
 
 def asan_env():
