@@ -3,6 +3,7 @@ pub mod check;
 pub mod incident;
 pub mod input;
 pub mod logfmt;
+mod reorder;
 pub mod replay;
 pub mod report;
 pub mod timefmt;
