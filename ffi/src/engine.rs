@@ -1,0 +1,454 @@
+//! Engines: a policy with its zones' tables, in process memory or callers' regions; what
+//! hosts read of them (limits, header names, counters, Prometheus text).
+
+use std::ffi::{c_int, c_void};
+use std::ptr;
+
+use weir::cluster::ClusterShared;
+use weir::policy::counters::Counters;
+use weir::policy::Engine;
+use weir::table::Table;
+
+use crate::{bytes, fail, give, guard, take_back, weir_error, weir_policy, weir_zone};
+use crate::{WEIR_ERR_BUFFER_TOO_SMALL, WEIR_ERR_INVALID, WEIR_ERR_NULL, WEIR_ERR_ZONE, WEIR_OK};
+
+/// A policy with its zones' tables: evaluates requests. Thread-safe.
+pub struct weir_engine {
+    pub(crate) engine: Engine,
+}
+
+/// A caller-provided memory region (e.g. an nginx shared-memory zone), 64-byte aligned.
+#[repr(C)]
+pub struct weir_region {
+    pub ptr: *mut c_void,
+    pub len: usize,
+}
+
+/// An engine with its zones in this process's memory.
+#[no_mangle]
+pub unsafe extern "C" fn weir_engine_new(
+    p: *const weir_policy,
+    out: *mut *mut weir_engine,
+    err: *mut *mut weir_error,
+) -> c_int {
+    guard(|| {
+        if p.is_null() || out.is_null() {
+            return fail(err, WEIR_ERR_NULL, "policy or out is NULL");
+        }
+        *out = ptr::null_mut();
+        match Engine::new((*p).policy.clone()) {
+            Ok(engine) => give(out, weir_engine { engine }),
+            Err(e) => fail(err, WEIR_ERR_ZONE, e),
+        }
+    })
+}
+
+/// An engine over caller-provided regions, one per zone in `weir_policy_zone` order, each at
+/// least that zone's `bytes` long and 64-byte aligned. A region that already holds the zone
+/// (an nginx reload) keeps its state; one created for another layout is refused.
+/// `counters` (may be NULL: counters then live in this process) is a region of at least
+/// `weir_policy_counters_bytes` bytes, 8-byte aligned, shared by every process that attaches,
+/// so that all of them add to and report the same counters; it keeps its counts while the
+/// policy's limits stay the same and starts from zero otherwise. Attach it first in one process
+/// (nginx: the master's zone init) before others use it.
+/// `clock_base` is recorded in newly created zones (pass 0 to use CLOCK_MONOTONIC as is).
+/// The regions must outlive the engine.
+#[no_mangle]
+pub unsafe extern "C" fn weir_engine_attach(
+    p: *const weir_policy,
+    regions: *const weir_region,
+    n: usize,
+    counters: *const weir_region,
+    clock_base: u64,
+    out: *mut *mut weir_engine,
+    err: *mut *mut weir_error,
+) -> c_int {
+    weir_engine_attach_shared(
+        p,
+        regions,
+        n,
+        ptr::null(),
+        counters,
+        clock_base,
+        0,
+        out,
+        err,
+    )
+}
+
+/// `weir_engine_attach_shared` flag: do not start the cluster syncer threads yet (call
+/// `weir_engine_start_sync` later, e.g. in each process after `fork`: threads do not survive
+/// it).
+pub const WEIR_ATTACH_DEFER_SYNC: u32 = 1;
+
+/// `weir_engine_attach_shared` flag: every zone and cluster region that holds no table yet is
+/// all zero bytes (fresh shared memory, as an nginx zone or an anonymous `mmap`). Only the
+/// headers are written then, so a zone's pages are first touched when keys land in them and a
+/// large zone costs no memory up front.
+pub const WEIR_ATTACH_ZEROED: u32 = 2;
+
+/// Like `weir_engine_attach`, for processes sharing the zones (nginx workers): `cluster` (may
+/// be NULL when the policy has no `scope = "cluster"` zone, or to keep cluster state in this
+/// process) holds `n` regions in zone order; for each cluster zone one of at least its
+/// `cluster_bytes` (64-byte aligned, outliving the engine, formatted by the first attach as
+/// `regions` are: attach it first in one process), for local zones `{NULL, 0}`. Every process
+/// attached to the same cluster regions decides with the same view of the other nodes' counts
+/// and sync health, and any of them can take over the syncing. `flags`: 0 or any of
+/// `WEIR_ATTACH_DEFER_SYNC`, `WEIR_ATTACH_ZEROED`.
+#[no_mangle]
+pub unsafe extern "C" fn weir_engine_attach_shared(
+    p: *const weir_policy,
+    regions: *const weir_region,
+    n: usize,
+    cluster: *const weir_region,
+    counters: *const weir_region,
+    clock_base: u64,
+    flags: u32,
+    out: *mut *mut weir_engine,
+    err: *mut *mut weir_error,
+) -> c_int {
+    guard(|| {
+        if p.is_null() || out.is_null() || (regions.is_null() && n > 0) {
+            return fail(err, WEIR_ERR_NULL, "policy, regions or out is NULL");
+        }
+        *out = ptr::null_mut();
+        let policy = &(*p).policy;
+        let layouts = Engine::layouts(policy);
+        if n != layouts.len() {
+            return fail(
+                err,
+                WEIR_ERR_INVALID,
+                format_args!("{n} regions for {} zones", layouts.len()),
+            );
+        }
+        let regions = if n == 0 {
+            &[][..]
+        } else {
+            std::slice::from_raw_parts(regions, n)
+        };
+        let mut tables = Vec::with_capacity(n);
+        for (r, l) in regions.iter().zip(&layouts) {
+            if r.ptr.is_null() {
+                return fail(
+                    err,
+                    WEIR_ERR_NULL,
+                    format_args!("zone {}: region is NULL", l.name),
+                );
+            }
+            if r.len < l.bytes {
+                return fail(
+                    err,
+                    WEIR_ERR_ZONE,
+                    format_args!(
+                        "zone {}: region of {} bytes, needs {}",
+                        l.name, r.len, l.bytes
+                    ),
+                );
+            }
+            let (ptr, bytes) = (r.ptr.cast(), l.bytes);
+            let made = if flags & WEIR_ATTACH_ZEROED != 0 {
+                Table::create_or_attach_zeroed(ptr, bytes, l.schema, clock_base)
+            } else {
+                Table::create_or_attach(ptr, bytes, l.schema, clock_base)
+            };
+            match made {
+                Ok((t, _)) => tables.push(t),
+                Err(e) => return fail(err, WEIR_ERR_ZONE, format_args!("zone {}: {e}", l.name)),
+            }
+        }
+        let mut shared = Vec::with_capacity(n);
+        for (i, (l, t)) in layouts.iter().zip(&tables).enumerate() {
+            let r = if cluster.is_null() {
+                None
+            } else {
+                Some(&*cluster.add(i))
+            };
+            match r {
+                Some(r) if l.cluster_bytes > 0 && !r.ptr.is_null() => {
+                    match ClusterShared::create_or_attach(
+                        r.ptr.cast(),
+                        r.len,
+                        t.capacity(),
+                        l.schema,
+                        flags & WEIR_ATTACH_ZEROED != 0,
+                    ) {
+                        Ok((s, _)) => shared.push(Some(s)),
+                        Err(e) => {
+                            return fail(err, WEIR_ERR_ZONE, format_args!("zone {}: {e}", l.name))
+                        }
+                    }
+                }
+                Some(r) if l.cluster_bytes > 0 || !r.ptr.is_null() => {
+                    return fail(
+                        err,
+                        WEIR_ERR_INVALID,
+                        format_args!(
+                            "zone {}: a cluster region is needed for cluster zones only",
+                            l.name
+                        ),
+                    )
+                }
+                _ => shared.push(None),
+            }
+        }
+        let start = flags & WEIR_ATTACH_DEFER_SYNC == 0;
+        let block = if counters.is_null() {
+            Counters::new(policy.limits.len())
+        } else {
+            let (_, fp) = Engine::counters_layout(policy);
+            let c = &*counters;
+            match Counters::attach(c.ptr.cast(), c.len, policy.limits.len(), fp) {
+                Ok(block) => block,
+                Err(e) => return fail(err, WEIR_ERR_ZONE, format_args!("counters: {e}")),
+            }
+        };
+        let made = Engine::with_shared(policy.clone(), tables, shared, block, start);
+        match made {
+            Ok(engine) => give(out, weir_engine { engine }),
+            Err(e) => fail(err, WEIR_ERR_ZONE, e),
+        }
+    })
+}
+/// Frees an engine (NULL is ignored). Caller regions are left as they are.
+#[no_mangle]
+pub unsafe extern "C" fn weir_engine_free(e: *mut weir_engine) {
+    take_back(e)
+}
+
+/// 1 when the policy says `failure_mode = "closed"` (reject when weir cannot decide, e.g. on
+/// WEIR_ERR_PANIC), 0 for "open" (the default) or NULL.
+#[no_mangle]
+pub unsafe extern "C" fn weir_engine_fails_closed(e: *const weir_engine) -> c_int {
+    if e.is_null() {
+        return 0;
+    }
+    ((*e).engine.policy().failure_mode == weir::policy::config::FailureMode::Closed) as c_int
+}
+
+/// Number of limits in the engine's policy (0 for NULL).
+#[no_mangle]
+pub unsafe extern "C" fn weir_engine_limit_count(e: *const weir_engine) -> usize {
+    if e.is_null() {
+        return 0;
+    }
+    (*e).engine.policy().limits.len()
+}
+
+/// The name of limit `i` (not NUL-terminated, valid as long as the engine).
+#[no_mangle]
+pub unsafe extern "C" fn weir_engine_limit_name(
+    e: *const weir_engine,
+    i: usize,
+    name: *mut *const u8,
+    len: *mut usize,
+) -> c_int {
+    engine_name(e, name, len, |e| {
+        e.policy().limits.get(i).map(|l| l.name.as_bytes())
+    })
+}
+
+/// Writes the name `pick` finds in engine `e` to `*name`/`*len` (it lives as long as the
+/// engine): `WEIR_ERR_NULL` for a NULL argument, `WEIR_ERR_INVALID` when `pick` finds none.
+unsafe fn engine_name(
+    e: *const weir_engine,
+    name: *mut *const u8,
+    len: *mut usize,
+    pick: impl FnOnce(&Engine) -> Option<&[u8]>,
+) -> c_int {
+    guard(|| {
+        if e.is_null() || name.is_null() || len.is_null() {
+            return WEIR_ERR_NULL;
+        }
+        let Some(n) = pick(&(*e).engine) else {
+            return WEIR_ERR_INVALID;
+        };
+        *name = n.as_ptr();
+        *len = n.len();
+        WEIR_OK
+    })
+}
+
+/// Number of headers the engine's policy reads (0 for NULL); see `weir_engine_header_name`.
+#[no_mangle]
+pub unsafe extern "C" fn weir_engine_header_count(e: *const weir_engine) -> usize {
+    if e.is_null() {
+        return 0;
+    }
+    (*e).engine.header_names().len()
+}
+
+/// The lowercase name of header `i` the policy reads (not NUL-terminated, valid as long as the
+/// engine); `cookie` when it reads cookies. The engine's header callback is asked for no other
+/// name, so a host that copies request headers for it may copy only these.
+#[no_mangle]
+pub unsafe extern "C" fn weir_engine_header_name(
+    e: *const weir_engine,
+    i: usize,
+    name: *mut *const u8,
+    len: *mut usize,
+) -> c_int {
+    engine_name(e, name, len, |e| e.header_names().nth(i))
+}
+
+/// Per-limit counters.
+#[repr(C)]
+pub struct weir_limit_counters {
+    pub passed: u64,
+    pub delayed: u64,
+    pub rejected: u64,
+    pub queued: u64,
+    pub dry_run_delayed: u64,
+    pub dry_run_rejected: u64,
+}
+
+/// How long a request queued by limit `i` waits (its `timeout`) in nanoseconds, in `*out_ns`;
+/// 0 for limits without a queue. Hosts use it to bound their wait on a WEIR_QUEUE verdict.
+#[no_mangle]
+pub unsafe extern "C" fn weir_engine_limit_queue_timeout(
+    e: *const weir_engine,
+    i: usize,
+    out_ns: *mut u64,
+) -> c_int {
+    guard(|| {
+        if e.is_null() || out_ns.is_null() {
+            return WEIR_ERR_NULL;
+        }
+        let limits = &(*e).engine.policy().limits;
+        let Some(l) = limits.get(i) else {
+            return WEIR_ERR_INVALID;
+        };
+        *out_ns = if l.queue == 0 {
+            0
+        } else {
+            u64::try_from(l.timeout.as_nanos()).unwrap_or(u64::MAX)
+        };
+        WEIR_OK
+    })
+}
+
+/// The log level limit `i` asks for its rejections (delays are logged one level lower):
+/// 0 info, 1 notice, 2 warn, 3 error (the default); -1 for NULL or an index out of range.
+#[no_mangle]
+pub unsafe extern "C" fn weir_engine_limit_log_level(e: *const weir_engine, i: usize) -> c_int {
+    use weir::policy::config::LogLevel;
+    if e.is_null() {
+        return -1;
+    }
+    match (*e).engine.policy().limits.get(i).map(|l| l.log_level) {
+        Some(LogLevel::Info) => 0,
+        Some(LogLevel::Notice) => 1,
+        Some(LogLevel::Warn) => 2,
+        Some(LogLevel::Error) => 3,
+        None => -1,
+    }
+}
+
+/// A snapshot of limit `i`'s counters.
+#[no_mangle]
+pub unsafe extern "C" fn weir_engine_limit_counters(
+    e: *const weir_engine,
+    i: usize,
+    out: *mut weir_limit_counters,
+) -> c_int {
+    guard(|| {
+        if e.is_null() || out.is_null() {
+            return WEIR_ERR_NULL;
+        }
+        let engine = &(*e).engine;
+        if i >= engine.policy().limits.len() {
+            return WEIR_ERR_INVALID;
+        }
+        let c = engine.counters(i);
+        *out = weir_limit_counters {
+            passed: c.passed,
+            delayed: c.delayed,
+            rejected: c.rejected,
+            queued: c.queued,
+            dry_run_delayed: c.dry_run_delayed,
+            dry_run_rejected: c.dry_run_rejected,
+        };
+        WEIR_OK
+    })
+}
+
+/// Renders every counter as Prometheus text into `buf`. `*written` receives the length; when
+/// `cap` is too small, WEIR_ERR_BUFFER_TOO_SMALL is returned, nothing is written and
+/// `*written` is the size needed.
+#[no_mangle]
+pub unsafe extern "C" fn weir_engine_prometheus(
+    e: *const weir_engine,
+    buf: *mut u8,
+    cap: usize,
+    written: *mut usize,
+) -> c_int {
+    guard(|| {
+        if e.is_null() || written.is_null() || (buf.is_null() && cap > 0) {
+            return WEIR_ERR_NULL;
+        }
+        let mut text = String::new();
+        let _ = (*e).engine.render_prometheus(&mut text);
+        *written = text.len();
+        if text.len() > cap {
+            return WEIR_ERR_BUFFER_TOO_SMALL;
+        }
+        ptr::copy_nonoverlapping(text.as_ptr(), buf, text.len());
+        WEIR_OK
+    })
+}
+
+/// A zone outside the policy (nginx's `weir_req_zone`) for weir_prometheus, and the name its
+/// samples carry (`zone="…"`). A NULL `zone` is skipped.
+#[repr(C)]
+pub struct weir_named_zone {
+    pub zone: *const weir_zone,
+    pub name: *const u8,
+    pub name_len: usize,
+}
+
+/// Renders the counters of engine `e` (may be NULL) and of `zones[0..n]` as one Prometheus
+/// text, each metric family once (one HELP and one TYPE line, all its samples under them):
+/// the zones join the policy's zones in the `weir_zone_*` families. Buffer protocol as
+/// weir_engine_prometheus.
+#[no_mangle]
+pub unsafe extern "C" fn weir_prometheus(
+    e: *const weir_engine,
+    zones: *const weir_named_zone,
+    n: usize,
+    buf: *mut u8,
+    cap: usize,
+    written: *mut usize,
+) -> c_int {
+    guard(|| {
+        if written.is_null() || (buf.is_null() && cap > 0) || (zones.is_null() && n > 0) {
+            return WEIR_ERR_NULL;
+        }
+        let named: &[weir_named_zone] = if n == 0 {
+            &[]
+        } else {
+            // SAFETY: the caller passes n readable entries (checked non-NULL above).
+            std::slice::from_raw_parts(zones, n)
+        };
+        let mut stats = Vec::with_capacity(n);
+        for z in named.iter().filter(|z| !z.zone.is_null()) {
+            let name = match bytes(z.name, z.name_len) {
+                Ok(b) => String::from_utf8_lossy(b),
+                Err(rc) => return rc,
+            };
+            // SAFETY: a non-NULL zone is a live handle from weir_zone_new / weir_zone_attach.
+            stats.push((name, (*z.zone).table.stats()));
+        }
+        let stats: Vec<(&str, _)> = stats.iter().map(|(n, s)| (n.as_ref(), *s)).collect();
+        let mut text = String::new();
+        let engine = e.as_ref().map(|e| &e.engine);
+        let _ = weir::policy::metrics::render_prometheus(engine, &stats, &mut text);
+        *written = text.len();
+        if text.len() > cap {
+            return WEIR_ERR_BUFFER_TOO_SMALL;
+        }
+        if !text.is_empty() {
+            // SAFETY: buf holds cap >= text.len() > 0 bytes, so it is not NULL.
+            ptr::copy_nonoverlapping(text.as_ptr(), buf, text.len());
+        }
+        WEIR_OK
+    })
+}

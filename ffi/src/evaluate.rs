@@ -1,0 +1,404 @@
+//! Evaluating requests: the request view, verdicts, queue tickets and permits.
+
+use std::ffi::{c_int, c_void};
+use std::net::IpAddr;
+use std::ptr;
+
+use weir::policy::engine::{Action, Permits, QueueTicket, RawPermit, MAX_PERMITS};
+use weir::policy::{Engine, RequestView};
+
+use crate::{bytes, guard, weir_engine, MAX_LEN};
+use crate::{WEIR_DELAY, WEIR_ERR_BAD_TARGET, WEIR_ERR_INVALID, WEIR_ERR_NULL, WEIR_OK};
+use crate::{WEIR_PASS, WEIR_QUEUE, WEIR_REJECT};
+
+/// Header lookup for `weir_request`: store a pointer to the `nth` (0-based) value of header
+/// `lname` (lowercase ASCII, `lname_len` bytes) in `*value`/`*value_len` and return 1, or return
+/// 0 when there is no such occurrence. The value must stay valid until the evaluating call
+/// returns. The engine asks for the occurrences of a name in order (`nth` 0, 1, 2 …, each walk
+/// starting at 0 within one evaluating call): answer `nth` right after `nth - 1` by resuming
+/// after the previous occurrence, or a request with n repeated lines costs O(n²).
+pub type weir_header_fn = Option<
+    unsafe extern "C" fn(
+        ctx: *mut c_void,
+        lname: *const u8,
+        lname_len: usize,
+        nth: usize,
+        value: *mut *const u8,
+        value_len: *mut usize,
+    ) -> c_int,
+>;
+
+/// A request, as (pointer, length) views valid for the duration of the call.
+#[repr(C)]
+pub struct weir_request {
+    pub method: *const u8,
+    pub method_len: usize,
+    /// The raw request target as in the request line (origin or absolute form).
+    pub target: *const u8,
+    pub target_len: usize,
+    /// The directly connected peer's address as text ("192.0.2.1", "2001:db8::1"). For a
+    /// connection without an IP address (a unix-domain socket) pass length 0, or text that
+    /// starts with "unix:" (as nginx writes such a peer): the request counts for the local
+    /// client (`trusted_proxies = ["unix:"]` trusts it, docs/POLICY.md).
+    pub peer: *const u8,
+    pub peer_len: usize,
+    /// May be NULL: the request then has no headers.
+    pub header: weir_header_fn,
+    pub header_ctx: *mut c_void,
+}
+
+/// A concurrency permit or queue place. `limit < 0` means empty. Copies are harmless: once
+/// one copy is released (or abandoned), releasing another changes nothing (`generation`
+/// tells them apart).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct weir_permit {
+    pub limit: i32,
+    pub key_hash: u64,
+    pub bucket: u64,
+    pub generation: u64,
+}
+
+pub(crate) const NO_PERMIT: weir_permit = weir_permit {
+    limit: -1,
+    key_hash: 0,
+    bucket: 0,
+    generation: 0,
+};
+
+/// Most values of one header name the engine asks a `weir_header_fn` for (0 to this many
+/// minus one, then one more to learn whether there are more). A request with more values of a
+/// header the policy reads gets WEIR_ERR_BAD_TARGET (answer 400) and nothing is charged.
+pub const WEIR_MAX_HEADER_VALUES: usize = 65_536;
+const _: () = assert!(WEIR_MAX_HEADER_VALUES == weir::policy::engine::MAX_HEADER_VALUES);
+
+/// Number of permits a verdict can hold.
+pub const WEIR_MAX_PERMITS: usize = 4;
+
+/// The engine's answer for one request.
+#[repr(C)]
+pub struct weir_verdict {
+    /// WEIR_PASS, WEIR_DELAY, WEIR_REJECT or WEIR_QUEUE.
+    pub action: i32,
+    /// Response status for WEIR_REJECT (and a queue that times out).
+    pub status: u16,
+    /// Set when no limit matched the request.
+    pub unmatched: u8,
+    /// For WEIR_DELAY: how long to hold the request.
+    pub wait_ns: u64,
+    /// For WEIR_REJECT: the Retry-After value, whole seconds rounded up.
+    pub retry_after_s: u64,
+    /// Index of the deciding limit (`weir_engine_limit_name`), or -1.
+    pub limit: i32,
+    /// Index of the matching exemption, or -1.
+    pub exempt: i32,
+    /// A dry-run limit that would have delayed or rejected, or -1; and what it would have done.
+    pub dry_run_limit: i32,
+    pub dry_run_action: i32,
+    /// Bytes written to the caller's header buffer: lines "Name: value\r\n".
+    pub headers_len: usize,
+    /// Set when the header buffer was too small and lines were left out.
+    pub headers_truncated: u8,
+    /// Concurrency permits held by an admitted request: release with `weir_engine_release`.
+    pub permits: [weir_permit; WEIR_MAX_PERMITS],
+    /// For WEIR_QUEUE: the queue place (pass the verdict back to `weir_engine_evaluate_queued`
+    /// or `weir_engine_abandon`).
+    pub ticket: weir_permit,
+}
+
+/// A `weir_request` seen as the engine's request view.
+struct CRequest<'a> {
+    method: &'a [u8],
+    target: &'a [u8],
+    peer: Option<IpAddr>,
+    header: weir_header_fn,
+    ctx: *mut c_void,
+}
+
+impl RequestView for CRequest<'_> {
+    fn method(&self) -> &[u8] {
+        self.method
+    }
+    fn target(&self) -> &[u8] {
+        self.target
+    }
+    fn peer(&self) -> Option<IpAddr> {
+        self.peer
+    }
+    fn header_nth(&self, name: &[u8], nth: usize) -> Option<&[u8]> {
+        let f = self.header?;
+        let (mut v, mut len) = (ptr::null::<u8>(), 0usize);
+        // SAFETY: the callback's contract (weir.h): it writes a pointer valid until the
+        // evaluating call returns, which outlives this borrow.
+        unsafe {
+            if f(self.ctx, name.as_ptr(), name.len(), nth, &mut v, &mut len) != 1 {
+                return None;
+            }
+            bytes(v, len).ok()
+        }
+    }
+}
+
+unsafe fn request<'a>(r: *const weir_request) -> Result<CRequest<'a>, c_int> {
+    if r.is_null() {
+        return Err(WEIR_ERR_NULL);
+    }
+    let r = &*r;
+    let peer = match bytes(r.peer, r.peer_len)? {
+        p if p.is_empty() || p.starts_with(b"unix:") => None,
+        p => Some(
+            std::str::from_utf8(p)
+                .ok()
+                .and_then(|s| s.parse::<IpAddr>().ok())
+                .ok_or(WEIR_ERR_INVALID)?,
+        ),
+    };
+    Ok(CRequest {
+        method: bytes(r.method, r.method_len)?,
+        target: bytes(r.target, r.target_len)?,
+        peer,
+        header: r.header,
+        ctx: r.header_ctx,
+    })
+}
+
+fn empty_verdict() -> weir_verdict {
+    weir_verdict {
+        action: WEIR_PASS,
+        status: 200,
+        unmatched: 0,
+        wait_ns: 0,
+        retry_after_s: 0,
+        limit: -1,
+        exempt: -1,
+        dry_run_limit: -1,
+        dry_run_action: -1,
+        headers_len: 0,
+        headers_truncated: 0,
+        permits: [NO_PERMIT; WEIR_MAX_PERMITS],
+        ticket: NO_PERMIT,
+    }
+}
+
+fn action_code(a: Action) -> i32 {
+    match a {
+        Action::Pass => WEIR_PASS,
+        Action::Delay => WEIR_DELAY,
+        Action::Reject => WEIR_REJECT,
+        Action::Queue => WEIR_QUEUE,
+    }
+}
+
+fn raw_permit(r: Option<RawPermit>) -> weir_permit {
+    r.map_or(NO_PERMIT, |r| weir_permit {
+        limit: i32::from(r.limit),
+        key_hash: r.key_hash,
+        bucket: r.bucket,
+        generation: r.generation,
+    })
+}
+
+/// The permit `p` holds: `Ok(None)` when empty, `Err` when its limit is no concurrency limit
+/// of `e` (forged or from another engine).
+fn held(e: &Engine, p: &weir_permit) -> Result<Option<RawPermit>, c_int> {
+    if p.limit < 0 {
+        return Ok(None);
+    }
+    match u16::try_from(p.limit) {
+        Ok(limit) if e.is_concurrency_limit(limit.into()) => Ok(Some(RawPermit {
+            limit,
+            key_hash: p.key_hash,
+            bucket: p.bucket,
+            generation: p.generation,
+        })),
+        _ => Err(WEIR_ERR_INVALID),
+    }
+}
+
+/// Takes the permits out of `v` (emptying them); `Err` and nothing taken when one is forged.
+fn take_permits(e: &Engine, v: &mut weir_verdict) -> Result<Permits, c_int> {
+    let mut raw = [None; MAX_PERMITS];
+    for (slot, p) in raw.iter_mut().zip(&v.permits) {
+        *slot = held(e, p)?;
+    }
+    v.permits = [NO_PERMIT; WEIR_MAX_PERMITS];
+    Ok(Permits::from_raw(raw))
+}
+
+/// Takes the ticket out of `v` (emptying it); `Err` and nothing taken when it is forged.
+fn take_ticket(e: &Engine, v: &mut weir_verdict) -> Result<Option<QueueTicket>, c_int> {
+    let t = held(e, &v.ticket)?;
+    v.ticket = NO_PERMIT;
+    Ok(t.map(QueueTicket::from_raw))
+}
+
+unsafe fn evaluate(
+    e: *const weir_engine,
+    r: *const weir_request,
+    now: u64,
+    ticket: Option<QueueTicket>,
+    out: *mut weir_verdict,
+    header_buf: *mut u8,
+    header_cap: usize,
+) -> c_int {
+    if e.is_null() || out.is_null() {
+        return WEIR_ERR_NULL;
+    }
+    if header_buf.is_null() && header_cap > 0 {
+        return WEIR_ERR_NULL;
+    }
+    let engine = &(*e).engine;
+    let req = match request(r) {
+        Ok(r) => r,
+        Err(code) => {
+            if let Some(t) = ticket {
+                engine.abandon(t, now);
+            }
+            return code;
+        }
+    };
+    let outcome = match ticket {
+        Some(t) => engine.evaluate_queued(&req, now, t),
+        None => engine.evaluate(&req, now),
+    };
+    let o = match outcome {
+        Ok(o) => o,
+        Err(_) => {
+            *out = empty_verdict();
+            (*out).action = WEIR_REJECT;
+            (*out).status = 400;
+            return WEIR_ERR_BAD_TARGET;
+        }
+    };
+    let mut v = empty_verdict();
+    v.action = action_code(o.action);
+    v.status = o.status;
+    v.unmatched = o.unmatched as u8;
+    v.wait_ns = o.wait_ns;
+    v.retry_after_s = if o.action == Action::Reject {
+        o.retry_after_s()
+    } else {
+        0
+    };
+    v.limit = o.limit.map_or(-1, i32::from);
+    v.exempt = o.exempt.map_or(-1, i32::from);
+    if let Some((l, a)) = o.dry_run {
+        v.dry_run_limit = l as i32;
+        v.dry_run_action = action_code(a);
+    }
+    // Header lines into the caller's buffer.
+    let buf: &mut [u8] = if header_cap == 0 {
+        &mut []
+    } else {
+        std::slice::from_raw_parts_mut(header_buf, header_cap.min(MAX_LEN))
+    };
+    let mut used = 0;
+    engine.headers(&o, |name, value| {
+        let line_len = name.len() + 2 + value.len() + 2;
+        if used + line_len > buf.len() {
+            v.headers_truncated = 1;
+            return;
+        }
+        for part in [name.as_bytes(), b": ", value.as_bytes(), b"\r\n"] {
+            buf[used..used + part.len()].copy_from_slice(part);
+            used += part.len();
+        }
+    });
+    v.headers_len = used;
+    for (slot, raw) in v.permits.iter_mut().zip(o.permits.into_raw()) {
+        *slot = raw_permit(raw);
+    }
+    v.ticket = raw_permit(o.ticket.map(QueueTicket::into_raw));
+    *out = v;
+    WEIR_OK
+}
+
+/// Evaluates a request at `now` (CLOCK_MONOTONIC ns). Fills `*out`; response header lines
+/// ("Retry-After: 3\r\n", and RateLimit fields when the policy enables them) are written to
+/// `header_buf` (may be NULL when `header_cap` is 0). A target nginx would answer 400, or more
+/// than WEIR_MAX_HEADER_VALUES values of one header the policy reads, gives
+/// WEIR_ERR_BAD_TARGET with `out->action = WEIR_REJECT, out->status = 400`.
+#[no_mangle]
+pub unsafe extern "C" fn weir_engine_evaluate(
+    e: *const weir_engine,
+    r: *const weir_request,
+    now: u64,
+    out: *mut weir_verdict,
+    header_buf: *mut u8,
+    header_cap: usize,
+) -> c_int {
+    guard(|| evaluate(e, r, now, None, out, header_buf, header_cap))
+}
+
+/// Evaluates a queued request again: `v` is the WEIR_QUEUE verdict (its ticket is consumed)
+/// and is overwritten with the new verdict, which holds a ticket again only if still queued.
+/// A ticket already handed back (a stale copy) holds no place: the request is evaluated anew.
+/// A ticket naming no concurrency limit of `e` gives WEIR_ERR_INVALID and changes nothing.
+#[no_mangle]
+pub unsafe extern "C" fn weir_engine_evaluate_queued(
+    e: *const weir_engine,
+    r: *const weir_request,
+    now: u64,
+    v: *mut weir_verdict,
+    header_buf: *mut u8,
+    header_cap: usize,
+) -> c_int {
+    guard(|| {
+        if e.is_null() || v.is_null() {
+            return WEIR_ERR_NULL;
+        }
+        match take_ticket(&(*e).engine, &mut *v) {
+            Ok(ticket) => evaluate(e, r, now, ticket, v, header_buf, header_cap),
+            Err(code) => code,
+        }
+    })
+}
+
+/// Gives up the queue place held in `v` (the wait timed out or the client left). Idempotent,
+/// also across copies of `v`. A ticket naming no concurrency limit of `e` gives
+/// WEIR_ERR_INVALID and changes nothing.
+#[no_mangle]
+pub unsafe extern "C" fn weir_engine_abandon(
+    e: *const weir_engine,
+    v: *mut weir_verdict,
+    now: u64,
+) -> c_int {
+    guard(|| {
+        if e.is_null() || v.is_null() {
+            return WEIR_ERR_NULL;
+        }
+        match take_ticket(&(*e).engine, &mut *v) {
+            Ok(t) => {
+                if let Some(t) = t {
+                    (*e).engine.abandon(t, now);
+                }
+                WEIR_OK
+            }
+            Err(code) => code,
+        }
+    })
+}
+
+/// Releases the concurrency permits held in `v` (when the response is complete) and clears
+/// them, so a second call changes nothing; releasing a copy of `v` afterwards changes nothing
+/// either. A permit naming no concurrency limit of `e` gives WEIR_ERR_INVALID and nothing is
+/// released.
+#[no_mangle]
+pub unsafe extern "C" fn weir_engine_release(
+    e: *const weir_engine,
+    v: *mut weir_verdict,
+    now: u64,
+) -> c_int {
+    guard(|| {
+        if e.is_null() || v.is_null() {
+            return WEIR_ERR_NULL;
+        }
+        match take_permits(&(*e).engine, &mut *v) {
+            Ok(permits) => {
+                (*e).engine.release(permits, now);
+                WEIR_OK
+            }
+            Err(code) => code,
+        }
+    })
+}
