@@ -283,6 +283,39 @@ typedef struct weir_verdict {
 } weir_verdict;
 
 /*
+ One low-level check (`weir_zone_check`, `weir_zone_acquire`).
+ */
+typedef struct weir_check {
+  /*
+   WEIR_PASS, WEIR_DELAY or WEIR_REJECT.
+   */
+  int32_t action;
+  uint64_t wait_ns;
+  uint64_t retry_after_ns;
+  /*
+   Quota, remaining and time to full quota (for RateLimit headers).
+   */
+  uint64_t limit;
+  uint64_t remaining;
+  uint64_t reset_ns;
+} weir_check;
+
+/*
+ A zone's counters.
+ */
+typedef struct weir_zone_stats {
+  uint64_t capacity;
+  uint64_t occupancy;
+  uint64_t inserts;
+  uint64_t evicted_expired;
+  uint64_t evicted_active;
+  uint64_t longest_probe;
+  uint64_t passed;
+  uint64_t delayed;
+  uint64_t rejected;
+} weir_zone_stats;
+
+/*
  What a policy's zone needs (for hosts that place zones in shared memory).
  */
 typedef struct weir_zone_info {
@@ -306,39 +339,6 @@ typedef struct weir_zone_info {
    */
   size_t cluster_bytes;
 } weir_zone_info;
-
-/*
- A zone's counters.
- */
-typedef struct weir_zone_stats {
-  uint64_t capacity;
-  uint64_t occupancy;
-  uint64_t inserts;
-  uint64_t evicted_expired;
-  uint64_t evicted_active;
-  uint64_t longest_probe;
-  uint64_t passed;
-  uint64_t delayed;
-  uint64_t rejected;
-} weir_zone_stats;
-
-/*
- One low-level check (`weir_zone_check`, `weir_zone_acquire`).
- */
-typedef struct weir_check {
-  /*
-   WEIR_PASS, WEIR_DELAY or WEIR_REJECT.
-   */
-  int32_t action;
-  uint64_t wait_ns;
-  uint64_t retry_after_ns;
-  /*
-   Quota, remaining and time to full quota (for RateLimit headers).
-   */
-  uint64_t limit;
-  uint64_t remaining;
-  uint64_t reset_ns;
-} weir_check;
 
 #ifdef __cplusplus
 extern "C" {
@@ -591,6 +591,65 @@ int weir_limiter_concurrency(uint64_t max,
 void weir_limiter_free(struct weir_limiter *l);
 
 /*
+ Bytes a log zone of `events` per window needs for `capacity` keys (0 when `events` is
+ outside 1..=4096, or when the size does not fit in a `size_t`).
+ */
+size_t weir_log_zone_bytes(uint64_t events, size_t capacity);
+
+/*
+ A log zone of `bytes` in this process's memory: `events` (1..=4096) per `window_ns`
+ (at least 1 ms; kept in whole milliseconds).
+ */
+int weir_log_zone_new(size_t bytes,
+                      uint64_t events,
+                      uint64_t window_ns,
+                      struct weir_log_zone **out,
+                      struct weir_error **err);
+
+/*
+ Creates a log zone in the caller's region (64-byte aligned, outliving the handle), or
+ attaches to the one already there when size and parameters are the same (`*existed`, may
+ be NULL, says which).
+ */
+int weir_log_zone_attach(void *region,
+                         size_t len,
+                         uint64_t events,
+                         uint64_t window_ns,
+                         uint64_t clock_base,
+                         int *existed,
+                         struct weir_log_zone **out,
+                         struct weir_error **err);
+
+/*
+ Frees a log zone handle (NULL is ignored); a caller's region is left as it is.
+ */
+void weir_log_zone_free(struct weir_log_zone *z);
+
+/*
+ Checks `key` at `now` and records the event when admitted. A rejection's
+ `retry_after_ns` is when the oldest event in the window leaves it.
+ */
+int weir_log_zone_check(const struct weir_log_zone *z,
+                        const uint8_t *key,
+                        size_t key_len,
+                        uint64_t now,
+                        struct weir_check *out);
+
+/*
+ Takes back the event `weir_log_zone_check` recorded at `now` (a later limit refused the
+ request).
+ */
+int weir_log_zone_refund(const struct weir_log_zone *z,
+                         const uint8_t *key,
+                         size_t key_len,
+                         uint64_t now);
+
+/*
+ A log zone's counters.
+ */
+int weir_log_zone_get_stats(const struct weir_log_zone *z, struct weir_zone_stats *out);
+
+/*
  Parses a policy from `len` bytes of TOML at `text`. `name` (NUL-terminated, may be NULL)
  names the source in error messages ("name:line:col: message"). On success stores a new
  policy in `*out`.
@@ -754,65 +813,6 @@ uint64_t weir_zone_in_flight(const struct weir_zone *z,
                              const uint8_t *key,
                              size_t key_len,
                              uint64_t now);
-
-/*
- Bytes a log zone of `events` per window needs for `capacity` keys (0 when `events` is
- outside 1..=4096, or when the size does not fit in a `size_t`).
- */
-size_t weir_log_zone_bytes(uint64_t events, size_t capacity);
-
-/*
- A log zone of `bytes` in this process's memory: `events` (1..=4096) per `window_ns`
- (at least 1 ms; kept in whole milliseconds).
- */
-int weir_log_zone_new(size_t bytes,
-                      uint64_t events,
-                      uint64_t window_ns,
-                      struct weir_log_zone **out,
-                      struct weir_error **err);
-
-/*
- Creates a log zone in the caller's region (64-byte aligned, outliving the handle), or
- attaches to the one already there when size and parameters are the same (`*existed`, may
- be NULL, says which).
- */
-int weir_log_zone_attach(void *region,
-                         size_t len,
-                         uint64_t events,
-                         uint64_t window_ns,
-                         uint64_t clock_base,
-                         int *existed,
-                         struct weir_log_zone **out,
-                         struct weir_error **err);
-
-/*
- Frees a log zone handle (NULL is ignored); a caller's region is left as it is.
- */
-void weir_log_zone_free(struct weir_log_zone *z);
-
-/*
- Checks `key` at `now` and records the event when admitted. A rejection's
- `retry_after_ns` is when the oldest event in the window leaves it.
- */
-int weir_log_zone_check(const struct weir_log_zone *z,
-                        const uint8_t *key,
-                        size_t key_len,
-                        uint64_t now,
-                        struct weir_check *out);
-
-/*
- Takes back the event `weir_log_zone_check` recorded at `now` (a later limit refused the
- request).
- */
-int weir_log_zone_refund(const struct weir_log_zone *z,
-                         const uint8_t *key,
-                         size_t key_len,
-                         uint64_t now);
-
-/*
- A log zone's counters.
- */
-int weir_log_zone_get_stats(const struct weir_log_zone *z, struct weir_zone_stats *out);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -7,7 +7,7 @@ use std::ptr;
 
 use weir::limiter::{Decision, Permit};
 use weir::policy::ledger::Ledger;
-use weir::table::Table;
+use weir::table::{Table, TableError, TableStats};
 
 use crate::evaluate::NO_PERMIT;
 use crate::limiter::LimiterKind;
@@ -24,7 +24,7 @@ pub struct weir_zone {
 }
 
 impl weir_zone {
-    fn new(table: Table) -> weir_zone {
+    fn with(table: Table) -> weir_zone {
         weir_zone {
             table,
             ledger: Ledger::new(true),
@@ -59,8 +59,8 @@ pub struct weir_zone_stats {
     pub rejected: u64,
 }
 
-impl From<weir::table::TableStats> for weir_zone_stats {
-    fn from(s: weir::table::TableStats) -> Self {
+impl From<TableStats> for weir_zone_stats {
+    fn from(s: TableStats) -> Self {
         weir_zone_stats {
             capacity: s.capacity,
             occupancy: s.occupancy,
@@ -72,6 +72,156 @@ impl From<weir::table::TableStats> for weir_zone_stats {
             delayed: s.delayed,
             rejected: s.rejected,
         }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// What both zone families share: one table type per family, created in process memory or in a
+// caller's region, keyed by a hash of the caller's key.
+
+/// A zone family's table: `weir_zone` (limiter states under a schema) or `weir_log_zone`
+/// (rings of event times under a sliding log's parameters).
+pub(crate) trait ZoneTable: Sized {
+    /// What fixes the table's layout besides its size.
+    type Params: Copy;
+    fn new(bytes: usize, params: Self::Params) -> Result<Self, TableError>;
+    /// Creates the table in `ptr[..len]` or attaches to the one there; `true` when it existed.
+    ///
+    /// # Safety
+    /// `ptr[..len]` is writable, 64-byte aligned and outlives the table; with `zeroed`, a
+    /// region without a table holds only zero bytes.
+    unsafe fn create_or_attach(
+        ptr: *mut u8,
+        len: usize,
+        params: Self::Params,
+        clock_base: u64,
+        zeroed: bool,
+    ) -> Result<(Self, bool), TableError>;
+    fn stats(&self) -> TableStats;
+    fn key_hash(&self, key: &[u8]) -> u64;
+}
+
+/// A zone of `bytes` in process memory; `params` gives its parameters, or why the caller's
+/// were refused.
+pub(crate) unsafe fn zone_new<Z: ZoneTable>(
+    bytes: usize,
+    params: impl FnOnce() -> Result<Z::Params, String>,
+    out: *mut *mut Z,
+    err: *mut *mut weir_error,
+) -> c_int {
+    guard(|| {
+        if out.is_null() {
+            return fail(err, WEIR_ERR_NULL, "out is NULL");
+        }
+        *out = ptr::null_mut();
+        let params = match params() {
+            Ok(p) => p,
+            Err(e) => return fail(err, WEIR_ERR_INVALID, e),
+        };
+        match Z::new(bytes, params) {
+            Ok(z) => give(out, z),
+            Err(e) => fail(err, WEIR_ERR_ZONE, e),
+        }
+    })
+}
+
+/// A zone created in, or attached to, the caller's region (`*existed`, may be NULL, says
+/// which); `params` as for [`zone_new`].
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn zone_attach<Z: ZoneTable>(
+    region: *mut c_void,
+    len: usize,
+    params: impl FnOnce() -> Result<Z::Params, String>,
+    clock_base: u64,
+    zeroed: bool,
+    existed: *mut c_int,
+    out: *mut *mut Z,
+    err: *mut *mut weir_error,
+) -> c_int {
+    guard(|| {
+        if out.is_null() || region.is_null() {
+            return fail(err, WEIR_ERR_NULL, "region or out is NULL");
+        }
+        *out = ptr::null_mut();
+        let params = match params() {
+            Ok(p) => p,
+            Err(e) => return fail(err, WEIR_ERR_INVALID, e),
+        };
+        // SAFETY: the caller's contract for the region (weir.h); it is not NULL.
+        match Z::create_or_attach(region.cast(), len, params, clock_base, zeroed) {
+            Ok((z, kept)) => {
+                if !existed.is_null() {
+                    *existed = kept as c_int;
+                }
+                give(out, z)
+            }
+            Err(e) => fail(err, WEIR_ERR_ZONE, e),
+        }
+    })
+}
+
+/// A zone's counters into `*out`.
+pub(crate) unsafe fn zone_stats<Z: ZoneTable>(z: *const Z, out: *mut weir_zone_stats) -> c_int {
+    guard(|| {
+        let Some(z) = z.as_ref() else {
+            return WEIR_ERR_NULL;
+        };
+        if out.is_null() {
+            return WEIR_ERR_NULL;
+        }
+        *out = z.stats().into();
+        WEIR_OK
+    })
+}
+
+/// The hash of the caller's key (`key[..key_len]`) in zone `z`.
+pub(crate) unsafe fn zone_key<Z: ZoneTable>(
+    z: &Z,
+    key: *const u8,
+    key_len: usize,
+) -> Result<u64, c_int> {
+    bytes(key, key_len).map(|k| z.key_hash(k))
+}
+
+pub(crate) fn check_out(v: &weir::limiter::Verdict) -> weir_check {
+    weir_check {
+        action: match v.decision {
+            Decision::Pass => WEIR_PASS,
+            Decision::Delay => WEIR_DELAY,
+            Decision::Reject => WEIR_REJECT,
+        },
+        wait_ns: v.wait_ns,
+        retry_after_ns: v.retry_after_ns,
+        limit: v.limit,
+        remaining: v.remaining.get(),
+        reset_ns: v.reset_ns,
+    }
+}
+
+impl ZoneTable for weir_zone {
+    type Params = u64;
+    fn new(bytes: usize, schema: u64) -> Result<Self, TableError> {
+        Table::new(bytes, schema, 0).map(weir_zone::with)
+    }
+    unsafe fn create_or_attach(
+        ptr: *mut u8,
+        len: usize,
+        schema: u64,
+        clock_base: u64,
+        zeroed: bool,
+    ) -> Result<(Self, bool), TableError> {
+        let made = if zeroed {
+            Table::create_or_attach_zeroed(ptr, len, schema, clock_base)
+        } else {
+            Table::create_or_attach(ptr, len, schema, clock_base)
+        };
+        made.map(|(t, kept)| (weir_zone::with(t), kept))
+    }
+    fn stats(&self) -> TableStats {
+        self.table.stats()
+    }
+    fn key_hash(&self, key: &[u8]) -> u64 {
+        self.table.key_hash(key)
     }
 }
 
@@ -92,16 +242,7 @@ pub unsafe extern "C" fn weir_zone_new(
     out: *mut *mut weir_zone,
     err: *mut *mut weir_error,
 ) -> c_int {
-    guard(|| {
-        if out.is_null() {
-            return fail(err, WEIR_ERR_NULL, "out is NULL");
-        }
-        *out = ptr::null_mut();
-        match Table::new(bytes, schema, 0) {
-            Ok(table) => give(out, weir_zone::new(table)),
-            Err(e) => fail(err, WEIR_ERR_ZONE, e),
-        }
-    })
+    zone_new(bytes, || Ok(schema), out, err)
 }
 
 /// Creates a zone in the caller's region, or attaches to the one already there (keeping its
@@ -117,7 +258,16 @@ pub unsafe extern "C" fn weir_zone_attach(
     out: *mut *mut weir_zone,
     err: *mut *mut weir_error,
 ) -> c_int {
-    zone_attach(region, len, schema, clock_base, false, existed, out, err)
+    zone_attach(
+        region,
+        len,
+        || Ok(schema),
+        clock_base,
+        false,
+        existed,
+        out,
+        err,
+    )
 }
 
 /// As `weir_zone_attach`, for a region that holds only zero bytes when it holds no zone (fresh
@@ -133,40 +283,16 @@ pub unsafe extern "C" fn weir_zone_attach_zeroed(
     out: *mut *mut weir_zone,
     err: *mut *mut weir_error,
 ) -> c_int {
-    zone_attach(region, len, schema, clock_base, true, existed, out, err)
-}
-
-#[allow(clippy::too_many_arguments)]
-unsafe fn zone_attach(
-    region: *mut c_void,
-    len: usize,
-    schema: u64,
-    clock_base: u64,
-    zeroed: bool,
-    existed: *mut c_int,
-    out: *mut *mut weir_zone,
-    err: *mut *mut weir_error,
-) -> c_int {
-    guard(|| {
-        if out.is_null() || region.is_null() {
-            return fail(err, WEIR_ERR_NULL, "region or out is NULL");
-        }
-        *out = ptr::null_mut();
-        let made = if zeroed {
-            Table::create_or_attach_zeroed(region.cast(), len, schema, clock_base)
-        } else {
-            Table::create_or_attach(region.cast(), len, schema, clock_base)
-        };
-        match made {
-            Ok((table, kept)) => {
-                if !existed.is_null() {
-                    *existed = kept as c_int;
-                }
-                give(out, weir_zone::new(table))
-            }
-            Err(e) => fail(err, WEIR_ERR_ZONE, e),
-        }
-    })
+    zone_attach(
+        region,
+        len,
+        || Ok(schema),
+        clock_base,
+        true,
+        existed,
+        out,
+        err,
+    )
 }
 
 /// Frees a zone handle (NULL is ignored); a caller's region is left as it is.
@@ -181,28 +307,7 @@ pub unsafe extern "C" fn weir_zone_get_stats(
     z: *const weir_zone,
     out: *mut weir_zone_stats,
 ) -> c_int {
-    guard(|| {
-        if z.is_null() || out.is_null() {
-            return WEIR_ERR_NULL;
-        }
-        *out = (*z).table.stats().into();
-        WEIR_OK
-    })
-}
-
-fn check_out(d: Decision, v: &weir::limiter::Verdict) -> weir_check {
-    weir_check {
-        action: match d {
-            Decision::Pass => WEIR_PASS,
-            Decision::Delay => WEIR_DELAY,
-            Decision::Reject => WEIR_REJECT,
-        },
-        wait_ns: v.wait_ns,
-        retry_after_ns: v.retry_after_ns,
-        limit: v.limit,
-        remaining: v.remaining.get(),
-        reset_ns: v.reset_ns,
-    }
+    zone_stats(z, out)
 }
 
 /// Checks and charges `cost` for `key` in a rate zone (GCRA or sliding limiter) at `now`.
@@ -220,18 +325,17 @@ pub unsafe extern "C" fn weir_zone_check(
         if z.is_null() || l.is_null() || out.is_null() {
             return WEIR_ERR_NULL;
         }
-        let key = match bytes(key, key_len) {
-            Ok(k) => k,
+        let h = match zone_key(&*z, key, key_len) {
+            Ok(h) => h,
             Err(code) => return code,
         };
         let t = &(*z).table;
-        let h = t.key_hash(key);
         let v = match &(*l).kind {
             LimiterKind::Gcra(g) => t.check(g, h, cost, now),
             LimiterKind::Sliding(s) => t.check(s, h, cost, now),
             LimiterKind::Concurrency(_) => return WEIR_ERR_INVALID,
         };
-        *out = check_out(v.decision, &v);
+        *out = check_out(&v);
         WEIR_OK
     })
 }
@@ -251,12 +355,11 @@ pub unsafe extern "C" fn weir_zone_refund(
         if z.is_null() || l.is_null() {
             return WEIR_ERR_NULL;
         }
-        let key = match bytes(key, key_len) {
-            Ok(k) => k,
+        let h = match zone_key(&*z, key, key_len) {
+            Ok(h) => h,
             Err(code) => return code,
         };
         let t = &(*z).table;
-        let h = t.key_hash(key);
         match &(*l).kind {
             LimiterKind::Gcra(g) => t.refund(g, h, cost, now),
             LimiterKind::Sliding(s) => t.refund(s, h, cost, now),
@@ -285,13 +388,12 @@ pub unsafe extern "C" fn weir_zone_acquire(
         let LimiterKind::Concurrency(c) = &(*l).kind else {
             return WEIR_ERR_INVALID;
         };
-        let key = match bytes(key, key_len) {
-            Ok(k) => k,
+        let h = match zone_key(&*z, key, key_len) {
+            Ok(h) => h,
             Err(code) => return code,
         };
-        let t = &(*z).table;
-        let (v, p) = t.acquire(c, t.key_hash(key), now);
-        *out = check_out(v.decision, &v);
+        let (v, p) = (*z).table.acquire(c, h, now);
+        *out = check_out(&v);
         *permit = match p {
             Some(p) => {
                 let (key_hash, bucket) = p.into_raw();
@@ -347,171 +449,11 @@ pub unsafe extern "C" fn weir_zone_in_flight(
         if z.is_null() || l.is_null() {
             return 0;
         }
-        let (LimiterKind::Concurrency(c), Ok(key)) = (&(*l).kind, bytes(key, key_len)) else {
+        let (LimiterKind::Concurrency(c), Ok(h)) = (&(*l).kind, zone_key(&*z, key, key_len)) else {
             return 0;
         };
         let t = &(*z).table;
-        c.in_flight(
-            t.peek(t.key_hash(key)).unwrap_or(0),
-            now.saturating_sub(t.clock_base()),
-        )
+        c.in_flight(t.peek(h).unwrap_or(0), now.saturating_sub(t.clock_base()))
     }));
     r.unwrap_or(0)
-}
-
-// ---------------------------------------------------------------------------------------------
-// Exact sliding-log zones (caddy-ratelimit's semantics; docs/ARCHITECTURE.md)
-
-/// An exact sliding-log zone: at most `events` admissions per key in any `window`, a ring of
-/// event times per key, in process memory or a caller's region. Thread-safe; usable from
-/// several processes when the region is shared.
-pub struct weir_log_zone {
-    pub(crate) table: weir::table::LogTable,
-}
-
-fn sliding_log(events: u64, window_ns: u64) -> Result<weir::table::SlidingLog, String> {
-    weir::table::SlidingLog::new(events, window_ns).map_err(|e| e.to_string())
-}
-
-/// Bytes a log zone of `events` per window needs for `capacity` keys (0 when `events` is
-/// outside 1..=4096, or when the size does not fit in a `size_t`).
-#[no_mangle]
-pub extern "C" fn weir_log_zone_bytes(events: u64, capacity: usize) -> usize {
-    match sliding_log(events, 1_000_000_000) {
-        Ok(log) => match weir::table::LogTable::bytes_for(&log, capacity) {
-            usize::MAX => 0,
-            bytes => bytes,
-        },
-        Err(_) => 0,
-    }
-}
-
-/// A log zone of `bytes` in this process's memory: `events` (1..=4096) per `window_ns`
-/// (at least 1 ms; kept in whole milliseconds).
-#[no_mangle]
-pub unsafe extern "C" fn weir_log_zone_new(
-    bytes: usize,
-    events: u64,
-    window_ns: u64,
-    out: *mut *mut weir_log_zone,
-    err: *mut *mut weir_error,
-) -> c_int {
-    guard(|| {
-        if out.is_null() {
-            return fail(err, WEIR_ERR_NULL, "out is NULL");
-        }
-        *out = ptr::null_mut();
-        let log = match sliding_log(events, window_ns) {
-            Ok(l) => l,
-            Err(e) => return fail(err, WEIR_ERR_INVALID, e),
-        };
-        match weir::table::LogTable::new(bytes, log, 0) {
-            Ok(table) => give(out, weir_log_zone { table }),
-            Err(e) => fail(err, WEIR_ERR_ZONE, e),
-        }
-    })
-}
-
-/// Creates a log zone in the caller's region (64-byte aligned, outliving the handle), or
-/// attaches to the one already there when size and parameters are the same (`*existed`, may
-/// be NULL, says which).
-#[no_mangle]
-pub unsafe extern "C" fn weir_log_zone_attach(
-    region: *mut c_void,
-    len: usize,
-    events: u64,
-    window_ns: u64,
-    clock_base: u64,
-    existed: *mut c_int,
-    out: *mut *mut weir_log_zone,
-    err: *mut *mut weir_error,
-) -> c_int {
-    guard(|| {
-        if out.is_null() || region.is_null() {
-            return fail(err, WEIR_ERR_NULL, "region or out is NULL");
-        }
-        *out = ptr::null_mut();
-        let log = match sliding_log(events, window_ns) {
-            Ok(l) => l,
-            Err(e) => return fail(err, WEIR_ERR_INVALID, e),
-        };
-        match weir::table::LogTable::create_or_attach(region.cast(), len, log, clock_base) {
-            Ok((table, kept)) => {
-                if !existed.is_null() {
-                    *existed = kept as c_int;
-                }
-                give(out, weir_log_zone { table })
-            }
-            Err(e) => fail(err, WEIR_ERR_ZONE, e),
-        }
-    })
-}
-
-/// Frees a log zone handle (NULL is ignored); a caller's region is left as it is.
-#[no_mangle]
-pub unsafe extern "C" fn weir_log_zone_free(z: *mut weir_log_zone) {
-    take_back(z)
-}
-
-/// Checks `key` at `now` and records the event when admitted. A rejection's
-/// `retry_after_ns` is when the oldest event in the window leaves it.
-#[no_mangle]
-pub unsafe extern "C" fn weir_log_zone_check(
-    z: *const weir_log_zone,
-    key: *const u8,
-    key_len: usize,
-    now: u64,
-    out: *mut weir_check,
-) -> c_int {
-    guard(|| {
-        if z.is_null() || out.is_null() {
-            return WEIR_ERR_NULL;
-        }
-        let key = match bytes(key, key_len) {
-            Ok(k) => k,
-            Err(code) => return code,
-        };
-        let t = &(*z).table;
-        let v = t.check(t.key_hash(key), now);
-        *out = check_out(v.decision, &v);
-        WEIR_OK
-    })
-}
-
-/// Takes back the event `weir_log_zone_check` recorded at `now` (a later limit refused the
-/// request).
-#[no_mangle]
-pub unsafe extern "C" fn weir_log_zone_refund(
-    z: *const weir_log_zone,
-    key: *const u8,
-    key_len: usize,
-    now: u64,
-) -> c_int {
-    guard(|| {
-        if z.is_null() {
-            return WEIR_ERR_NULL;
-        }
-        let key = match bytes(key, key_len) {
-            Ok(k) => k,
-            Err(code) => return code,
-        };
-        let t = &(*z).table;
-        t.refund(t.key_hash(key), now);
-        WEIR_OK
-    })
-}
-
-/// A log zone's counters.
-#[no_mangle]
-pub unsafe extern "C" fn weir_log_zone_get_stats(
-    z: *const weir_log_zone,
-    out: *mut weir_zone_stats,
-) -> c_int {
-    guard(|| {
-        if z.is_null() || out.is_null() {
-            return WEIR_ERR_NULL;
-        }
-        *out = (*z).table.stats().into();
-        WEIR_OK
-    })
 }
