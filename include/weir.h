@@ -37,7 +37,7 @@
 
 /*
  An argument is out of range (a length too large, bad UTF-8 where text is required, an
- unparsable peer address, a handle of the wrong kind).
+ unparsable peer address, a handle of the wrong kind, a value `weir_parse_*` refuses).
  */
 #define WEIR_ERR_INVALID -2
 
@@ -314,6 +314,15 @@ typedef struct weir_zone_stats {
   uint64_t delayed;
   uint64_t rejected;
 } weir_zone_stats;
+
+/*
+ A request rate: `count` requests per `period_ns` nanoseconds (`10r/s` is 10 per
+ 1,000,000,000; `30r/m` is 30 per 60,000,000,000).
+ */
+typedef struct weir_rate {
+  uint64_t count;
+  uint64_t period_ns;
+} weir_rate;
 
 /*
  What a policy's zone needs (for hosts that place zones in shared memory).
@@ -648,6 +657,37 @@ int weir_log_zone_refund(const struct weir_log_zone *z,
  A log zone's counters.
  */
 int weir_log_zone_get_stats(const struct weir_log_zone *z, struct weir_zone_stats *out);
+
+/*
+ Parses a rate as a policy's `rate` does: `10r/s`, `30r/m`, `100r/h` or `1000r/d` (so every
+ nginx `rate=` value too), count 1 to 1,000,000,000. `text` is `len` bytes, not
+ NUL-terminated. WEIR_OK and `*out` set, or WEIR_ERR_INVALID and the policy's message in
+ `err_buf`; WEIR_ERR_NULL for a NULL `text` (with `len > 0`), `out` or `err_buf` (with
+ `err_cap > 0`).
+ */
+int weir_parse_rate(const uint8_t *text,
+                    size_t len,
+                    struct weir_rate *out,
+                    char *err_buf,
+                    size_t err_cap);
+
+/*
+ Parses a size as a policy's zone `size` does: bytes (`65536`) or a number with `k`, `m` or
+ `g` (powers of 1024, either case), into `*out` bytes. Statuses and `err_buf` as
+ `weir_parse_rate`.
+ */
+int weir_parse_size(const uint8_t *text, size_t len, uint64_t *out, char *err_buf, size_t err_cap);
+
+/*
+ Parses a duration as a policy's `window` or `timeout` does (nginx time syntax: `30s`,
+ `500ms`, `1h30m`, `7d`, a bare number of seconds; units `ms s m h d w M y`, each once,
+ largest first), into `*out_ns` nanoseconds. Statuses and `err_buf` as `weir_parse_rate`.
+ */
+int weir_parse_duration(const uint8_t *text,
+                        size_t len,
+                        uint64_t *out_ns,
+                        char *err_buf,
+                        size_t err_cap);
 
 /*
  Parses a policy from `len` bytes of TOML at `text`. `name` (NUL-terminated, may be NULL)

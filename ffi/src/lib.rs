@@ -12,7 +12,7 @@
 //!
 //! This file holds the rules' plumbing (`guard`, `fail`, `bytes`, `give`, `take_back`), the
 //! error codes and the error object; each surface has its module: `policy`, `engine`,
-//! `evaluate` (requests and verdicts), `cluster`, `zone` and `limiter` (zones outside a
+//! `evaluate` (requests and verdicts), `cluster`, `parse` (the policy's value syntaxes), `zone` and `limiter` (zones outside a
 //! policy), `reload`.
 
 #![allow(clippy::missing_safety_doc)] // The safety contract of every function is in weir.h.
@@ -23,6 +23,7 @@ mod engine;
 mod evaluate;
 mod limiter;
 mod log_zone;
+mod parse;
 mod policy;
 mod reload;
 mod zone;
@@ -35,6 +36,7 @@ pub use engine::*;
 pub use evaluate::*;
 pub use limiter::*;
 pub use log_zone::*;
+pub use parse::*;
 pub use policy::*;
 pub use reload::*;
 pub use zone::*;
@@ -44,7 +46,7 @@ pub const WEIR_OK: c_int = 0;
 /// A required pointer was NULL.
 pub const WEIR_ERR_NULL: c_int = -1;
 /// An argument is out of range (a length too large, bad UTF-8 where text is required, an
-/// unparsable peer address, a handle of the wrong kind).
+/// unparsable peer address, a handle of the wrong kind, a value `weir_parse_*` refuses).
 pub const WEIR_ERR_INVALID: c_int = -2;
 /// The policy is invalid; the error object says where (file:line:col) and why.
 pub const WEIR_ERR_POLICY: c_int = -3;

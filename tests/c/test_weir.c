@@ -866,6 +866,135 @@ endless_header(void *ctx, const uint8_t *lname, size_t lname_len, size_t nth,
     return 1;
 }
 
+/* ---------------------------------------------------------------------------------------- */
+/* Value syntaxes: the policy's parsers for hosts */
+
+/* Parses `text` with weir_parse_rate into *r; the message goes to err (cap bytes). */
+static int
+rate_of(const char *text, weir_rate *r, char *err, size_t cap)
+{
+    return weir_parse_rate((const uint8_t *) text, strlen(text), r, err, cap);
+}
+
+/* The error a policy whose zone says `rate = "<rate>"` gets, after its "name:line:col: ". */
+static void
+policy_rate_error(const char *rate, char *msg, size_t cap)
+{
+    char toml[256];
+    weir_policy *p = NULL;
+    weir_error *e = NULL;
+    int n = snprintf(toml, sizeof toml,
+                     "[zones.z]\nsize = \"64k\"\nalgorithm = \"gcra\"\nrate = \"%s\"\n"
+                     "[[limit]]\nclass = \"*\"\nzone = \"z\"\n", rate);
+    int rc = weir_policy_parse((const uint8_t *) toml, (size_t) n, "p.toml", &p, &e);
+    CHECK(rc == WEIR_ERR_POLICY, "policy with rate %s: %d", rate, rc);
+    snprintf(msg, cap, "%s", weir_error_message(e));
+    weir_error_free(e);
+    weir_policy_free(p);
+}
+
+static void
+test_parse_values(void)
+{
+    weir_rate r;
+    uint64_t v;
+    char err[256], toml_err[512];
+
+    /* Good values: every rate unit (nginx's r/s and r/m among them), sizes, durations. */
+    CHECK(rate_of("10r/s", &r, err, sizeof err) == WEIR_OK && r.count == 10
+          && r.period_ns == 1000000000ULL && err[0] == '\0', "10r/s: %s", err);
+    CHECK(rate_of("30r/m", &r, err, sizeof err) == WEIR_OK && r.period_ns == 60000000000ULL,
+          "30r/m");
+    CHECK(rate_of("100r/h", &r, err, sizeof err) == WEIR_OK && r.period_ns == 3600000000000ULL,
+          "100r/h");
+    CHECK(rate_of("1000r/d", &r, err, sizeof err) == WEIR_OK && r.count == 1000
+          && r.period_ns == 86400000000000ULL, "1000r/d");
+    CHECK(weir_parse_size((const uint8_t *) "512k", 4, &v, err, sizeof err) == WEIR_OK
+          && v == 512 << 10, "512k");
+    CHECK(weir_parse_size((const uint8_t *) "65536", 5, &v, NULL, 0) == WEIR_OK && v == 65536,
+          "65536");
+    CHECK(weir_parse_size((const uint8_t *) "1G", 2, &v, NULL, 0) == WEIR_OK && v == 1ULL << 30,
+          "1G");
+    CHECK(weir_parse_duration((const uint8_t *) "1h30m", 5, &v, err, sizeof err) == WEIR_OK
+          && v == 5400000000000ULL, "1h30m");
+    CHECK(weir_parse_duration((const uint8_t *) "500ms", 5, &v, NULL, 0) == WEIR_OK
+          && v == 500000000ULL, "500ms");
+    CHECK(weir_parse_duration((const uint8_t *) "90", 2, &v, NULL, 0) == WEIR_OK
+          && v == 90000000000ULL, "a bare number is seconds");
+    /* Only `len` bytes count: "10r/sXYZ" cut to 5 is 10r/s. */
+    CHECK(weir_parse_rate((const uint8_t *) "10r/sXYZ", 5, &r, NULL, 0) == WEIR_OK
+          && r.count == 10, "len bounds the text");
+
+    /* Each kind of bad rate gets the policy loader's words. */
+    const char *bad_rates[] = {"r/s", "10/s", "10r/w", "0r/s", "2000000000r/s", "", " 10r/s"};
+    for (size_t i = 0; i < sizeof bad_rates / sizeof bad_rates[0]; i++) {
+        memset(&r, 0xab, sizeof r);
+        int rc = rate_of(bad_rates[i], &r, err, sizeof err);
+        CHECK(rc == WEIR_ERR_INVALID && err[0] != '\0', "rate \"%s\": %d", bad_rates[i], rc);
+        CHECK(r.count == 0xababababababababULL, "rate \"%s\": out written", bad_rates[i]);
+        policy_rate_error(bad_rates[i], toml_err, sizeof toml_err);
+        const char *words = strstr(toml_err, err);
+        CHECK(words != NULL && strlen(words) == strlen(err),
+              "rate \"%s\": \"%s\" does not end the policy's \"%s\"", bad_rates[i], err,
+              toml_err);
+    }
+    CHECK(rate_of("10r/w", &r, err, sizeof err) == WEIR_ERR_INVALID
+          && strcmp(err, "unknown rate unit \"r/w\"; expected r/s, r/m, r/h or r/d") == 0,
+          "10r/w: %s", err);
+    CHECK(rate_of("0r/s", &r, err, sizeof err) == WEIR_ERR_INVALID
+          && strstr(err, "admits nothing") != NULL, "0r/s: %s", err);
+    CHECK(rate_of("2000000000r/s", &r, err, sizeof err) == WEIR_ERR_INVALID
+          && strstr(err, "too high") != NULL, "too high: %s", err);
+
+    /* Bad sizes and durations: no number, an unknown unit, too large, units out of order. */
+    const char *bad_sizes[] = {"m", "10mb", "-1", "99999999999999999999", "17179869184g"};
+    for (size_t i = 0; i < sizeof bad_sizes / sizeof bad_sizes[0]; i++) {
+        int rc = weir_parse_size((const uint8_t *) bad_sizes[i], strlen(bad_sizes[i]), &v, err,
+                                 sizeof err);
+        CHECK(rc == WEIR_ERR_INVALID && err[0] != '\0', "size \"%s\": %d", bad_sizes[i], rc);
+    }
+    CHECK(weir_parse_size((const uint8_t *) "10mb", 4, &v, err, sizeof err) == WEIR_ERR_INVALID
+          && strcmp(err, "unknown size unit \"mb\"; expected k, m or g (or none for bytes)") == 0,
+          "10mb: %s", err);
+    const char *bad_durations[] = {"", "h", "5x", "30m1h", "1m1m", "1.5s", "500000000y"};
+    for (size_t i = 0; i < sizeof bad_durations / sizeof bad_durations[0]; i++) {
+        int rc = weir_parse_duration((const uint8_t *) bad_durations[i],
+                                     strlen(bad_durations[i]), &v, err, sizeof err);
+        CHECK(rc == WEIR_ERR_INVALID && err[0] != '\0', "duration \"%s\": %d", bad_durations[i],
+              rc);
+    }
+    CHECK(weir_parse_duration((const uint8_t *) "5x", 2, &v, err, sizeof err) == WEIR_ERR_INVALID
+          && strcmp(err, "unknown time unit \"x\"; expected ms, s, m, h, d, w, M or y") == 0,
+          "5x: %s", err);
+    /* Bytes that are not UTF-8 are refused, not read as text. */
+    CHECK(weir_parse_rate((const uint8_t *) "1\xffr/s", 5, &r, err, sizeof err)
+          == WEIR_ERR_INVALID, "bad UTF-8");
+
+    /* NULL pointers: the text (with a length), out, the error buffer (with a capacity). */
+    CHECK(weir_parse_rate(NULL, 5, &r, err, sizeof err) == WEIR_ERR_NULL && err[0] != '\0',
+          "NULL text: %s", err);
+    CHECK(weir_parse_rate(NULL, 0, &r, err, sizeof err) == WEIR_ERR_INVALID,
+          "NULL empty text is the empty text");
+    CHECK(weir_parse_rate((const uint8_t *) "1r/s", 4, NULL, err, sizeof err) == WEIR_ERR_NULL,
+          "NULL out");
+    CHECK(weir_parse_size((const uint8_t *) "1", 1, NULL, NULL, 0) == WEIR_ERR_NULL, "NULL out");
+    CHECK(weir_parse_duration((const uint8_t *) "1s", 2, NULL, NULL, 0) == WEIR_ERR_NULL,
+          "NULL out");
+    CHECK(weir_parse_rate((const uint8_t *) "1r/s", 4, &r, NULL, 16) == WEIR_ERR_NULL,
+          "NULL error buffer with a capacity");
+    CHECK(weir_parse_rate((const uint8_t *) "x", 1, &r, NULL, 0) == WEIR_ERR_INVALID,
+          "no error buffer");
+
+    /* Short error buffers: cut to fit, NUL-terminated, never written past cap. */
+    char small[8];
+    memset(small, 'Z', sizeof small);
+    CHECK(rate_of("x", &r, small, 5) == WEIR_ERR_INVALID && strcmp(small, "inva") == 0
+          && small[5] == 'Z', "cut to 5: \"%.8s\"", small);
+    CHECK(rate_of("x", &r, small, 1) == WEIR_ERR_INVALID && small[0] == '\0', "cut to 1");
+    memset(small, 'Z', sizeof small);
+    CHECK(rate_of("x", &r, small, 0) == WEIR_ERR_INVALID && small[0] == 'Z', "cap 0");
+}
+
 static void
 test_abi_misuse(void)
 {
@@ -997,6 +1126,7 @@ main(int argc, char **argv)
 {
     test_bad_inputs();
     test_abi_misuse();
+    test_parse_values();
     test_fork_shared_region();
     test_fork_engine_regions();
     test_cluster_region();
