@@ -1,6 +1,7 @@
 package weir
 
 import (
+	"fmt"
 	"os"
 	"strconv"
 
@@ -36,7 +37,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	        rate 10r/s [burst <n>]     # GCRA (burst may also be its own line)
 //	        max <n> [queue <n>] [timeout <duration>]   # concurrency
 //	        status <code>
-//	        size <bytes>
+//	        size <bytes>               # or 64k, 10m, 1g
 //	        log_level info|notice|warn|error
 //	    }
 //	}
@@ -145,6 +146,30 @@ func (h *Handler) parseZone(d *caddyfile.Dispenser) error {
 		*dst = caddy.Duration(v)
 		return nil
 	}
+	// A table size in the policy's syntax: bytes, or a number with k, m or g.
+	sizeArg := func() error {
+		if !d.NextArg() {
+			return d.ArgErr()
+		}
+		if err := once("size"); err != nil {
+			return err
+		}
+		n, err := parseSize(d.Val())
+		if err == nil && n > maxZoneBytes {
+			err = fmt.Errorf("size %s is too large: at most %d bytes (1 TiB)", d.Val(), maxZoneBytes)
+		}
+		if err == nil {
+			z.Size = int(n)
+			err = checkSize(z.Size, zoneMinBytes())
+		}
+		if err != nil {
+			return d.Errf("weir: zone %s: %v", name, err)
+		}
+		if d.NextArg() {
+			return d.ArgErr()
+		}
+		return nil
+	}
 	// Trailing "burst N" after rate, "queue N" / "timeout D" after max.
 	trailing := func(allowed ...string) error {
 		for d.NextArg() {
@@ -218,11 +243,7 @@ func (h *Handler) parseZone(d *caddyfile.Dispenser) error {
 		case "status":
 			err = intArg("status", &z.Status)
 		case "size":
-			if err = intArg("size", &z.Size); err == nil {
-				if serr := checkSize(z.Size, zoneMinBytes()); serr != nil {
-					err = d.Errf("weir: zone %s: %v", name, serr)
-				}
-			}
+			err = sizeArg()
 		case "log_level":
 			if !d.NextArg() {
 				return d.ArgErr()

@@ -205,6 +205,38 @@ func checkPolicy(text []byte, name string) error {
 	return nil
 }
 
+// parseRate parses a zone's rate with the policy's parser ("10r/s", "30r/m", "100r/h",
+// "1000r/d"): count requests per periodNS, or the words a policy file gives for the value.
+func parseRate(s string) (count, periodNS uint64, err error) {
+	var r C.weir_rate
+	msg := parseMessage(s)
+	if rc := C.weir_parse_rate(sptr(s), C.size_t(len(s)), &r, &msg[0], C.size_t(len(msg))); rc != C.WEIR_OK {
+		return 0, 0, parseError(msg, rc)
+	}
+	return uint64(r.count), uint64(r.period_ns), nil
+}
+
+// parseSize parses a size with the policy's parser: bytes, or a number with k, m or g.
+func parseSize(s string) (uint64, error) {
+	var n C.uint64_t
+	msg := parseMessage(s)
+	if rc := C.weir_parse_size(sptr(s), C.size_t(len(s)), &n, &msg[0], C.size_t(len(msg))); rc != C.WEIR_OK {
+		return 0, parseError(msg, rc)
+	}
+	return uint64(n), nil
+}
+
+// parseMessage is a buffer for a weir_parse_* message about s (which the message quotes,
+// escaped: at most 6 bytes per byte of s).
+func parseMessage(s string) []C.char { return make([]C.char, 256+6*len(s)) }
+
+func parseError(msg []C.char, rc C.int) error {
+	if msg[0] == 0 {
+		return fmt.Errorf("weir error %d", int(rc))
+	}
+	return errors.New(C.GoString(&msg[0]))
+}
+
 func (e *engine) free() {
 	if e.p != nil {
 		C.weir_engine_free(e.p)

@@ -14,7 +14,6 @@ import (
 	"os"
 	"sort"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -185,24 +184,6 @@ func zoneParamsOf(name string, z *Zone) (zoneParams, error) {
 		p.kind, p.max = kindConcurrency, uint64(z.Max)
 	}
 	return p, nil
-}
-
-// parseRate parses "Nr/s|m|h|d".
-func parseRate(s string) (uint64, uint64, error) {
-	i := strings.Index(s, "r/")
-	if i <= 0 {
-		return 0, 0, fmt.Errorf("invalid rate %q; expected e.g. 10r/s, 30r/m, 100r/h, 1000r/d", s)
-	}
-	n, err := strconv.ParseUint(s[:i], 10, 64)
-	if err != nil || n == 0 {
-		return 0, 0, fmt.Errorf("invalid rate %q: the count must be a whole number >= 1", s)
-	}
-	units := map[string]uint64{"s": uint64(time.Second), "m": uint64(time.Minute), "h": uint64(time.Hour), "d": 24 * uint64(time.Hour)}
-	u, ok := units[s[i+2:]]
-	if !ok {
-		return 0, 0, fmt.Errorf("unknown rate unit %q in %q; expected r/s, r/m, r/h or r/d", "r/"+s[i+2:], s)
-	}
-	return n, u, nil
 }
 
 // Validate checks the configuration without allocating tables.

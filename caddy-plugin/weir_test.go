@@ -2,10 +2,15 @@ package weir
 
 import (
 	"bytes"
+	"fmt"
 	"net/http/httptest"
+	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 )
 
 func TestApplyPrefix(t *testing.T) {
@@ -53,6 +58,60 @@ func TestRetryAfterAndRate(t *testing.T) {
 		if _, _, err := parseRate(bad); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
+	}
+}
+
+// policyWords is the error a policy file gets for `setting = "value"` in a zone, without its
+// "file:line:col: " prefix.
+func policyWords(t *testing.T, setting, value string) string {
+	t.Helper()
+	zone := map[string]string{"rate": `algorithm = "gcra"`, "size": `algorithm = "gcra"` + "\nrate = \"1r/s\""}
+	size := `size = "64k"` + "\n"
+	if setting == "size" {
+		size = ""
+	}
+	toml := fmt.Sprintf("[zones.z]\n%s%s\n%s = %q\n[[limit]]\nclass = \"*\"\nzone = \"z\"\n", size, zone[setting], setting, value)
+	err := checkPolicy([]byte(toml), "p.toml")
+	if err == nil {
+		t.Fatalf("policy with %s %q accepted", setting, value)
+	}
+	loc := regexp.MustCompile(`^p\.toml:\d+:\d+: `)
+	if !loc.MatchString(err.Error()) {
+		t.Fatalf("policy error %q has no location", err)
+	}
+	return loc.ReplaceAllString(err.Error(), "")
+}
+
+// A bad rate or size gets the same words in a Caddyfile, in JSON and in a policy file: the
+// plugin parses them with the policy's parser.
+func TestBadValuesGetThePolicyWords(t *testing.T) {
+	for _, c := range []struct{ setting, value string }{
+		{"rate", "10r/w"}, {"rate", "0r/s"}, {"rate", "r/s"}, {"rate", "10/s"},
+		{"rate", "2000000000r/s"}, {"size", "10mb"}, {"size", "m"}, {"size", "99999999999999999999"},
+	} {
+		words := policyWords(t, c.setting, c.value)
+		file := "weir {\n\tzone z {\n\t\t" + c.setting + " " + c.value + "\n"
+		if c.setting == "size" {
+			file += "\t\trate 1r/s\n"
+		}
+		file += "\t}\n}\n"
+		var h Handler
+		err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser(file))
+		if err == nil || !strings.Contains(err.Error(), "weir: zone z: "+words+",") {
+			t.Errorf("Caddyfile %s %s: %v; want the policy's words %q", c.setting, c.value, err, words)
+		}
+		if c.setting == "rate" {
+			_, err := zoneParamsOf("z", &Zone{Rate: c.value})
+			if err == nil || err.Error() != "zone z: "+words {
+				t.Errorf("JSON rate %s: %v; want the policy's words %q", c.value, err, words)
+			}
+		}
+	}
+	// The policy's size syntax in a Caddyfile.
+	var h Handler
+	file := "weir {\n\tzone z {\n\t\trate 1r/s\n\t\tsize 64k\n\t}\n}\n"
+	if err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser(file)); err != nil || h.RateLimits["z"].Size != 64<<10 {
+		t.Fatalf("size 64k: %v", err)
 	}
 }
 
