@@ -26,6 +26,8 @@ typedef struct {
 } ngx_http_weir_held_t;
 
 
+static ngx_int_t ngx_http_weir_key(ngx_http_request_t *r,
+    ngx_http_weir_zone_ctx_t *ctx, size_t max, ngx_str_t *key);
 static uint64_t ngx_http_weir_excess(ngx_http_weir_zone_ctx_t *ctx,
     ngx_http_weir_limit_t *lim, weir_check *chk);
 static void ngx_http_weir_refund(ngx_http_weir_charge_t *charged,
@@ -46,6 +48,35 @@ static ngx_str_t  ngx_http_weir_conn_status_names[] = {
     ngx_string("REJECTED"),
     ngx_string("REJECTED_DRY_RUN")
 };
+
+
+/*
+ * a zone's key for this request: NGX_DECLINED skips the zone (an empty key,
+ * or one longer than max bytes, which is logged)
+ */
+
+static ngx_int_t
+ngx_http_weir_key(ngx_http_request_t *r, ngx_http_weir_zone_ctx_t *ctx,
+    size_t max, ngx_str_t *key)
+{
+    if (ngx_http_complex_value(r, &ctx->key, key) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    if (key->len == 0) {
+        return NGX_DECLINED;
+    }
+
+    if (key->len > max) {
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "the value of the \"%V\" key "
+                      "is more than %uz bytes: \"%V\"",
+                      &ctx->key.value, max, key);
+        return NGX_DECLINED;
+    }
+
+    return NGX_OK;
+}
 
 
 /* nginx's excess, in milli-requests, from a GCRA verdict */
@@ -83,6 +114,7 @@ ngx_http_weir_req(ngx_http_request_t *r, ngx_http_weir_loc_conf_t *wlcf,
 {
     int                          wrc;
     uint64_t                     now, excess, wait, max_wait, max_excess;
+    ngx_int_t                    rc;
     ngx_str_t                    key;
     ngx_uint_t                   i, n, k;
     weir_check                   chk;
@@ -108,19 +140,13 @@ ngx_http_weir_req(ngx_http_request_t *r, ngx_http_weir_loc_conf_t *wlcf,
         lim = limits[i];
         ctx = lim->shm_zone->data;
 
-        if (ngx_http_complex_value(r, &ctx->key, &key) != NGX_OK) {
+        rc = ngx_http_weir_key(r, ctx, 65535, &key);
+
+        if (rc == NGX_ERROR) {
             goto failed;
         }
 
-        if (key.len == 0) {
-            continue;
-        }
-
-        if (key.len > 65535) {
-            ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
-                          "the value of the \"%V\" key "
-                          "is more than 65535 bytes: \"%V\"",
-                          &ctx->key.value, &key);
+        if (rc == NGX_DECLINED) {
             continue;
         }
 
@@ -245,6 +271,7 @@ ngx_http_weir_conn(ngx_http_request_t *r, ngx_http_weir_loc_conf_t *wlcf,
 {
     int                          wrc;
     uint64_t                     now;
+    ngx_int_t                    rc;
     ngx_str_t                    key;
     ngx_uint_t                   i, n;
     weir_check                   chk;
@@ -262,20 +289,14 @@ ngx_http_weir_conn(ngx_http_request_t *r, ngx_http_weir_loc_conf_t *wlcf,
         lim = limits[i];
         ctx = lim->shm_zone->data;
 
-        if (ngx_http_complex_value(r, &ctx->key, &key) != NGX_OK) {
+        rc = ngx_http_weir_key(r, ctx, 255, &key);
+
+        if (rc == NGX_ERROR) {
             ngx_http_weir_release_held(st, now);
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
         }
 
-        if (key.len == 0) {
-            continue;
-        }
-
-        if (key.len > 255) {
-            ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
-                          "the value of the \"%V\" key "
-                          "is more than 255 bytes: \"%V\"",
-                          &ctx->key.value, &key);
+        if (rc == NGX_DECLINED) {
             continue;
         }
 

@@ -11,6 +11,8 @@
 
 static ngx_int_t ngx_http_weir_init_zone(ngx_shm_zone_t *shm_zone,
     void *data);
+static ngx_uint_t ngx_http_weir_param(ngx_str_t *value, char *name,
+    ngx_str_t *arg);
 static ngx_http_weir_limit_t *ngx_http_weir_add_limit(ngx_conf_t *cf,
     ngx_array_t **limits, ngx_shm_zone_t *shm_zone);
 
@@ -95,6 +97,26 @@ ngx_http_weir_init_zone(ngx_shm_zone_t *shm_zone, void *data)
 }
 
 
+/* "NAME=ARG": ARG in *arg when value starts with name */
+
+static ngx_uint_t
+ngx_http_weir_param(ngx_str_t *value, char *name, ngx_str_t *arg)
+{
+    size_t  len;
+
+    len = ngx_strlen(name);
+
+    if (value->len < len || ngx_strncmp(value->data, name, len) != 0) {
+        return 0;
+    }
+
+    arg->data = value->data + len;
+    arg->len = value->len - len;
+
+    return 1;
+}
+
+
 /* FNV-1a, for the zone schema */
 
 static uint64_t
@@ -126,6 +148,7 @@ ngx_http_weir_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     ngx_int_t                          rate, events;
     ngx_msec_t                         window, lease;
     ngx_uint_t                         i, conn;
+    const char                        *what;
     ngx_shm_zone_t                    *shm_zone, *old;
     ngx_http_weir_zone_ctx_t          *ctx, *octx, **pctx;
     ngx_http_compile_complex_value_t   ccv;
@@ -158,29 +181,24 @@ ngx_http_weir_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
     for (i = 2; i < cf->args->nelts; i++) {
 
-        if (ngx_strncmp(value[i].data, "zone=", 5) == 0) {
-
-            name.data = value[i].data + 5;
+        if (ngx_http_weir_param(&value[i], "zone=", &name)) {
 
             p = (u_char *) ngx_strchr(name.data, ':');
 
             if (p == NULL) {
-                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                                   "invalid zone size \"%V\"", &value[i]);
-                return NGX_CONF_ERROR;
+                what = "zone size";
+                goto invalid;
             }
-
-            name.len = p - name.data;
 
             s.data = p + 1;
             s.len = value[i].data + value[i].len - s.data;
+            name.len = p - name.data;
 
             size = ngx_parse_size(&s);
 
             if (size == NGX_ERROR) {
-                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                                   "invalid zone size \"%V\"", &value[i]);
-                return NGX_CONF_ERROR;
+                what = "zone size";
+                goto invalid;
             }
 
             if (size < (ssize_t) (8 * ngx_pagesize)) {
@@ -192,7 +210,7 @@ ngx_http_weir_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
             continue;
         }
 
-        if (!conn && ngx_strncmp(value[i].data, "rate=", 5) == 0) {
+        if (!conn && ngx_http_weir_param(&value[i], "rate=", &s)) {
 
             len = value[i].len;
             p = value[i].data + len - 3;
@@ -214,59 +232,49 @@ ngx_http_weir_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
             }
 
             if (scale) {
-                len -= 3;
+                s.len -= 3;
 
             } else {
                 scale = 1;
             }
 
-            rate = ngx_atoi(value[i].data + 5, len - 5);
+            rate = ngx_atoi(s.data, s.len);
             if (rate <= 0) {
-                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                                   "invalid rate \"%V\"", &value[i]);
-                return NGX_CONF_ERROR;
+                what = "rate";
+                goto invalid;
             }
 
             continue;
         }
 
-        if (!conn && ngx_strncmp(value[i].data, "events=", 7) == 0) {
+        if (!conn && ngx_http_weir_param(&value[i], "events=", &s)) {
 
-            events = ngx_atoi(value[i].data + 7, value[i].len - 7);
+            events = ngx_atoi(s.data, s.len);
             if (events <= 0) {
-                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                                   "invalid events \"%V\"", &value[i]);
-                return NGX_CONF_ERROR;
+                what = "events";
+                goto invalid;
             }
 
             continue;
         }
 
-        if (!conn && ngx_strncmp(value[i].data, "window=", 7) == 0) {
-
-            s.data = value[i].data + 7;
-            s.len = value[i].len - 7;
+        if (!conn && ngx_http_weir_param(&value[i], "window=", &s)) {
 
             window = ngx_parse_time(&s, 0);
             if (window == (ngx_msec_t) NGX_ERROR || window == 0) {
-                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                                   "invalid window \"%V\"", &value[i]);
-                return NGX_CONF_ERROR;
+                what = "window";
+                goto invalid;
             }
 
             continue;
         }
 
-        if (conn && ngx_strncmp(value[i].data, "lease=", 6) == 0) {
-
-            s.data = value[i].data + 6;
-            s.len = value[i].len - 6;
+        if (conn && ngx_http_weir_param(&value[i], "lease=", &s)) {
 
             lease = ngx_parse_time(&s, 0);
             if (lease == (ngx_msec_t) NGX_ERROR || lease == 0) {
-                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                                   "invalid lease \"%V\"", &value[i]);
-                return NGX_CONF_ERROR;
+                what = "lease";
+                goto invalid;
             }
 
             continue;
@@ -399,6 +407,12 @@ ngx_http_weir_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     *pctx = ctx;
 
     return NGX_CONF_OK;
+
+invalid:
+
+    ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "invalid %s \"%V\"", what,
+                       &value[i]);
+    return NGX_CONF_ERROR;
 }
 
 
@@ -474,10 +488,7 @@ ngx_http_weir_req_directive(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
     for (i = 1; i < cf->args->nelts; i++) {
 
-        if (ngx_strncmp(value[i].data, "zone=", 5) == 0) {
-
-            s.len = value[i].len - 5;
-            s.data = value[i].data + 5;
+        if (ngx_http_weir_param(&value[i], "zone=", &s)) {
 
             shm_zone = ngx_shared_memory_add(cf, &s, 0,
                                              &ngx_http_weir_module);
@@ -488,9 +499,9 @@ ngx_http_weir_req_directive(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
             continue;
         }
 
-        if (ngx_strncmp(value[i].data, "burst=", 6) == 0) {
+        if (ngx_http_weir_param(&value[i], "burst=", &s)) {
 
-            burst = ngx_atoi(value[i].data + 6, value[i].len - 6);
+            burst = ngx_atoi(s.data, s.len);
             if (burst <= 0) {
                 ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                                    "invalid burst value \"%V\"", &value[i]);
@@ -500,9 +511,9 @@ ngx_http_weir_req_directive(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
             continue;
         }
 
-        if (ngx_strncmp(value[i].data, "delay=", 6) == 0) {
+        if (ngx_http_weir_param(&value[i], "delay=", &s)) {
 
-            delay = ngx_atoi(value[i].data + 6, value[i].len - 6);
+            delay = ngx_atoi(s.data, s.len);
             if (delay <= 0) {
                 ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                                    "invalid delay value \"%V\"", &value[i]);

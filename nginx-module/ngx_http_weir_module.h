@@ -78,9 +78,7 @@ typedef struct {
 typedef struct ngx_http_weir_pzone_s  ngx_http_weir_pzone_t;
 
 struct ngx_http_weir_pzone_s {
-    ngx_shm_zone_t              *shm_zone;
     size_t                       bytes;
-    uint64_t                     schema;
     void                        *region;
     ngx_str_t                    layout;     /* for the reload notice */
 
@@ -101,7 +99,6 @@ typedef struct {
     weir_policy                 *policy;
     weir_engine                 *engine;
     ngx_array_t                  pzones;     /* ngx_http_weir_pzone_t * */
-    ngx_http_weir_pzone_t       *counters;   /* shared by all workers */
 
 #if (WEIR_TEST_HOOKS)
     ngx_http_complex_value_t    *test_now;
@@ -171,7 +168,7 @@ ngx_shm_zone_t *ngx_http_weir_old_zone(ngx_conf_t *cf, ngx_str_t *name,
     size_t prefix);
 ngx_shm_zone_t *ngx_http_weir_add_pzone(ngx_conf_t *cf,
     ngx_http_weir_pzone_t *pz, char *prefix, u_char *name, size_t len,
-    uint64_t id, size_t size, ngx_http_weir_pzone_t **prev);
+    uint64_t id, size_t spare, ngx_http_weir_pzone_t **prev);
 ngx_int_t ngx_http_weir_init_counters_zone(ngx_shm_zone_t *shm_zone,
     void *data);
 ngx_int_t ngx_http_weir_init_process(ngx_cycle_t *cycle);

@@ -530,7 +530,6 @@ ngx_http_weir_policy_directive(ngx_conf_t *cf, ngx_command_t *cmd,
 
         *ppz = pz;
         pz->bytes = zi.bytes;
-        pz->schema = zi.schema;
 
         pz->layout.len = weir_policy_zone_layout(wmcf->policy, i, NULL, 0);
         pz->layout.data = ngx_pnalloc(cf->pool, pz->layout.len);
@@ -541,13 +540,8 @@ ngx_http_weir_policy_directive(ngx_conf_t *cf, ngx_command_t *cmd,
         weir_policy_zone_layout(wmcf->policy, i, pz->layout.data,
                                 pz->layout.len);
 
-        /* room for the slab pool's own bookkeeping and the length page */
-
         if (ngx_http_weir_add_pzone(cf, pz, "weir:", (u_char *) zi.name,
-                                    zi.name_len, zi.schema,
-                                    ngx_align(zi.bytes + zi.bytes / 32
-                                              + 16 * ngx_pagesize,
-                                              ngx_pagesize),
+                                    zi.name_len, zi.schema, zi.bytes / 32,
                                     &prev)
             == NULL)
         {
@@ -580,11 +574,7 @@ ngx_http_weir_policy_directive(ngx_conf_t *cf, ngx_command_t *cmd,
 
         if (ngx_http_weir_add_pzone(cf, pz->cluster, "weir-cluster:",
                                     (u_char *) zi.name, zi.name_len,
-                                    zi.schema,
-                                    ngx_align(zi.cluster_bytes
-                                              + zi.cluster_bytes / 32
-                                              + 16 * ngx_pagesize,
-                                              ngx_pagesize),
+                                    zi.schema, zi.cluster_bytes / 32,
                                     &prev)
             == NULL)
         {
@@ -610,10 +600,7 @@ ngx_http_weir_policy_directive(ngx_conf_t *cf, ngx_command_t *cmd,
                                        (u_char *) "", 0,
                                        weir_policy_counters_fingerprint(
                                            wmcf->policy),
-                                       ngx_align(pz->bytes
-                                                 + 16 * ngx_pagesize,
-                                                 ngx_pagesize),
-                                       &prev);
+                                       0, &prev);
     if (shm_zone == NULL) {
         return NGX_CONF_ERROR;
     }
@@ -625,7 +612,6 @@ ngx_http_weir_policy_directive(ngx_conf_t *cf, ngx_command_t *cmd,
     }
 
     shm_zone->init = ngx_http_weir_init_counters_zone;
-    wmcf->counters = pz;
 
     return NGX_CONF_OK;
 }

@@ -153,33 +153,30 @@ ngx_http_weir_test_clock(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     ngx_http_weir_main_conf_t  *wmcf = conf;
 
     ngx_str_t                         *value;
+    ngx_uint_t                         i;
+    ngx_http_complex_value_t          *cv;
     ngx_http_compile_complex_value_t   ccv;
 
     value = cf->args->elts;
 
-    wmcf->test_now = ngx_pcalloc(cf->pool, sizeof(ngx_http_complex_value_t));
-    wmcf->test_peer = ngx_pcalloc(cf->pool, sizeof(ngx_http_complex_value_t));
-    if (wmcf->test_now == NULL || wmcf->test_peer == NULL) {
+    cv = ngx_pcalloc(cf->pool, 2 * sizeof(ngx_http_complex_value_t));
+    if (cv == NULL) {
         return NGX_CONF_ERROR;
     }
 
-    ngx_memzero(&ccv, sizeof(ngx_http_compile_complex_value_t));
-    ccv.cf = cf;
-    ccv.value = &value[1];
-    ccv.complex_value = wmcf->test_now;
+    for (i = 0; i < 2; i++) {
+        ngx_memzero(&ccv, sizeof(ngx_http_compile_complex_value_t));
+        ccv.cf = cf;
+        ccv.value = &value[i + 1];
+        ccv.complex_value = &cv[i];
 
-    if (ngx_http_compile_complex_value(&ccv) != NGX_OK) {
-        return NGX_CONF_ERROR;
+        if (ngx_http_compile_complex_value(&ccv) != NGX_OK) {
+            return NGX_CONF_ERROR;
+        }
     }
 
-    ngx_memzero(&ccv, sizeof(ngx_http_compile_complex_value_t));
-    ccv.cf = cf;
-    ccv.value = &value[2];
-    ccv.complex_value = wmcf->test_peer;
-
-    if (ngx_http_compile_complex_value(&ccv) != NGX_OK) {
-        return NGX_CONF_ERROR;
-    }
+    wmcf->test_now = &cv[0];
+    wmcf->test_peer = &cv[1];
 
     ngx_conf_log_error(NGX_LOG_WARN, cf, 0,
                        "weir test hooks are enabled: clients can set the "

@@ -164,15 +164,18 @@ ngx_http_weir_init_counters_zone(ngx_shm_zone_t *shm_zone, void *data)
  * counters, named "PREFIX:ID", where ID identifies the layout (the zone's
  * schema, the limits' fingerprint): nginx keeps a segment across a reload
  * only for the same name and size, so a changed layout gets fresh memory
- * while the old workers finish with the old one.  *prev is the zone of the
- * running configuration when it had another layout, NULL otherwise.
+ * while the old workers finish with the old one.  The segment holds
+ * pz->bytes and spare bytes more (a table's slab overhead).  *prev is the
+ * zone of the running configuration when it had another layout, NULL
+ * otherwise.
  */
 
 ngx_shm_zone_t *
 ngx_http_weir_add_pzone(ngx_conf_t *cf, ngx_http_weir_pzone_t *pz,
-    char *prefix, u_char *name, size_t len, uint64_t id, size_t size,
+    char *prefix, u_char *name, size_t len, uint64_t id, size_t spare,
     ngx_http_weir_pzone_t **prev)
 {
+    size_t           size;
     ngx_str_t        s;
     ngx_shm_zone_t  *shm_zone, *old;
 
@@ -183,6 +186,10 @@ ngx_http_weir_add_pzone(ngx_conf_t *cf, ngx_http_weir_pzone_t *pz,
     }
 
     ngx_sprintf(s.data, "%s%*s:%016xL", prefix, len, name, id);
+
+    /* room for the slab pool's own bookkeeping and the length page */
+
+    size = ngx_align(pz->bytes + spare + 16 * ngx_pagesize, ngx_pagesize);
 
     shm_zone = ngx_shared_memory_add(cf, &s, size, &ngx_http_weir_module);
     if (shm_zone == NULL) {
@@ -197,7 +204,6 @@ ngx_http_weir_add_pzone(ngx_conf_t *cf, ngx_http_weir_pzone_t *pz,
 
     shm_zone->init = ngx_http_weir_init_policy_zone;
     shm_zone->data = pz;
-    pz->shm_zone = shm_zone;
 
     /* the same zone in the running configuration: same name up to the ID */
 
