@@ -21,8 +21,6 @@ static ngx_msec_t ngx_http_weir_queue_timeout(ngx_http_weir_state_t *st,
 static void ngx_http_weir_queue_handler(ngx_http_request_t *r);
 
 
-/* policy mode */
-
 /*
  * Where the last header lookup stopped.  The engine reads the lines of one
  * name in order (nth 0, 1, 2, ...) within one evaluation: resuming after the

@@ -8,8 +8,6 @@
 #include "ngx_http_weir_module.h"
 
 
-/* weir_status: Prometheus text */
-
 static ngx_int_t
 ngx_http_weir_status_handler(ngx_http_request_t *r)
 {
