@@ -21,7 +21,8 @@ src=${NGINX_SRC:-/usr/share/nginx/src}
 
 tree=$out/build/src
 objs=$out/build/objs
-stamp="$extra_cflags|$extra_ldflags|$lib|$here"
+# a changed config (its list of sources) needs a new configure
+stamp="$extra_cflags|$extra_ldflags|$lib|$here|$(cksum < "$here/config")"
 
 if [ ! -f "$objs/Makefile" ] || [ "$(cat "$out/build/stamp" 2>/dev/null)" != "$stamp" ]; then
     rm -rf "$out/build"

@@ -1,0 +1,615 @@
+
+/*
+ * weir: nginx module, policy mode.  weir_policy loads a policy and declares
+ * its zones; "weir on" hands each request to the engine through a request
+ * view, acts on the verdict (pass, delay, queue, reject), adds the engine's
+ * response headers and releases the request's permits when it ends.
+ */
+
+
+#include "ngx_http_weir_module.h"
+
+
+static void ngx_http_weir_request(ngx_http_request_t *r, weir_request *wr);
+static ngx_int_t ngx_http_weir_verdict(ngx_http_request_t *r,
+    ngx_http_weir_loc_conf_t *wlcf, ngx_http_weir_state_t *st, int wrc,
+    u_char *buf);
+static ngx_uint_t ngx_http_weir_policy_log_level(ngx_http_weir_state_t *st,
+    weir_verdict *v, ngx_uint_t delay);
+static ngx_msec_t ngx_http_weir_queue_timeout(ngx_http_weir_state_t *st,
+    weir_verdict *v, ngx_http_weir_loc_conf_t *wlcf);
+static void ngx_http_weir_queue_handler(ngx_http_request_t *r);
+
+
+/*
+ * Where the last header lookup stopped.  The engine reads the lines of one
+ * name in order (nth 0, 1, 2, ...) within one evaluation: resuming after the
+ * previous line makes a walk over n repeated lines O(n), not O(n^2).  Reset
+ * by ngx_http_weir_request() before each evaluation (workers run one at a
+ * time), so it never points into another request's headers.
+ */
+
+static struct {
+    ngx_http_request_t  *r;
+    ngx_list_part_t     *part;
+    ngx_uint_t           i;
+    size_t               nth;
+} ngx_http_weir_header_cursor;
+
+
+static int
+ngx_http_weir_header_lookup(void *data, const uint8_t *lname, size_t len,
+    size_t nth, const uint8_t **value, size_t *value_len)
+{
+    ngx_http_request_t  *r = data;
+
+    size_t            seen;
+    ngx_uint_t        i;
+    ngx_list_part_t  *part;
+    ngx_table_elt_t  *h;
+
+    part = &r->headers_in.headers.part;
+    i = 0;
+    seen = 0;
+
+    if (ngx_http_weir_header_cursor.r == r
+        && ngx_http_weir_header_cursor.nth + 1 == nth)
+    {
+        /* resume after the (nth - 1)th line if it has this name */
+
+        h = ngx_http_weir_header_cursor.part->elts;
+        h += ngx_http_weir_header_cursor.i;
+
+        if (h->key.len == len && ngx_strncmp(h->lowcase_key, lname, len) == 0)
+        {
+            part = ngx_http_weir_header_cursor.part;
+            i = ngx_http_weir_header_cursor.i + 1;
+            seen = nth;
+        }
+    }
+
+    h = part->elts;
+
+    for ( /* void */ ; /* void */ ; i++) {
+
+        if (i >= part->nelts) {
+            if (part->next == NULL) {
+                break;
+            }
+
+            part = part->next;
+            h = part->elts;
+            i = 0;
+        }
+
+        if (h[i].hash == 0 || h[i].key.len != len
+            || ngx_strncmp(h[i].lowcase_key, lname, len) != 0)
+        {
+            continue;
+        }
+
+        if (seen++ == nth) {
+            ngx_http_weir_header_cursor.r = r;
+            ngx_http_weir_header_cursor.part = part;
+            ngx_http_weir_header_cursor.i = i;
+            ngx_http_weir_header_cursor.nth = nth;
+
+            *value = h[i].value.data;
+            *value_len = h[i].value.len;
+            return 1;
+        }
+    }
+
+    return 0;
+}
+
+
+static void
+ngx_http_weir_request(ngx_http_request_t *r, weir_request *wr)
+{
+    ngx_http_request_t  *m;
+
+    m = r->main;
+
+    ngx_memzero(wr, sizeof(weir_request));
+
+    wr->method = m->method_name.data;
+    wr->method_len = m->method_name.len;
+
+    if (m->unparsed_uri.len) {
+        wr->target = m->unparsed_uri.data;
+        wr->target_len = m->unparsed_uri.len;
+
+    } else {
+        wr->target = m->uri.data;
+        wr->target_len = m->uri.len;
+    }
+
+    wr->peer = m->connection->addr_text.data;
+    wr->peer_len = m->connection->addr_text.len;
+
+#if (WEIR_TEST_HOOKS)
+    ngx_http_weir_test_peer(r, wr);
+#endif
+
+    ngx_http_weir_header_cursor.r = NULL;
+
+    wr->header = ngx_http_weir_header_lookup;
+    wr->header_ctx = m;
+}
+
+
+/* adds weir's "Name: value\r\n" lines to the response headers */
+
+static ngx_int_t
+ngx_http_weir_add_headers(ngx_http_request_t *r, u_char *buf, size_t len,
+    ngx_flag_t ratelimit)
+{
+    u_char           *p, *last, *eol, *colon;
+    ngx_table_elt_t  *h;
+
+    p = buf;
+    last = buf + len;
+
+    while (p < last) {
+        eol = ngx_strlchr(p, last, '\r');
+        if (eol == NULL) {
+            eol = last;
+        }
+
+        colon = ngx_strlchr(p, eol, ':');
+
+        if (colon && !(ratelimit == 0
+                       && colon - p >= 9
+                       && ngx_strncasecmp(p, (u_char *) "ratelimit", 9) == 0))
+        {
+            h = ngx_list_push(&r->headers_out.headers);
+            if (h == NULL) {
+                return NGX_ERROR;
+            }
+
+            h->hash = 1;
+            h->key.data = p;
+            h->key.len = colon - p;
+
+            colon++;
+            while (colon < eol && *colon == ' ') {
+                colon++;
+            }
+
+            h->value.data = colon;
+            h->value.len = eol - colon;
+#if (nginx_version >= 1023000)
+            h->next = NULL;
+#endif
+        }
+
+        p = eol + 2;
+    }
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_weir_verdict(ngx_http_request_t *r, ngx_http_weir_loc_conf_t *wlcf,
+    ngx_http_weir_state_t *st, int wrc, u_char *buf)
+{
+    const uint8_t  *name;
+    size_t          name_len;
+    ngx_str_t       lname;
+    weir_verdict   *v;
+
+    v = &st->verdict;
+
+    if (wrc == WEIR_ERR_BAD_TARGET) {
+        st->policy_done = 1;
+        st->bad_target = 1;
+        return NGX_HTTP_BAD_REQUEST;
+    }
+
+    if (wrc != WEIR_OK) {
+        st->policy_done = 1;
+
+        /* the policy's failure_mode decides when weir cannot */
+
+        if (weir_engine_fails_closed(st->engine)) {
+            ngx_log_error(NGX_LOG_ALERT, r->connection->log, 0,
+                          "weir_engine_evaluate() failed (%d), rejecting "
+                          "the request (failure_mode \"closed\")", wrc);
+            return NGX_HTTP_SERVICE_UNAVAILABLE;
+        }
+
+        ngx_log_error(NGX_LOG_ALERT, r->connection->log, 0,
+                      "weir_engine_evaluate() failed (%d), letting the "
+                      "request through (failure_mode \"open\")", wrc);
+        return NGX_DECLINED;
+    }
+
+    if (ngx_http_weir_add_headers(r, buf, v->headers_len, wlcf->headers)
+        != NGX_OK)
+    {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    ngx_str_null(&lname);
+
+    if (v->limit >= 0
+        && weir_engine_limit_name(st->engine, v->limit, &name, &name_len)
+           == WEIR_OK)
+    {
+        lname.data = (u_char *) name;
+        lname.len = name_len;
+    }
+
+    if (v->dry_run_limit >= 0
+        && weir_engine_limit_name(st->engine, v->dry_run_limit, &name,
+                                  &name_len)
+           == WEIR_OK)
+    {
+        ngx_str_t   dname;
+        ngx_uint_t  level;
+
+        dname.data = (u_char *) name;
+        dname.len = name_len;
+
+        level = (v->dry_run_action == WEIR_REJECT) ? NGX_LOG_ERR
+                                                   : NGX_LOG_WARN;
+
+        ngx_log_error(level, r->connection->log, 0,
+                      "%s, dry run, by weir limit \"%V\"",
+                      v->dry_run_action == WEIR_REJECT
+                          ? "limiting requests" : "delaying request",
+                      &dname);
+    }
+
+    switch (v->action) {
+
+    case WEIR_PASS:
+        st->policy_done = 1;
+        return NGX_DECLINED;
+
+    case WEIR_DELAY:
+        st->policy_done = 1;
+
+        ngx_log_error(ngx_http_weir_policy_log_level(st, v, 1),
+                      r->connection->log, 0,
+                      "delaying request, %uLms, by weir limit \"%V\"",
+                      v->wait_ns / 1000000, &lname);
+
+#if (WEIR_TEST_HOOKS)
+        if (ngx_http_weir_test_frozen(r)) {
+            /* injected time does not pass while waiting */
+            return NGX_DECLINED;
+        }
+#endif
+
+        return ngx_http_weir_wait(r, ngx_http_weir_msec(v->wait_ns),
+                                  ngx_http_weir_delay_handler);
+
+    case WEIR_QUEUE:
+        if (!st->queued) {
+            st->queued = 1;
+            st->queue_deadline = ngx_current_msec
+                                 + ngx_http_weir_queue_timeout(st, v, wlcf);
+
+            ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
+                          "queueing request by weir limit \"%V\"", &lname);
+        }
+
+        return ngx_http_weir_wait(r, wlcf->queue_poll,
+                                  ngx_http_weir_queue_handler);
+
+    default: /* WEIR_REJECT */
+        st->policy_done = 1;
+
+        ngx_log_error(ngx_http_weir_policy_log_level(st, v, 0),
+                      r->connection->log, 0,
+                      "limiting requests by weir limit \"%V\"", &lname);
+
+        return v->status ? v->status : NGX_HTTP_SERVICE_UNAVAILABLE;
+    }
+}
+
+
+/*
+ * the log level the deciding policy limit asks for (its log_level); delays
+ * one level lower, as limit_req logs them
+ */
+
+static ngx_uint_t
+ngx_http_weir_policy_log_level(ngx_http_weir_state_t *st, weir_verdict *v,
+    ngx_uint_t delay)
+{
+    int                lvl;
+    static ngx_uint_t  levels[] = {
+        NGX_LOG_INFO, NGX_LOG_NOTICE, NGX_LOG_WARN, NGX_LOG_ERR
+    };
+
+    lvl = (v->limit >= 0)
+          ? weir_engine_limit_log_level(st->engine, (size_t) v->limit) : 3;
+
+    if (lvl < 0 || lvl > 3) {
+        lvl = 3;
+    }
+
+    if (delay && lvl > 0) {
+        lvl--;
+    }
+
+    return levels[lvl];
+}
+
+
+/*
+ * how long a queued request waits: weir_queue_timeout when set, else the
+ * deciding limit's timeout from the policy
+ */
+
+static ngx_msec_t
+ngx_http_weir_queue_timeout(ngx_http_weir_state_t *st, weir_verdict *v,
+    ngx_http_weir_loc_conf_t *wlcf)
+{
+    uint64_t  ns;
+
+    if (wlcf->queue_timeout != NGX_CONF_UNSET_MSEC) {
+        return wlcf->queue_timeout;
+    }
+
+    if (v->limit >= 0
+        && weir_engine_limit_queue_timeout(st->engine, (size_t) v->limit, &ns)
+           == WEIR_OK
+        && ns > 0)
+    {
+        return (ngx_msec_t) (ns / 1000000);
+    }
+
+    return 5000;
+}
+
+
+ngx_int_t
+ngx_http_weir_policy(ngx_http_request_t *r, ngx_http_weir_loc_conf_t *wlcf,
+    ngx_http_weir_state_t *st)
+{
+    int                          wrc;
+    u_char                      *buf;
+    weir_request                 wr;
+    ngx_http_weir_main_conf_t   *wmcf;
+
+    wmcf = ngx_http_get_module_main_conf(r, ngx_http_weir_module);
+
+    buf = ngx_pnalloc(r->pool, NGX_HTTP_WEIR_HEADER_BUF);
+    if (buf == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    ngx_http_weir_request(r, &wr);
+
+    st->engine = wmcf->engine;
+    st->evaluated = 1;
+
+    wrc = weir_engine_evaluate(st->engine, &wr, ngx_http_weir_now(r),
+                               &st->verdict, buf, NGX_HTTP_WEIR_HEADER_BUF);
+
+    return ngx_http_weir_verdict(r, wlcf, st, wrc, buf);
+}
+
+
+static void
+ngx_http_weir_queue_handler(ngx_http_request_t *r)
+{
+    int                          wrc;
+    u_char                      *buf;
+    ngx_int_t                    rc;
+    weir_request                 wr;
+    ngx_http_weir_state_t       *st;
+    ngx_http_weir_loc_conf_t    *wlcf;
+
+    if (ngx_http_weir_waiting(r)) {
+        return;
+    }
+
+    st = ngx_http_weir_state(r, 0);
+    wlcf = ngx_http_get_module_loc_conf(r, ngx_http_weir_module);
+
+    if (st == NULL) {
+        ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
+        return;
+    }
+
+    buf = ngx_pnalloc(r->pool, NGX_HTTP_WEIR_HEADER_BUF);
+    if (buf == NULL) {
+        ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
+        return;
+    }
+
+    ngx_http_weir_request(r, &wr);
+
+    wrc = weir_engine_evaluate_queued(st->engine, &wr, ngx_http_weir_now(r),
+                                      &st->verdict, buf,
+                                      NGX_HTTP_WEIR_HEADER_BUF);
+
+    if (wrc == WEIR_OK && st->verdict.action == WEIR_QUEUE
+        && (ngx_msec_int_t) (ngx_current_msec - st->queue_deadline) >= 0)
+    {
+        /* the wait timed out: give the place up and reject */
+
+        (void) weir_engine_abandon(st->engine, &st->verdict,
+                                   ngx_http_weir_now(r));
+
+        st->policy_done = 1;
+
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "limiting requests, queue timeout, by weir");
+
+        ngx_http_finalize_request(r, st->verdict.status
+                                     ? st->verdict.status
+                                     : NGX_HTTP_SERVICE_UNAVAILABLE);
+        return;
+    }
+
+    rc = ngx_http_weir_verdict(r, wlcf, st, wrc, buf);
+
+    if (rc == NGX_AGAIN) {
+        return;
+    }
+
+    if (rc != NGX_DECLINED) {
+        ngx_http_finalize_request(r, rc);
+        return;
+    }
+
+    ngx_http_weir_resume(r);
+}
+
+
+char *
+ngx_http_weir_policy_directive(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf)
+{
+    ngx_http_weir_main_conf_t  *wmcf = conf;
+
+    size_t                  i, n;
+    ngx_str_t              *value;
+    weir_error             *err;
+    weir_zone_info          zi;
+    ngx_shm_zone_t         *shm_zone;
+    ngx_http_weir_pzone_t  *pz, **ppz, *prev;
+
+    if (wmcf->policy_file.data) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    wmcf->policy_file = value[1];
+
+    if (ngx_conf_full_name(cf->cycle, &wmcf->policy_file, 1) != NGX_OK) {
+        return NGX_CONF_ERROR;
+    }
+
+    err = NULL;
+
+    if (weir_policy_load((const char *) wmcf->policy_file.data,
+                         &wmcf->policy, &err)
+        != WEIR_OK)
+    {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "weir policy: %s",
+                           weir_error_message(err));
+        weir_error_free(err);
+        return NGX_CONF_ERROR;
+    }
+
+    wmcf->policy_conf.len = cf->conf_file->file.name.len + NGX_INT_T_LEN + 1;
+    wmcf->policy_conf.data = ngx_pnalloc(cf->pool, wmcf->policy_conf.len);
+    if (wmcf->policy_conf.data == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    wmcf->policy_conf.len = ngx_sprintf(wmcf->policy_conf.data, "%V:%ui",
+                                        &cf->conf_file->file.name,
+                                        cf->conf_file->line)
+                            - wmcf->policy_conf.data;
+
+    n = weir_policy_zone_count(wmcf->policy);
+
+    for (i = 0; i < n; i++) {
+
+        if (weir_policy_zone(wmcf->policy, i, &zi) != WEIR_OK) {
+            return NGX_CONF_ERROR;
+        }
+
+        pz = ngx_pcalloc(cf->pool, sizeof(ngx_http_weir_pzone_t));
+        ppz = ngx_array_push(&wmcf->pzones);
+        if (pz == NULL || ppz == NULL) {
+            return NGX_CONF_ERROR;
+        }
+
+        *ppz = pz;
+        pz->bytes = zi.bytes;
+
+        pz->layout.len = weir_policy_zone_layout(wmcf->policy, i, NULL, 0);
+        pz->layout.data = ngx_pnalloc(cf->pool, pz->layout.len);
+        if (pz->layout.data == NULL) {
+            return NGX_CONF_ERROR;
+        }
+
+        weir_policy_zone_layout(wmcf->policy, i, pz->layout.data,
+                                pz->layout.len);
+
+        if (ngx_http_weir_add_pzone(cf, pz, "weir:", (u_char *) zi.name,
+                                    zi.name_len, zi.schema, zi.bytes / 32,
+                                    &prev)
+            == NULL)
+        {
+            return NGX_CONF_ERROR;
+        }
+
+        if (prev) {
+            ngx_conf_log_error(NGX_LOG_NOTICE, cf, 0,
+                               "weir zone \"%*s\" starts with fresh state: "
+                               "its layout changed from \"%V\" to \"%V\"",
+                               zi.name_len, zi.name, &prev->layout,
+                               &pz->layout);
+        }
+
+        if (zi.cluster_bytes == 0) {
+            continue;
+        }
+
+        /*
+         * a cluster zone's second region: the other nodes' counts, what
+         * this node pushed and the sync health, read by every worker
+         */
+
+        pz->cluster = ngx_pcalloc(cf->pool, sizeof(ngx_http_weir_pzone_t));
+        if (pz->cluster == NULL) {
+            return NGX_CONF_ERROR;
+        }
+
+        pz->cluster->bytes = zi.cluster_bytes;
+
+        if (ngx_http_weir_add_pzone(cf, pz->cluster, "weir-cluster:",
+                                    (u_char *) zi.name, zi.name_len,
+                                    zi.schema, zi.cluster_bytes / 32,
+                                    &prev)
+            == NULL)
+        {
+            return NGX_CONF_ERROR;
+        }
+    }
+
+    /*
+     * the engine's counters, in shared memory so that every worker adds to
+     * and weir_status reports the same numbers; added last, so that its
+     * init, which attaches the engine, runs after every policy zone's
+     */
+
+    pz = ngx_pcalloc(cf->pool, sizeof(ngx_http_weir_pzone_t));
+    if (pz == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    pz->bytes = weir_policy_counters_bytes(wmcf->policy);
+    pz->conf = wmcf;
+
+    shm_zone = ngx_http_weir_add_pzone(cf, pz, "weir-counters",
+                                       (u_char *) "", 0,
+                                       weir_policy_counters_fingerprint(
+                                           wmcf->policy),
+                                       0, &prev);
+    if (shm_zone == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    if (prev) {
+        ngx_conf_log_error(NGX_LOG_NOTICE, cf, 0,
+                           "weir counters start from zero: "
+                           "the policy's limits changed");
+    }
+
+    shm_zone->init = ngx_http_weir_init_counters_zone;
+
+    return NGX_CONF_OK;
+}

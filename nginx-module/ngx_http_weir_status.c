@@ -1,0 +1,123 @@
+
+/*
+ * weir: nginx module, weir_status: the policy's counters and the directive
+ * zones' statistics as Prometheus text.
+ */
+
+
+#include "ngx_http_weir_module.h"
+
+
+static ngx_int_t
+ngx_http_weir_status_handler(ngx_http_request_t *r)
+{
+    int                         wrc;
+    size_t                      len, cap, need;
+    u_char                      dummy[1];
+    ngx_int_t                   rc;
+    ngx_buf_t                  *b;
+    ngx_uint_t                  i, n;
+    ngx_chain_t                 out;
+    weir_named_zone            *named;
+    ngx_http_weir_zone_ctx_t  **zones;
+    ngx_http_weir_main_conf_t  *wmcf;
+
+    if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
+        return NGX_HTTP_NOT_ALLOWED;
+    }
+
+    rc = ngx_http_discard_request_body(r);
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    wmcf = ngx_http_get_module_main_conf(r, ngx_http_weir_module);
+
+    /*
+     * the policy's counters and the directive zones' in one text:
+     * each metric family once, zones of both kinds in weir_zone_*
+     */
+
+    zones = wmcf->zones.elts;
+    named = ngx_pcalloc(r->pool,
+                        (wmcf->zones.nelts + 1) * sizeof(weir_named_zone));
+    if (named == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    for (i = 0; i < wmcf->zones.nelts; i++) {
+        named[i].zone = zones[i]->zone;
+        named[i].name = zones[i]->shm_zone->shm.name.data;
+        named[i].name_len = zones[i]->shm_zone->shm.name.len;
+    }
+
+    /* counters may gain digits between the calls: room to spare, retry */
+
+    b = NULL;
+    need = 0;
+    wrc = weir_prometheus(wmcf->engine, named, wmcf->zones.nelts, dummy, 0,
+                          &need);
+
+    for (n = 0; n < 3 && wrc == WEIR_ERR_BUFFER_TOO_SMALL; n++) {
+        cap = need + need / 8 + 256;
+
+        b = ngx_create_temp_buf(r->pool, cap);
+        if (b == NULL) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        wrc = weir_prometheus(wmcf->engine, named, wmcf->zones.nelts,
+                              b->last, cap, &need);
+    }
+
+    if (wrc != WEIR_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    if (b == NULL) {
+        b = ngx_calloc_buf(r->pool);
+        if (b == NULL) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+    }
+
+    b->last += need;
+    len = b->last - b->pos;
+
+    r->headers_out.status = NGX_HTTP_OK;
+    r->headers_out.content_length_n = len;
+    ngx_str_set(&r->headers_out.content_type,
+                "text/plain; version=0.0.4; charset=utf-8");
+    r->headers_out.content_type_len = r->headers_out.content_type.len;
+
+    if (r->method == NGX_HTTP_HEAD || len == 0) {
+        r->header_only = 1;
+    }
+
+    rc = ngx_http_send_header(r);
+
+    if (rc == NGX_ERROR || rc > NGX_OK || r->header_only) {
+        return rc;
+    }
+
+    b->last_buf = (r == r->main) ? 1 : 0;
+    b->last_in_chain = 1;
+
+    out.buf = b;
+    out.next = NULL;
+
+    return ngx_http_output_filter(r, &out);
+}
+
+
+char *
+ngx_http_weir_status_directive(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf)
+{
+    ngx_http_core_loc_conf_t  *clcf;
+
+    clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
+    clcf->handler = ngx_http_weir_status_handler;
+
+    return NGX_CONF_OK;
+}
