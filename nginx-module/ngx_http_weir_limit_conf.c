@@ -117,6 +117,46 @@ ngx_http_weir_param(ngx_str_t *value, char *name, ngx_str_t *arg)
 }
 
 
+/*
+ * "rate=" through the policy's parser, so that a bad rate gets the same words
+ * in nginx.conf as in a policy file; a bare number is requests per second, as
+ * with limit_req
+ */
+
+static ngx_int_t
+ngx_http_weir_parse_rate(ngx_conf_t *cf, ngx_str_t *s, weir_rate *rate)
+{
+    u_char      buf[NGX_INT64_LEN + 4], *last;
+    char        err[256];
+    ngx_str_t   text;
+    ngx_uint_t  i;
+
+    text = *s;
+
+    for (i = 0; i < text.len && text.data[i] >= '0' && text.data[i] <= '9';
+         i++)
+    {
+        /* void */
+    }
+
+    if (i > 0 && i == text.len && i <= NGX_INT64_LEN) {
+        last = ngx_cpymem(buf, text.data, text.len);
+        last = ngx_cpymem(last, "r/s", 3);
+        text.data = buf;
+        text.len = last - buf;
+    }
+
+    if (weir_parse_rate(text.data, text.len, rate, err, sizeof(err))
+        != WEIR_OK)
+    {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "%s", err);
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
 /* FNV-1a, for the zone schema */
 
 static uint64_t
@@ -141,11 +181,10 @@ ngx_http_weir_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     ngx_http_weir_main_conf_t *wmcf = conf;
 
     u_char                            *p;
-    size_t                             len;
     ssize_t                            size;
-    uint64_t                           scale;
     ngx_str_t                         *value, name, s, tag;
-    ngx_int_t                          rate, events;
+    ngx_int_t                          events;
+    weir_rate                          rate;
     ngx_msec_t                         window, lease;
     ngx_uint_t                         i, conn;
     const char                        *what;
@@ -172,8 +211,8 @@ ngx_http_weir_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     }
 
     size = 0;
-    rate = 0;
-    scale = 1;
+    rate.count = 0;
+    rate.period_ns = 0;
     events = 0;
     window = 0;
     lease = 0;
@@ -212,36 +251,8 @@ ngx_http_weir_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
         if (!conn && ngx_http_weir_param(&value[i], "rate=", &s)) {
 
-            len = value[i].len;
-            p = value[i].data + len - 3;
-            scale = 0;
-
-            if (len > 8) {
-                if (ngx_strncmp(p, "r/s", 3) == 0) {
-                    scale = 1;
-
-                } else if (ngx_strncmp(p, "r/m", 3) == 0) {
-                    scale = 60;
-
-                } else if (ngx_strncmp(p, "r/h", 3) == 0) {
-                    scale = 3600;
-
-                } else if (ngx_strncmp(p, "r/d", 3) == 0) {
-                    scale = 86400;
-                }
-            }
-
-            if (scale) {
-                s.len -= 3;
-
-            } else {
-                scale = 1;
-            }
-
-            rate = ngx_atoi(s.data, s.len);
-            if (rate <= 0) {
-                what = "rate";
-                goto invalid;
+            if (ngx_http_weir_parse_rate(cf, &s, &rate) != NGX_OK) {
+                return NGX_CONF_ERROR;
             }
 
             continue;
@@ -299,7 +310,7 @@ ngx_http_weir_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
     } else if (events || window) {
 
-        if (rate) {
+        if (rate.count) {
             ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                                "\"rate\" cannot be combined with "
                                "\"events\" and \"window\"");
@@ -319,15 +330,16 @@ ngx_http_weir_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         ngx_str_set(&tag, "sliding");
 
     } else {
-        if (rate == 0) {
-            rate = 1;
+        if (rate.count == 0) {
+            rate.count = 1;
+            rate.period_ns = NGX_HTTP_WEIR_NS;
         }
 
         ctx->kind = NGX_HTTP_WEIR_GCRA;
 
-        if (scale <= 60) {
+        if (rate.period_ns <= 60 * NGX_HTTP_WEIR_NS) {
             /* nginx keeps the rate in milli-requests per second */
-            ctx->count = (uint64_t) rate * 1000 / scale;
+            ctx->count = rate.count * 1000 * NGX_HTTP_WEIR_NS / rate.period_ns;
             ctx->period_ns = 1000 * NGX_HTTP_WEIR_NS;
 
             if (ctx->count == 0) {
@@ -335,8 +347,8 @@ ngx_http_weir_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
             }
 
         } else {
-            ctx->count = rate;
-            ctx->period_ns = scale * NGX_HTTP_WEIR_NS;
+            ctx->count = rate.count;
+            ctx->period_ns = rate.period_ns;
         }
 
         ngx_str_set(&tag, "gcra");

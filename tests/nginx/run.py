@@ -672,8 +672,13 @@ def test_bad_configs(module):
     cases = [
         ("policy error", "weir_policy %DIR%/bad.toml;",
          [r"bad\.toml:\d+:\d+: missing field", r"in .*nginx\.conf:\d+"]),
+        # one parser: a bad rate gets the same words in nginx.conf as in a policy file
         ("bad rate", "weir_req_zone $remote_addr zone=a:1m rate=fast;",
-         [r'invalid rate "rate=fast" in .*nginx\.conf:\d+']),
+         [r'invalid rate "fast"; expected requests per unit like "10r/s"[^\n]* in .*nginx\.conf:\d+']),
+        ("bad rate unit", "weir_req_zone $remote_addr zone=a:1m rate=5r/w;",
+         [r'unknown rate unit "r/w"; expected r/s, r/m, r/h or r/d in .*nginx\.conf:\d+']),
+        ("bad policy rate unit", "weir_policy %DIR%/badrate.toml;",
+         [r'badrate\.toml:4:\d+: unknown rate unit "r/w"; expected r/s, r/m, r/h or r/d']),
         ("unknown zone", "server { listen 127.0.0.1:%PORT%; location / { weir_req zone=nope; } }",
          [r'nope']),
         ("burst on sliding", "weir_req_zone $remote_addr zone=s:1m events=10 window=1m;\n"
@@ -684,8 +689,9 @@ def test_bad_configs(module):
          [r'"weir on" needs a "weir_policy" in the http block in .*nginx\.conf:\d+']),
     ]
     bad = '[zones.z]\nsize = "64k"\nalgorithm = "gcra"\nrate = "1r/s"\n[[limit]]\nburst = 5\n'
+    bad_rate = '[zones.z]\nsize = "64k"\nalgorithm = "gcra"\nrate = "5r/w"\n[[limit]]\nclass = "*"\nzone = "z"\n'
     for what, http, want in cases:
-        ngx = Nginx(module, http, files={"bad.toml": bad})
+        ngx = Nginx(module, http, files={"bad.toml": bad, "badrate.toml": bad_rate})
         try:
             rc, out = ngx.test_config()
             check(rc != 0, f"{what}: nginx -t succeeded")
