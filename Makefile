@@ -109,10 +109,20 @@ nginx-module-test: lib
 
 # Real nginx (Debian's /usr/sbin/nginx) with the module: every shared vector in
 # policy mode, multi-worker exact counts, SIGKILL, reload, bad configs, ASan.
+# nginx's own limit_req*/limit_conn* tests (nginx-tests, BSD; not vendored) run renamed when a
+# checkout of them sits next to this repository, as ../shared/nginx-tests, or in NGINX_TESTS.
+NGINX_TESTS ?= $(firstword $(wildcard $(CURDIR)/../shared/nginx-tests))
+
 nginx-test: nginx-module nginx-module-test promcheck
 	python3 tests/nginx/run.py --module target/nginx/ngx_http_weir_module.so \
 		--test-module target/nginx-test/ngx_http_weir_module.so --promcheck target/caddy/promcheck \
 		--asan-module target/nginx-asan/ngx_http_weir_module.so --vectors $(VECTORS)
+	@if [ -n "$(NGINX_TESTS)" ]; then \
+		PROVE_FLAGS= bash nginx-module/t/run-nginx-tests.sh "$(NGINX_TESTS)"; \
+	else \
+		echo "nginx-test: SKIPPED nginx's own limit_req/limit_conn tests: no nginx-tests checkout" \
+			"at ../shared/nginx-tests (set NGINX_TESTS=DIR)"; \
+	fi
 
 # ---- Caddy plugin (caddy-plugin/, docs/CADDY.md) ----------------------------------------
 # Caddy and xcaddy are pinned; cgo must be on (xcaddy silently drops cgo files without it).

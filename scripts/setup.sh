@@ -13,6 +13,11 @@ command -v make >/dev/null 2>&1 || need+=(make)
 command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
 command -v valgrind >/dev/null 2>&1 || need+=(valgrind)
 [ -f /usr/include/cjson/cJSON.h ] || need+=(libcjson-dev)
+# nginx's own tests (make nginx-test) load every module `nginx -V` names as dynamic.
+for m in http-geoip http-image-filter http-perl http-xslt-filter mail stream stream-geoip; do
+    [ -f /usr/lib/nginx/modules/ngx_${m//-/_}_module.so ] || need+=(libnginx-mod-$m)
+done
+command -v prove >/dev/null 2>&1 || need+=(perl)
 # Cluster-scope tests (tests/cluster.rs) start their own redis-server on a free port.
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 if [ ${#need[@]} -gt 0 ]; then

@@ -6,8 +6,8 @@
 #
 #   nginx-module/t/run-nginx-tests.sh /path/to/nginx-tests [MODULE.so]
 #
-# nginx-tests is not vendored and CI does not run this (CI cannot fetch it):
-#   git clone https://github.com/nginx/nginx-tests
+# nginx-tests is not vendored (git clone https://github.com/nginx/nginx-tests);
+# `make nginx-test` runs this when a checkout is found (see NGINX_TESTS there).
 # Test::Nginx loads every module `nginx -V` names as dynamic, so Debian's
 # libnginx-mod-* packages must be installed (see docs/NGINX.md).
 set -euo pipefail
