@@ -107,8 +107,9 @@ nginx-module-test: lib
 	nginx-module/build.sh target/nginx-asan $(CARGO_OUT)/release/libweir.a \
 		"-DWEIR_TEST_HOOKS=1 -fsanitize=address -fno-omit-frame-pointer" "-fsanitize=address"
 
-# Real nginx (Debian's /usr/sbin/nginx) with the module: every shared vector in
-# policy mode, multi-worker exact counts, SIGKILL, reload, bad configs, ASan.
+# Real nginx (Debian's /usr/sbin/nginx) with the module: every shared vector and host
+# scenario (tests/hosts) in policy mode, multi-worker exact counts, SIGKILL, reload, bad
+# configs, ASan.
 nginx-test: nginx-module nginx-module-test promcheck
 	python3 tests/nginx/run.py --module target/nginx/ngx_http_weir_module.so \
 		--test-module target/nginx-test/ngx_http_weir_module.so --promcheck target/caddy/promcheck \
