@@ -156,11 +156,12 @@ caddy-lint:
 	@out=$$(gofmt -l caddy-plugin); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
 	cd caddy-plugin && $(CADDY_ENV) go vet ./... && $(CADDY_ENV) go vet -tags weirtest ./...
 
-# Go tests over HTTP on 127.0.0.1 against both binaries (vectors, caddy-ratelimit's cases,
-# reloads, load, bad configs).
+# Go tests over HTTP on 127.0.0.1 against both binaries (vectors, host scenarios,
+# caddy-ratelimit's cases, reloads, load, bad configs).
 caddy-test: caddy caddy-weirtest caddy-lint
 	cd caddy-plugin && $(CADDY_ENV) WEIR_CADDY=$(CURDIR)/target/caddy/caddy \
 		WEIR_CADDY_TEST=$(CURDIR)/target/caddy/caddy-weirtest WEIR_VECTORS=$(CURDIR)/$(VECTORS) \
+		WEIR_HOSTS=$(CURDIR)/tests/hosts \
 		go test -trimpath -tags weirtest,nobadger,nomysql,nopgx -count=1 -timeout 20m ./...
 
 # target/caddy/caddy-ratelimit: the same Caddy with github.com/mholt/caddy-ratelimit instead of

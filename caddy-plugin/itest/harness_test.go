@@ -155,21 +155,29 @@ func (s *server) stop() {
 // reload posts a new config to the admin API (/load), as `caddy reload` does.
 func (s *server) reload(adapter, config string) {
 	s.t.Helper()
+	if code, body := s.load(adapter, config); code != 200 {
+		s.t.Fatalf("reload: %d %s", code, body)
+	}
+}
+
+// load posts a config to the admin API (/load); the status and body of the answer. Caddy
+// reloads even an unchanged config (a policy file it names may have changed).
+func (s *server) load(adapter, config string) (int, string) {
+	s.t.Helper()
 	ct := "text/caddyfile"
 	if adapter == "json" {
 		ct = "application/json"
 	}
 	req, _ := http.NewRequest("POST", fmt.Sprintf("http://127.0.0.1:%d/load", s.admin), strings.NewReader(s.subst(config)))
 	req.Header.Set("Content-Type", ct)
+	req.Header.Set("Cache-Control", "must-revalidate")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		s.t.Fatal(err)
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if resp.StatusCode != 200 {
-		s.t.Fatalf("reload: %d %s", resp.StatusCode, body)
-	}
+	return resp.StatusCode, string(body)
 }
 
 // response is what rawRequest read.
