@@ -38,8 +38,9 @@ lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
-unit:
-	$(CARGO) test --release --workspace
+# WEIR_PROMCHECK: the tower layer's host scenarios check its metrics with it.
+unit: promcheck
+	WEIR_PROMCHECK=$(CURDIR)/target/caddy/promcheck $(CARGO) test --release --workspace
 
 # Every interleaving with up to 4 preemptions (unbounded takes over 15 minutes since a lookup
 # loads a whole 4-slot bucket; 4 takes about 2 minutes on 2 cores).

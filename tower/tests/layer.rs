@@ -1,7 +1,7 @@
 //! The layer's own behaviour on a real server (axum on 127.0.0.1, real clock): permits come
-//! back on handler error, handler panic and client disconnect mid-body; delays are served;
-//! queued requests pass, time out, and give their place back when the client leaves; the peer
-//! comes from ConnectInfo.
+//! back on handler error, handler panic and client disconnect mid-body; delays are served; the
+//! peer comes from ConnectInfo. (Queue waits, unix-socket peers and failure_mode: the host
+//! scenarios, tests/hosts.rs.)
 
 mod common;
 
@@ -199,83 +199,6 @@ burst = 2
         waits[1] > 150_000_000 && waits[2] > 150_000_000,
         "{waits:?}"
     );
-}
-
-const QUEUE: &str = r#"
-[zones.c]
-size = "64k"
-algorithm = "concurrency"
-max = 1
-[[limit]]
-class = "*"
-zone = "c"
-name = "one"
-key = "global"
-queue = 1
-timeout = "TIMEOUT"
-status = 503
-"#;
-
-#[tokio::test]
-async fn queued_request_passes_when_the_slot_frees_and_times_out_otherwise() {
-    let (addr, held) = app(WeirLayer::new(engine(&QUEUE.replace("TIMEOUT", "300ms")))).await;
-    let mut a = get_held(addr, 1).await;
-    assert_eq!(status(&mut a, SECOND).await, Some(200));
-    let mut b = get_held(addr, 2).await;
-    assert_eq!(
-        status(&mut b, Duration::from_millis(50)).await,
-        None,
-        "b waits"
-    );
-    held.end(1, End::Finish);
-    a.body(SECOND).await.unwrap();
-    assert_eq!(status(&mut b, SECOND).await, Some(200), "b got the slot");
-
-    // b holds the slot now: c waits its 300 ms out, then gets the limit's status.
-    let t0 = Instant::now();
-    let mut c = get_held(addr, 3).await;
-    let head = c.head(Duration::from_secs(3)).await.unwrap();
-    assert_eq!(head.status, 503);
-    assert_eq!(head.get("retry-after"), Some("1"));
-    assert!(
-        t0.elapsed() >= Duration::from_millis(300),
-        "{:?}",
-        t0.elapsed()
-    );
-}
-
-#[tokio::test]
-async fn queued_client_that_leaves_gives_its_place_back() {
-    let (addr, held) = app(WeirLayer::new(engine(&QUEUE.replace("TIMEOUT", "10s")))).await;
-    let mut a = get_held(addr, 1).await;
-    assert_eq!(status(&mut a, SECOND).await, Some(200));
-    let mut b = get_held(addr, 2).await;
-    assert_eq!(
-        status(&mut b, Duration::from_millis(50)).await,
-        None,
-        "b waits"
-    );
-    let mut c = get_held(addr, 3).await;
-    assert_eq!(
-        status(&mut c, SECOND).await,
-        Some(503),
-        "the queue (1) is full"
-    );
-    drop(b);
-    // The layer's future for b is dropped with the connection; its ticket is abandoned.
-    let t0 = Instant::now();
-    let mut n = 4;
-    let mut d = loop {
-        let mut d = get_held(addr, n).await;
-        match status(&mut d, Duration::from_millis(50)).await {
-            None => break d, // queued
-            Some(503) if t0.elapsed() < Duration::from_secs(3) => {}
-            other => panic!("queue place not given back: {other:?}"),
-        }
-        n += 1;
-    };
-    held.end(1, End::Finish);
-    assert_eq!(status(&mut d, SECOND).await, Some(200));
 }
 
 const LOCAL_ONLY: &str = r#"
