@@ -64,6 +64,7 @@ type logEntry struct {
 	Limit  string `toml:"limit" json:"limit"`
 	Level  string `toml:"level" json:"level"`
 	Client string `toml:"client" json:"client_ip"`
+	DryRun bool   `toml:"dry_run" json:"dry_run"`
 }
 
 const hostsCfg = `%GLOBALS%

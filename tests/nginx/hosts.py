@@ -105,10 +105,15 @@ def limit_counts(ngx, promcheck):
 
 
 def rejections(ngx):
-    """The error log's rejection entries: [{limit, level, client}]."""
-    return [{"level": m.group(1), "limit": m.group(2), "client": m.group(3)}
-            for m in re.finditer(r'\[(\w+)\] .*limiting requests by weir limit "([^"]+)", '
-                                 r'client: ([^,]+)', ngx.error_log())]
+    """The error log's rejection entries: [{limit, level, client[, dry_run]}]."""
+    out = []
+    for m in re.finditer(r'\[(\w+)\] .*limiting requests(, dry run,)? by weir limit "([^"]+)", '
+                         r'client: ([^,]+)', ngx.error_log()):
+        e = {"level": m.group(1), "limit": m.group(3), "client": m.group(4)}
+        if m.group(2):
+            e["dry_run"] = True
+        out.append(e)
+    return out
 
 
 def write_policy(ngx, text):
