@@ -264,14 +264,25 @@ async fn run(name: &str, sc: &Table) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn host_scenarios() {
-    let (mut ran, mut skipped) = (0, Vec::new());
+    let (mut ran, mut skipped, mut failed) = (0, Vec::new(), Vec::new());
     for (name, sc) in scenarios() {
         if let Some(why) = skip(&sc) {
             skipped.push(format!("{name} ({why})"));
             continue;
         }
-        run(&name, &sc).await;
-        ran += 1;
+        // Its own task: a failed assertion fails this scenario, the others still run.
+        let task = tokio::spawn({
+            let name = name.clone();
+            async move { run(&name, &sc).await }
+        });
+        match task.await {
+            Ok(()) => ran += 1,
+            Err(_) => failed.push(name),
+        }
     }
+    assert!(
+        failed.is_empty(),
+        "scenarios failed (see above): {failed:?}"
+    );
     println!("{ran} scenarios passed; skipped: {}", skipped.join("; "));
 }
