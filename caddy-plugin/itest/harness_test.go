@@ -16,6 +16,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/weir-rs/weir/caddy-plugin/promcheck"
 )
 
 func binary(t *testing.T, env string) string {
@@ -178,6 +180,21 @@ func (s *server) load(adapter, config string) (int, string) {
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	return resp.StatusCode, string(body)
+}
+
+// metrics reads the admin /metrics; the test fails unless it is valid Prometheus text.
+func (s *server) metrics() []byte {
+	s.t.Helper()
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", s.admin))
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err := promcheck.Check(body); err != nil {
+		s.t.Fatalf("admin /metrics is not valid Prometheus text: %v", err)
+	}
+	return body
 }
 
 // response is what rawRequest read.
