@@ -30,9 +30,10 @@ import (
 const hostName = "caddy"
 
 type scenario struct {
-	Policy string            `toml:"policy"`
-	Skip   map[string]string `toml:"skip"`
-	Step   []hostStep        `toml:"step"`
+	Policy   string            `toml:"policy"`
+	Skip     map[string]string `toml:"skip"`
+	Step     []hostStep        `toml:"step"`
+	Policies map[string]string `toml:"policies"`
 }
 
 type hostStep struct {
@@ -45,7 +46,7 @@ type hostStep struct {
 	Finish  string                      `toml:"finish"`
 	Leave   string                      `toml:"leave"`
 	AfterMs int                         `toml:"after_ms"`
-	Reload  *string                     `toml:"reload"`
+	Reload  string                      `toml:"reload"`
 	Refused bool                        `toml:"refused"`
 	Metrics map[string]map[string]int64 `toml:"metrics"`
 	Log     []logEntry                  `toml:"log"`
@@ -271,9 +272,9 @@ func runScenario(t *testing.T, bin, name string, sc scenario, up *holder, upAddr
 			held[st.Leave].conn.Close()
 			delete(held, st.Leave)
 			time.Sleep(time.Duration(st.AfterMs) * time.Millisecond)
-		case st.Reload != nil:
-			text := *st.Reload
-			if text == "same" {
+		case st.Reload != "":
+			text := sc.Policies[st.Reload]
+			if st.Reload == "policy" {
 				text = sc.Policy
 			}
 			if err := os.WriteFile(policy, []byte(text), 0o644); err != nil {

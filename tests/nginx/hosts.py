@@ -177,7 +177,8 @@ def run_scenario(module, name, sc, backend, promcheck, env):
                 held.pop(step["leave"]).close()
                 time.sleep(step.get("after_ms", 0) / 1000)
             elif "reload" in step:
-                text = sc["policy"] if step["reload"] == "same" else step["reload"]
+                which = step["reload"]
+                text = sc["policy"] if which == "policy" else sc["policies"][which]
                 reload(ngx, text, step.get("refused", False))
             elif "metrics" in step:
                 counts = limit_counts(ngx, promcheck)
