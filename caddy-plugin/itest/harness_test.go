@@ -237,12 +237,31 @@ func tryRequest(port int, method, target string, headers [][2]string) (response,
 
 // tryRequestOn is tryRequest to any address ("unix", a socket path; "tcp", host:port).
 func tryRequestOn(network, addr, method, target string, headers [][2]string) (response, error) {
-	c, err := net.DialTimeout(network, addr, 5*time.Second)
+	p, err := sendOn(network, addr, method, target, headers)
 	if err != nil {
 		return response{}, err
 	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	defer p.conn.Close()
+	<-p.done
+	return p.resp, p.err
+}
+
+// pending is a request sent: its connection and, once done is closed, its response.
+type pending struct {
+	conn net.Conn
+	done chan struct{}
+	resp response
+	err  error
+}
+
+// sendOn writes one HTTP/1.1 request (the target exactly as given, header lines in order) on
+// a new connection and reads the response in the background.
+func sendOn(network, addr, method, target string, headers [][2]string) (*pending, error) {
+	c, err := net.DialTimeout(network, addr, 5*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s %s HTTP/1.1\r\n", method, target)
 	hasHost := false
@@ -257,15 +276,22 @@ func tryRequestOn(network, addr, method, target string, headers [][2]string) (re
 	}
 	b.WriteString("Connection: close\r\n\r\n")
 	if _, err := io.WriteString(c, b.String()); err != nil {
-		return response{}, err
+		c.Close()
+		return nil, err
 	}
-	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-	if err != nil {
-		return response{}, err
-	}
-	body, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	return response{resp.StatusCode, resp.Header, string(body)}, err
+	p := &pending{conn: c, done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			p.err = err
+			return
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		p.resp, p.err = response{resp.StatusCode, resp.Header, string(body)}, err
+	}()
+	return p, nil
 }
 
 func get(t *testing.T, port int, path string, headers ...[2]string) response {

@@ -1,12 +1,10 @@
 package itest
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -113,45 +111,6 @@ func (h *holder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	io.WriteString(w, "ok")
 }
 
-// pending is a held request: its connection and, once read, its response.
-type pending struct {
-	conn net.Conn
-	done chan struct{}
-	resp response
-	err  error
-}
-
-func sendHeld(network, addr, target string, headers [][2]string) (*pending, error) {
-	c, err := net.DialTimeout(network, addr, 5*time.Second)
-	if err != nil {
-		return nil, err
-	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n", target)
-	for _, h := range headers {
-		fmt.Fprintf(&b, "%s: %s\r\n", h[0], h[1])
-	}
-	b.WriteString("\r\n")
-	if _, err := io.WriteString(c, b.String()); err != nil {
-		c.Close()
-		return nil, err
-	}
-	p := &pending{conn: c, done: make(chan struct{})}
-	go func() {
-		defer close(p.done)
-		_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
-		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-		if err != nil {
-			p.err = err
-			return
-		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		p.resp = response{resp.StatusCode, resp.Header, string(body)}
-	}()
-	return p, nil
-}
-
 func loadScenarios(t *testing.T) map[string]scenario {
 	dir := os.Getenv("WEIR_HOSTS")
 	if dir == "" {
@@ -234,7 +193,7 @@ func runScenario(t *testing.T, bin, name string, sc scenario, up *holder, upAddr
 				continue
 			}
 			tag := name + ":" + st.Hold
-			p, err := sendHeld(network, addr, st.Request, append(hs, [2]string{"X-Hold", tag}))
+			p, err := sendOn(network, addr, "GET", st.Request, append(hs, [2]string{"X-Hold", tag}))
 			if err != nil {
 				t.Fatalf("%s: %v", where, err)
 			}
