@@ -53,6 +53,7 @@ type hostStep struct {
 
 type hostExpect struct {
 	Status  int               `toml:"status"`
+	MinMs   int64             `toml:"min_ms"`
 	Queued  bool              `toml:"queued"`
 	Headers map[string]string `toml:"headers"`
 	Absent  []string          `toml:"absent"`
@@ -185,11 +186,15 @@ func runScenario(t *testing.T, bin, name string, sc scenario, up *holder, upAddr
 				hs = append(hs, [2]string{"X-Weir-Test-Peer", "not-an-address"})
 			}
 			if st.Hold == "" {
+				sent := time.Now()
 				r, err := retried(network, addr, st.Request, hs)
 				if err != nil {
 					t.Fatalf("%s: %v", where, err)
 				}
 				checkResponse(t, where, r, st.Expect)
+				if took := time.Since(sent); took.Milliseconds() < st.Expect.MinMs {
+					t.Errorf("%s: answered after %v", where, took)
+				}
 				continue
 			}
 			tag := name + ":" + st.Hold

@@ -21,7 +21,7 @@ QUIET_S = 0.1  # how long a queued request must stay unanswered
 
 HTTP = """
     weir_policy %DIR%/policy.toml;
-    weir_test_clock $http_x_weir_test_now $http_x_weir_test_peer;
+    HOOKS
     server {
         listen 127.0.0.1:%PORT%;
         listen unix:%DIR%/s.sock;
@@ -139,7 +139,11 @@ def reload(ngx, text, refused):
 
 
 def run_scenario(module, name, sc, backend, promcheck, env):
-    ngx = Nginx(module, HTTP.replace("BACKEND", str(backend.port)), env=env,
+    # The peer hook only where a step needs it: with the hooks on, delays are not served.
+    fails = any(step.get("fail") for step in sc["step"])
+    hooks = "weir_test_clock $http_x_weir_test_now $http_x_weir_test_peer;" if fails else ""
+    http = HTTP.replace("BACKEND", str(backend.port)).replace("HOOKS", hooks)
+    ngx = Nginx(module, http, env=env,
                 files={"policy.toml": sc["policy"]})
     held = {}  # hold name -> socket
     try:
@@ -151,9 +155,12 @@ def run_scenario(module, name, sc, backend, promcheck, env):
                 continue
             if "request" in step:
                 tag = f"{name}:{step['hold']}" if "hold" in step else None
+                sent = time.monotonic()
                 sock = open_request(ngx, step, tag)
                 if tag is None:
                     check_response(where, read_response(sock), expect)
+                    took = (time.monotonic() - sent) * 1000
+                    check(took >= expect.get("min_ms", 0), f"{where}: answered after {took:.0f} ms")
                     continue
                 held[step["hold"]] = sock
                 got = settle(sock, backend, tag, QUIET_S if expect.get("queued") else 5)

@@ -211,6 +211,7 @@ async fn run(name: &str, sc: &Table) {
             if step.get("fail").and_then(Value::as_bool) == Some(true) {
                 host.armed.store(true, Ordering::SeqCst);
             }
+            let sent = std::time::Instant::now();
             let mut conn = match step.get("via").and_then(Value::as_str) {
                 Some("unix") => Conn::send_unix(&host.unix, "GET", target, &headers).await,
                 _ => Conn::send(host.tcp, "GET", target, &headers).await,
@@ -218,6 +219,15 @@ async fn run(name: &str, sc: &Table) {
             let Some(hold) = hold else {
                 conn.body(ARRIVE).await.expect("a response");
                 check_response(&at, &conn, expect);
+                let min = expect
+                    .get("min_ms")
+                    .and_then(Value::as_integer)
+                    .unwrap_or(0);
+                let took = sent.elapsed();
+                assert!(
+                    took.as_millis() >= min as u128,
+                    "{at}: answered after {took:?}"
+                );
                 continue;
             };
             // A held request that reaches the handler answers 200 at once (body held).
