@@ -339,7 +339,8 @@ func weirCounts(t *testing.T, s *server) map[string]int64 {
 	return out
 }
 
-// rejections are Caddy's "rate limit exceeded" log entries, in order.
+// rejections are Caddy's "rate limit exceeded" log entries (and those of dry-run limits), in
+// order.
 func rejections(logs string) []logEntry {
 	var out []logEntry
 	for _, line := range strings.Split(logs, "\n") {
@@ -347,7 +348,7 @@ func rejections(logs string) []logEntry {
 			Msg string `json:"msg"`
 			logEntry
 		}
-		if json.Unmarshal([]byte(line), &e) == nil && e.Msg == "rate limit exceeded" {
+		if json.Unmarshal([]byte(line), &e) == nil && (e.Msg == "rate limit exceeded" || e.Msg == "rate limit exceeded (dry run)") {
 			out = append(out, e.logEntry)
 		}
 	}
