@@ -28,10 +28,11 @@ import (
 const hostName = "caddy"
 
 type scenario struct {
-	Policy   string            `toml:"policy"`
-	Skip     map[string]string `toml:"skip"`
-	Step     []hostStep        `toml:"step"`
-	Policies map[string]string `toml:"policies"`
+	Description string            `toml:"description"`
+	Policy      string            `toml:"policy"`
+	Skip        map[string]string `toml:"skip"`
+	Step        []hostStep        `toml:"step"`
+	Policies    map[string]string `toml:"policies"`
 }
 
 type hostStep struct {
@@ -124,8 +125,12 @@ func loadScenarios(t *testing.T) map[string]scenario {
 	out := map[string]scenario{}
 	for _, f := range files {
 		var sc scenario
-		if _, err := toml.DecodeFile(f, &sc); err != nil {
+		md, err := toml.DecodeFile(f, &sc)
+		if err != nil {
 			t.Fatalf("%s: %v", f, err)
+		}
+		if keys := md.Undecoded(); len(keys) > 0 {
+			t.Fatalf("%s: unknown keys %v", f, keys)
 		}
 		out[strings.TrimSuffix(filepath.Base(f), ".toml")] = sc
 	}
@@ -267,6 +272,8 @@ func runScenario(t *testing.T, bin, name string, sc scenario, up *holder, upAddr
 			if !reflect.DeepEqual(got, st.Log) {
 				t.Errorf("%s: rejections logged %+v, want %+v", where, got, st.Log)
 			}
+		default:
+			t.Fatalf("%s: no request, finish, leave, reload, metrics or log", where)
 		}
 	}
 	s.assertAlive()
