@@ -9,6 +9,7 @@ read; rejection log entries are the error log's "limiting requests" lines.
 import glob
 import os
 import re
+import signal
 import socket
 import subprocess
 import time
@@ -128,7 +129,7 @@ def reload(ngx, text, refused):
         return
     workers = ngx.workers_pids()
     before = ngx.error_log().count("[emerg]")
-    os.kill(ngx.pid, 1)  # SIGHUP
+    os.kill(ngx.pid, signal.SIGHUP)
     for _ in range(500):
         if ngx.error_log().count("[emerg]") > before:
             break
