@@ -38,8 +38,9 @@ lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
-unit:
-	$(CARGO) test --release --workspace
+# WEIR_PROMCHECK: the tower layer's host scenarios check its metrics with it.
+unit: promcheck
+	WEIR_PROMCHECK=$(CURDIR)/target/caddy/promcheck $(CARGO) test --release --workspace
 
 # Every interleaving with up to 4 preemptions (unbounded takes over 15 minutes since a lookup
 # loads a whole 4-slot bucket; 4 takes about 2 minutes on 2 cores).
@@ -107,8 +108,9 @@ nginx-module-test: lib
 	nginx-module/build.sh target/nginx-asan $(CARGO_OUT)/release/libweir.a \
 		"-DWEIR_TEST_HOOKS=1 -fsanitize=address -fno-omit-frame-pointer" "-fsanitize=address"
 
-# Real nginx (Debian's /usr/sbin/nginx) with the module: every shared vector in
-# policy mode, multi-worker exact counts, SIGKILL, reload, bad configs, ASan.
+# Real nginx (Debian's /usr/sbin/nginx) with the module: every shared vector and host
+# scenario (tests/hosts) in policy mode, multi-worker exact counts, SIGKILL, reload, bad
+# configs, ASan.
 # nginx's own limit_req*/limit_conn* tests (nginx-tests, BSD; not vendored) run renamed when a
 # checkout of them sits next to this repository, as ../shared/nginx-tests, or in NGINX_TESTS.
 NGINX_TESTS ?= $(firstword $(wildcard $(CURDIR)/../shared/nginx-tests))
@@ -165,11 +167,12 @@ caddy-lint:
 	@out=$$(gofmt -l caddy-plugin); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
 	cd caddy-plugin && $(CADDY_ENV) go vet ./... && $(CADDY_ENV) go vet -tags weirtest ./...
 
-# Go tests over HTTP on 127.0.0.1 against both binaries (vectors, caddy-ratelimit's cases,
-# reloads, load, bad configs).
+# Go tests over HTTP on 127.0.0.1 against both binaries (vectors, host scenarios,
+# caddy-ratelimit's cases, reloads, load, bad configs).
 caddy-test: caddy caddy-weirtest caddy-lint
 	cd caddy-plugin && $(CADDY_ENV) WEIR_CADDY=$(CURDIR)/target/caddy/caddy \
 		WEIR_CADDY_TEST=$(CURDIR)/target/caddy/caddy-weirtest WEIR_VECTORS=$(CURDIR)/$(VECTORS) \
+		WEIR_HOSTS=$(CURDIR)/tests/hosts \
 		go test -trimpath -tags weirtest,nobadger,nomysql,nopgx -count=1 -timeout 20m ./...
 
 # target/caddy/caddy-ratelimit: the same Caddy with github.com/mholt/caddy-ratelimit instead of

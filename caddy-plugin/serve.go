@@ -258,6 +258,21 @@ func (h *Handler) rejected(w http.ResponseWriter, r *http.Request, repl *caddy.R
 	return caddyhttp.Error(status, errors.New("weir: rate limit exceeded: "+limit))
 }
 
+// dryRun logs what a dry-run limit would have done to a request that goes on: a rejection at
+// the limit's level, a delay one level lower (as nginx logs delays).
+func (h *Handler) dryRun(r *http.Request, env *reqEnv, limit string, action int, level zapcore.Level) {
+	if h.logger == nil {
+		return
+	}
+	msg := "rate limit exceeded (dry run)"
+	if action == actDelay {
+		msg, level = "request delayed (dry run)", level-1
+	}
+	if ce := h.logger.Check(level, msg); ce != nil {
+		ce.Write(zap.String("limit", limit), zap.Bool("dry_run", true), zap.String("client_ip", env.clientIP(r)))
+	}
+}
+
 // serveZones runs the inline zones: all-or-nothing across rate zones (a later rejection
 // refunds earlier charges), then concurrency zones (permits released after the response).
 func (h *Handler) serveZones(w http.ResponseWriter, r *http.Request, repl *caddy.Replacer, env *reqEnv,
@@ -403,6 +418,9 @@ func (h *Handler) servePolicy(w http.ResponseWriter, r *http.Request, repl *cadd
 		return "error", "", nil
 	}
 	limit := eng.limitName(v.limit())
+	if d := v.dryRunLimit(); d >= 0 {
+		h.dryRun(r, env, eng.limitName(d), v.dryRunAction(), s.logLevel(d))
+	}
 	holdPermits := func() {
 		if v.holdsPermits() {
 			rs.policyHeld = v

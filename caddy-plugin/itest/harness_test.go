@@ -16,6 +16,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/weir-rs/weir/caddy-plugin/promcheck"
 )
 
 func binary(t *testing.T, env string) string {
@@ -155,21 +157,44 @@ func (s *server) stop() {
 // reload posts a new config to the admin API (/load), as `caddy reload` does.
 func (s *server) reload(adapter, config string) {
 	s.t.Helper()
+	if code, body := s.load(adapter, config); code != 200 {
+		s.t.Fatalf("reload: %d %s", code, body)
+	}
+}
+
+// load posts a config to the admin API (/load); the status and body of the answer. Caddy
+// reloads even an unchanged config (a policy file it names may have changed).
+func (s *server) load(adapter, config string) (int, string) {
+	s.t.Helper()
 	ct := "text/caddyfile"
 	if adapter == "json" {
 		ct = "application/json"
 	}
 	req, _ := http.NewRequest("POST", fmt.Sprintf("http://127.0.0.1:%d/load", s.admin), strings.NewReader(s.subst(config)))
 	req.Header.Set("Content-Type", ct)
+	req.Header.Set("Cache-Control", "must-revalidate")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		s.t.Fatal(err)
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if resp.StatusCode != 200 {
-		s.t.Fatalf("reload: %d %s", resp.StatusCode, body)
+	return resp.StatusCode, string(body)
+}
+
+// metrics reads the admin /metrics; the test fails unless it is valid Prometheus text.
+func (s *server) metrics() []byte {
+	s.t.Helper()
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", s.admin))
+	if err != nil {
+		s.t.Fatal(err)
 	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err := promcheck.Check(body); err != nil {
+		s.t.Fatalf("admin /metrics is not valid Prometheus text: %v", err)
+	}
+	return body
 }
 
 // response is what rawRequest read.
@@ -212,12 +237,31 @@ func tryRequest(port int, method, target string, headers [][2]string) (response,
 
 // tryRequestOn is tryRequest to any address ("unix", a socket path; "tcp", host:port).
 func tryRequestOn(network, addr, method, target string, headers [][2]string) (response, error) {
-	c, err := net.DialTimeout(network, addr, 5*time.Second)
+	p, err := sendOn(network, addr, method, target, headers)
 	if err != nil {
 		return response{}, err
 	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	defer p.conn.Close()
+	<-p.done
+	return p.resp, p.err
+}
+
+// pending is a request sent: its connection and, once done is closed, its response.
+type pending struct {
+	conn net.Conn
+	done chan struct{}
+	resp response
+	err  error
+}
+
+// sendOn writes one HTTP/1.1 request (the target exactly as given, header lines in order) on
+// a new connection and reads the response in the background.
+func sendOn(network, addr, method, target string, headers [][2]string) (*pending, error) {
+	c, err := net.DialTimeout(network, addr, 5*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s %s HTTP/1.1\r\n", method, target)
 	hasHost := false
@@ -232,15 +276,22 @@ func tryRequestOn(network, addr, method, target string, headers [][2]string) (re
 	}
 	b.WriteString("Connection: close\r\n\r\n")
 	if _, err := io.WriteString(c, b.String()); err != nil {
-		return response{}, err
+		c.Close()
+		return nil, err
 	}
-	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-	if err != nil {
-		return response{}, err
-	}
-	body, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	return response{resp.StatusCode, resp.Header, string(body)}, err
+	p := &pending{conn: c, done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			p.err = err
+			return
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		p.resp, p.err = response{resp.StatusCode, resp.Header, string(body)}, err
+	}()
+	return p, nil
 }
 
 func get(t *testing.T, port int, path string, headers ...[2]string) response {

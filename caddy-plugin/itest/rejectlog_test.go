@@ -7,30 +7,14 @@ import (
 	"time"
 )
 
-// TestRejectionLogLevel: each rejection is logged once, by weir, at its limit's log_level (a
-// policy limit's log_level, an inline zone's log_level, info by default), also for a 503
-// without handle_errors: Caddy's error log does not report it again at error level.
+// TestRejectionLogLevel: each rejection by an inline zone is logged once, by weir, at the
+// zone's log_level (info by default), also for a 503 without handle_errors: Caddy's error log
+// does not report it again at error level. (Policy limits: tests/hosts/rejection-log.)
 func TestRejectionLogLevel(t *testing.T) {
 	bin := binary(t, "WEIR_CADDY")
-	pol := `[zones.g]
-size = "64k"
-algorithm = "gcra"
-rate = "1r/h"
-[classes.p]
-match = [{ path_prefix = "/p" }]
-[[limit]]
-class = "p"
-zone = "g"
-name = "pol"
-key = "global"
-nodelay = true
-status = 503
-log_level = "warn"
-`
-	cfg := strings.ReplaceAll(`%GLOBALS%
+	cfg := `%GLOBALS%
 :%PORT% {
 	weir {
-		policy %POL%
 		zone quiet {
 			match {
 				path /z*
@@ -51,9 +35,9 @@ log_level = "warn"
 	}
 	respond "ok"
 }
-`, "%POL%", writeFile(t, t.TempDir(), "p.toml", pol))
+`
 	s := startCaddy(t, bin, "caddyfile", cfg)
-	for _, path := range []string{"/p", "/z", "/e"} {
+	for _, path := range []string{"/z", "/e"} {
 		if r := get(t, s.port, path); r.status != 200 {
 			t.Fatalf("first %s: %d", path, r.status)
 		}
@@ -61,7 +45,7 @@ log_level = "warn"
 			t.Fatalf("second %s: %d %q, want 503 with an empty body", path, r.status, r.body)
 		}
 	}
-	want := map[string]string{"pol": "warn", "quiet": "info", "loud": "error"}
+	want := map[string]string{"quiet": "info", "loud": "error"}
 	// Caddy's output reaches the test through a pipe: wait for the last entries.
 	got := map[string]string{}
 	for deadline := time.Now().Add(10 * time.Second); len(got) < len(want) && time.Now().Before(deadline); {

@@ -16,8 +16,8 @@ use axum::response::Response;
 use axum::Router;
 use bytes::Bytes;
 use http_body::{Body, Frame};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream, UnixStream};
 use tokio::sync::oneshot;
 
 /// Serves `app` on 127.0.0.1:0 with `ConnectInfo<SocketAddr>`; the task ends with the runtime
@@ -176,22 +176,47 @@ impl Head {
     }
 }
 
-/// One HTTP/1.1 exchange over its own TCP connection.
+/// A client connection: TCP or a unix-domain socket.
+pub trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
+
+/// One HTTP/1.1 exchange over its own connection.
 pub struct Conn {
-    stream: TcpStream,
+    stream: Box<dyn Io>,
     buf: Vec<u8>,
     pub head: Option<Head>,
 }
 
 impl Conn {
-    /// Connects and writes the request (no body). Header lines go out in order, as given.
+    /// Connects over TCP and writes the request (no body). Header lines go out in order, as
+    /// given.
     pub async fn send(
         addr: SocketAddr,
         method: &str,
         target: &str,
         headers: &[(&str, &str)],
     ) -> Conn {
-        let mut stream = TcpStream::connect(addr).await.unwrap();
+        let stream = TcpStream::connect(addr).await.unwrap();
+        Conn::write(Box::new(stream), method, target, headers).await
+    }
+
+    /// [`Conn::send`] over the unix socket at `path`.
+    pub async fn send_unix(
+        path: &std::path::Path,
+        method: &str,
+        target: &str,
+        headers: &[(&str, &str)],
+    ) -> Conn {
+        let stream = UnixStream::connect(path).await.unwrap();
+        Conn::write(Box::new(stream), method, target, headers).await
+    }
+
+    async fn write(
+        mut stream: Box<dyn Io>,
+        method: &str,
+        target: &str,
+        headers: &[(&str, &str)],
+    ) -> Conn {
         let mut req = format!("{method} {target} HTTP/1.1\r\n");
         if !headers.iter().any(|(n, _)| n.eq_ignore_ascii_case("host")) {
             req.push_str("host: 127.0.0.1\r\n");

@@ -1,0 +1,363 @@
+package itest
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"reflect"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/BurntSushi/toml"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+)
+
+// The host conformance scenarios (tests/hosts/*.toml, see its README) through a real Caddy
+// (the weirtest build: a peer that is no address forces an evaluation to fail), weir in front
+// of a reverse proxy to an upstream that holds tagged requests, over TCP and a unix socket.
+
+const hostName = "caddy"
+
+type scenario struct {
+	Description string            `toml:"description"`
+	Policy      string            `toml:"policy"`
+	Skip        map[string]string `toml:"skip"`
+	Step        []hostStep        `toml:"step"`
+	Policies    map[string]string `toml:"policies"`
+}
+
+type hostStep struct {
+	Request string                      `toml:"request"`
+	Via     string                      `toml:"via"`
+	Headers [][]string                  `toml:"headers"`
+	Fail    bool                        `toml:"fail"`
+	Hold    string                      `toml:"hold"`
+	Expect  hostExpect                  `toml:"expect"`
+	Finish  string                      `toml:"finish"`
+	Leave   string                      `toml:"leave"`
+	AfterMs int                         `toml:"after_ms"`
+	Reload  string                      `toml:"reload"`
+	Refused bool                        `toml:"refused"`
+	Metrics map[string]map[string]int64 `toml:"metrics"`
+	Log     []logEntry                  `toml:"log"`
+	Skip    map[string]string           `toml:"skip"`
+}
+
+type hostExpect struct {
+	Status  int               `toml:"status"`
+	MinMs   int64             `toml:"min_ms"`
+	Queued  bool              `toml:"queued"`
+	Headers map[string]string `toml:"headers"`
+	Absent  []string          `toml:"absent"`
+}
+
+type logEntry struct {
+	Limit  string `toml:"limit" json:"limit"`
+	Level  string `toml:"level" json:"level"`
+	Client string `toml:"client" json:"client_ip"`
+	DryRun bool   `toml:"dry_run" json:"dry_run"`
+}
+
+const hostsCfg = `%GLOBALS%
+http://:%PORT% {
+	bind 127.0.0.1 unix/%DIR%/s.sock
+	weir {
+		policy %DIR%/policy.toml
+	}
+	reverse_proxy %UP%
+}
+`
+
+// holder is the upstream: a request with X-Hold waits until its tag is released.
+type holder struct {
+	mu      sync.Mutex
+	seen    map[string]bool
+	release map[string]chan struct{}
+}
+
+func (h *holder) gate(tag string) chan struct{} {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.release[tag] == nil {
+		h.release[tag] = make(chan struct{})
+	}
+	return h.release[tag]
+}
+
+func (h *holder) admitted(tag string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.seen[tag]
+}
+
+func (h *holder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if tag := r.Header.Get("X-Hold"); tag != "" {
+		gate := h.gate(tag)
+		h.mu.Lock()
+		h.seen[tag] = true
+		h.mu.Unlock()
+		select {
+		case <-gate:
+		case <-r.Context().Done():
+		}
+	}
+	io.WriteString(w, "ok")
+}
+
+func loadScenarios(t *testing.T) map[string]scenario {
+	dir := os.Getenv("WEIR_HOSTS")
+	if dir == "" {
+		dir = "../../tests/hosts"
+	}
+	files, _ := filepath.Glob(filepath.Join(dir, "*.toml"))
+	if len(files) < 8 {
+		t.Fatalf("found %d scenarios in %s; expected at least 8", len(files), dir)
+	}
+	out := map[string]scenario{}
+	for _, f := range files {
+		var sc scenario
+		md, err := toml.DecodeFile(f, &sc)
+		if err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		if keys := md.Undecoded(); len(keys) > 0 {
+			t.Fatalf("%s: unknown keys %v", f, keys)
+		}
+		out[strings.TrimSuffix(filepath.Base(f), ".toml")] = sc
+	}
+	return out
+}
+
+func TestHosts(t *testing.T) {
+	bin := binary(t, "WEIR_CADDY_TEST")
+	up := &holder{seen: map[string]bool{}, release: map[string]chan struct{}{}}
+	srv := httptest.NewServer(up)
+	t.Cleanup(srv.Close)
+	all := loadScenarios(t)
+	names := make([]string, 0, len(all))
+	for n := range all {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		sc := all[name]
+		t.Run(name, func(t *testing.T) {
+			if why, ok := sc.Skip[hostName]; ok {
+				t.Skip(why)
+			}
+			runScenario(t, bin, name, sc, up, strings.TrimPrefix(srv.URL, "http://"))
+		})
+	}
+}
+
+func runScenario(t *testing.T, bin, name string, sc scenario, up *holder, upAddr string) {
+	dir := t.TempDir()
+	policy := filepath.Join(dir, "policy.toml")
+	writeFile(t, dir, "policy.toml", sc.Policy)
+	cfg := strings.NewReplacer("%DIR%", dir, "%UP%", upAddr).Replace(hostsCfg)
+	s := startCaddy(t, bin, "caddyfile", cfg)
+	held := map[string]*pending{}
+	t.Cleanup(func() {
+		for _, p := range held {
+			p.conn.Close()
+		}
+	})
+	for i, st := range sc.Step {
+		where := fmt.Sprintf("step %d", i)
+		if why, ok := st.Skip[hostName]; ok {
+			t.Logf("%s skipped: %s", where, why)
+			continue
+		}
+		switch {
+		case st.Request != "":
+			network, addr := "tcp", fmt.Sprintf("127.0.0.1:%d", s.port)
+			if st.Via == "unix" {
+				network, addr = "unix", filepath.Join(dir, "s.sock")
+			}
+			var hs [][2]string
+			for _, h := range st.Headers {
+				hs = append(hs, [2]string{h[0], h[1]})
+			}
+			if st.Fail {
+				hs = append(hs, [2]string{"X-Weir-Test-Peer", "not-an-address"})
+			}
+			if st.Hold == "" {
+				sent := time.Now()
+				r, err := retried(network, addr, st.Request, hs)
+				if err != nil {
+					t.Fatalf("%s: %v", where, err)
+				}
+				checkResponse(t, where, r, st.Expect)
+				if took := time.Since(sent); took.Milliseconds() < st.Expect.MinMs {
+					t.Errorf("%s: answered after %v", where, took)
+				}
+				continue
+			}
+			tag := name + ":" + st.Hold
+			p, err := sendOn(network, addr, "GET", st.Request, append(hs, [2]string{"X-Hold", tag}))
+			if err != nil {
+				t.Fatalf("%s: %v", where, err)
+			}
+			held[st.Hold] = p
+			wait := 5 * time.Second
+			if st.Expect.Queued {
+				wait = 100 * time.Millisecond
+			}
+			switch got := settle(p, up, tag, wait); {
+			case st.Expect.Queued && got != "":
+				t.Fatalf("%s: expected queued, got %s (%d)", where, got, p.resp.status)
+			case st.Expect.Queued:
+			case got == "admitted":
+				if st.Expect.Status != 200 {
+					t.Fatalf("%s: admitted, want %d", where, st.Expect.Status)
+				}
+			case got == "":
+				t.Fatalf("%s: no answer", where)
+			default:
+				checkResponse(t, where, p.resp, st.Expect)
+			}
+		case st.Finish != "":
+			tag := name + ":" + st.Finish
+			p := held[st.Finish]
+			delete(held, st.Finish)
+			if settle(p, up, tag, 10*time.Second) == "admitted" {
+				close(up.gate(tag))
+				<-p.done
+			}
+			if p.err != nil {
+				t.Fatalf("%s: %v", where, p.err)
+			}
+			checkResponse(t, where, p.resp, st.Expect)
+		case st.Leave != "":
+			held[st.Leave].conn.Close()
+			delete(held, st.Leave)
+			time.Sleep(time.Duration(st.AfterMs) * time.Millisecond)
+		case st.Reload != "":
+			text := sc.Policies[st.Reload]
+			if st.Reload == "policy" {
+				text = sc.Policy
+			}
+			if err := os.WriteFile(policy, []byte(text), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if code, body := s.load("caddyfile", cfg); (code == 200) == st.Refused {
+				t.Fatalf("%s: config load answered %d %s (refused: %v)", where, code, body, st.Refused)
+			}
+		case st.Metrics != nil:
+			got := weirCounts(t, s)
+			for limit, verdicts := range st.Metrics {
+				for verdict, want := range verdicts {
+					if n, ok := got[limit+"/"+verdict]; !ok || n != want {
+						t.Errorf("%s: %s{limit=%q,outcome=%q} = %d (present %v), want %d", where,
+							"caddy_http_weir_requests_total", limit, verdict, n, ok, want)
+					}
+				}
+			}
+		case st.Log != nil:
+			var got []logEntry
+			for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+				if got = rejections(s.Logs()); len(got) >= len(st.Log) {
+					break
+				}
+			}
+			if !reflect.DeepEqual(got, st.Log) {
+				t.Errorf("%s: rejections logged %+v, want %+v", where, got, st.Log)
+			}
+		default:
+			t.Fatalf("%s: no request, finish, leave, reload, metrics or log", where)
+		}
+	}
+	s.assertAlive()
+}
+
+// retried is tryRequestOn, again while a config load switches servers under it.
+func retried(network, addr, target string, hs [][2]string) (r response, err error) {
+	for i := 0; i < 20; i++ {
+		if r, err = tryRequestOn(network, addr, "GET", target, hs); err == nil {
+			return r, nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return r, err
+}
+
+// settle waits up to wait for p to reach the upstream ("admitted") or be answered
+// ("answered"); "" when neither happened.
+func settle(p *pending, up *holder, tag string, wait time.Duration) string {
+	deadline := time.Now().Add(wait)
+	for time.Now().Before(deadline) {
+		if up.admitted(tag) {
+			return "admitted"
+		}
+		select {
+		case <-p.done:
+			return "answered"
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	return ""
+}
+
+func checkResponse(t *testing.T, where string, r response, e hostExpect) {
+	t.Helper()
+	if r.status != e.Status {
+		t.Errorf("%s: status %d, want %d", where, r.status, e.Status)
+	}
+	for k, want := range e.Headers {
+		if got := r.header.Values(k); len(got) != 1 || got[0] != want {
+			t.Errorf("%s: %s = %q, want %q", where, k, got, want)
+		}
+	}
+	for _, k := range e.Absent {
+		if got := r.header.Values(k); len(got) > 0 {
+			t.Errorf("%s: unexpected %s = %q", where, k, got)
+		}
+	}
+}
+
+// weirCounts reads the admin /metrics (strictly valid Prometheus text) into "limit/outcome"
+// → value of caddy_http_weir_requests_total.
+func weirCounts(t *testing.T, s *server) map[string]int64 {
+	t.Helper()
+	parser := expfmt.NewTextParser(model.LegacyValidation)
+	fams, err := parser.TextToMetricFamilies(bytes.NewReader(s.metrics()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int64{}
+	if f := fams["caddy_http_weir_requests_total"]; f != nil {
+		for _, m := range f.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			out[labels["limit"]+"/"+labels["outcome"]] = int64(m.GetCounter().GetValue())
+		}
+	}
+	return out
+}
+
+// rejections are Caddy's "rate limit exceeded" log entries (and those of dry-run limits), in
+// order.
+func rejections(logs string) []logEntry {
+	var out []logEntry
+	for _, line := range strings.Split(logs, "\n") {
+		var e struct {
+			Msg string `json:"msg"`
+			logEntry
+		}
+		if json.Unmarshal([]byte(line), &e) == nil && (e.Msg == "rate limit exceeded" || e.Msg == "rate limit exceeded (dry run)") {
+			out = append(out, e.logEntry)
+		}
+	}
+	return out
+}
