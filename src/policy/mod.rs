@@ -12,8 +12,8 @@ pub mod net;
 pub mod request;
 #[cfg(test)]
 mod test_rng;
-pub mod zone_size;
 
+pub use config::zone_size;
 pub use config::{load_policy, parse_policy, CompiledPolicy, PolicyError};
 pub use engine::{Action, Engine, EvalError, Outcome};
 pub use matching::{classset, normalize};

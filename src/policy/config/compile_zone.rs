@@ -136,7 +136,7 @@ pub(super) fn compile_zone(cx: &mut Cx<'_>, name: &str, z: &Spanned<ZoneSpec>) -
     };
     let cluster = compile_cluster(cx, name, zs, &algorithm).ok()?;
     let size = size?;
-    if let Some(e) = crate::policy::zone_size::size_error(size, &algorithm) {
+    if let Some(e) = super::zone_size::size_error(size, &algorithm) {
         cx.err(&zs.size.span(), format!("zone {name:?}: {e}"));
         return None;
     }

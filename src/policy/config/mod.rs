@@ -45,20 +45,22 @@ use super::matching::{Class, Glob, PathTest, Shape, ValueMatcher};
 use super::net::CidrSet;
 use super::request::{ClientIpResolver, ForwardedSource, PreparedRequest, RequestView};
 
-mod spec;
-use spec::*;
-mod units;
-pub use units::*;
-mod model;
-pub use model::*;
 mod compile;
-use compile::*;
-mod compile_zone;
-use compile_zone::*;
 mod compile_class;
-use compile_class::*;
 mod compile_limit;
+mod compile_zone;
+mod model;
+mod spec;
+mod units;
+pub mod zone_size;
+
+use compile::*;
+use compile_class::*;
 use compile_limit::*;
+use compile_zone::*;
+pub use model::*;
+use spec::*;
+pub use units::*;
 
 // ---------------------------------------------------------------------------
 // Errors
