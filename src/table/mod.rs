@@ -24,7 +24,7 @@ pub mod owner_model {
 }
 pub use log::{LogTable, SlidingLog, LOG_PROBE_WINDOW, MAX_LOG_EVENTS};
 
-use crate::limiter::{Algorithm, Concurrency, Decision, Permit, Verdict};
+use crate::limiter::{Concurrency, Decision, Permit, RateStep, Verdict};
 use header::{Header, Stripe, HEADER_BYTES, MAGIC};
 use slot::{pack, SlotWord, EMPTY};
 use std::ptr::NonNull;
@@ -410,7 +410,7 @@ impl Table {
     /// Runs a rate algorithm for `key_hash` at `now` (absolute ns on the table's clock) and
     /// counts the verdict.
     #[inline]
-    pub fn check<A: Algorithm>(&self, alg: &A, key_hash: u64, cost: u64, now: u64) -> Verdict {
+    pub fn check<A: RateStep>(&self, alg: &A, key_hash: u64, cost: u64, now: u64) -> Verdict {
         let now = now.saturating_sub(self.clock_base);
         let verdict = self.modify(
             key_hash,
@@ -424,14 +424,14 @@ impl Table {
 
     /// What [`Table::check`] would answer now, without charging or counting anything.
     #[inline]
-    pub fn predict<A: Algorithm>(&self, alg: &A, key_hash: u64, cost: u64, now: u64) -> Verdict {
+    pub fn predict<A: RateStep>(&self, alg: &A, key_hash: u64, cost: u64, now: u64) -> Verdict {
         let now = now.saturating_sub(self.clock_base);
         alg.step(self.peek(key_hash).unwrap_or(0), now, cost).1
     }
 
     /// Takes back a charge made by [`Table::check`] at `now` (all-or-nothing across limits).
     #[inline]
-    pub fn refund<A: Algorithm>(&self, alg: &A, key_hash: u64, cost: u64, now: u64) {
+    pub fn refund<A: RateStep>(&self, alg: &A, key_hash: u64, cost: u64, now: u64) {
         let now = now.saturating_sub(self.clock_base);
         self.modify(
             key_hash,
@@ -509,7 +509,7 @@ impl Table {
     /// Stores `state` for `key_hash` whatever was there (inserting, or evicting the slot that
     /// ranks lowest by `alg`'s residual at `now`). For writers that own a key's state outright,
     /// such as the cluster syncer filling a table of remote counts.
-    pub fn store<A: Algorithm>(&self, alg: &A, key_hash: u64, state: u64, now: u64) {
+    pub fn store<A: RateStep>(&self, alg: &A, key_hash: u64, state: u64, now: u64) {
         let now = now.saturating_sub(self.clock_base);
         self.modify(key_hash, |s| alg.residual(s, now), |_| (state, ()), true);
     }

@@ -244,7 +244,7 @@ pub(super) fn compile_limit(
         }
     }
     let mut burst = 0;
-    let mut delay = Delay::After(0);
+    let mut delay = Delay::Delay;
     let mut queue = 0;
     let mut timeout = DEFAULT_QUEUE_TIMEOUT;
     if is_gcra {
@@ -268,12 +268,16 @@ pub(super) fn compile_limit(
                         );
                         ok = false;
                     }
-                    delay = Delay::After(n);
+                    delay = if n == 0 {
+                        Delay::Delay
+                    } else {
+                        Delay::After(n)
+                    };
                 }
             }
             (None, Some(nd)) => {
                 if *nd.get_ref() {
-                    delay = Delay::Never;
+                    delay = Delay::NoDelay;
                 }
             }
             (None, None) => {}
@@ -300,10 +304,8 @@ pub(super) fn compile_limit(
     let cost = cost?;
     if let (Algorithm::Gcra { rate }, Some(b)) = (z.algorithm, &ls.burst) {
         // The limiter keeps (burst + 1) emission intervals in ns (src/limiter/gcra.rs).
-        if (burst + 1)
-            .checked_mul(rate.emission_interval_ns())
-            .is_none()
-        {
+        let interval = rate.interval_ns().unwrap_or(1);
+        if (burst + 1).checked_mul(interval).is_none() {
             cx.err(
                 &b.span(),
                 format!("burst = {burst} is too large for rate {rate}: (burst + 1) intervals must fit in 584 years"),

@@ -202,13 +202,10 @@ mod tests {
     #[test]
     fn rates() {
         let r = parse_rate("10r/s").unwrap();
-        assert_eq!(r.emission_interval_ns(), 100_000_000);
-        assert_eq!(parse_rate("30r/m").unwrap().per, Duration::from_secs(60));
+        assert_eq!(r.interval_ns(), Ok(100_000_000));
+        assert_eq!(parse_rate("30r/m").unwrap(), Rate::per_minute(30));
         assert_eq!(parse_rate("100r/h").unwrap().to_string(), "100r/h");
-        assert_eq!(
-            parse_rate("1000r/d").unwrap().per,
-            Duration::from_secs(86400)
-        );
+        assert_eq!(parse_rate("1000r/d").unwrap(), Rate::per_day(1000));
         assert_eq!(
             parse_rate("5r/w").unwrap_err(),
             "unknown rate unit \"r/w\"; expected r/s, r/m, r/h or r/d"

@@ -67,16 +67,9 @@ pub struct Zone {
     pub cluster: Option<crate::cluster::ClusterSpec>,
 }
 
-/// How excess (burst) requests of a GCRA limit are paced.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Delay {
-    /// The first N excess requests pass at once, further excess requests
-    /// (up to `burst`) are delayed to the rate. `After(0)` (the default) is
-    /// nginx's behaviour without `delay`/`nodelay`.
-    After(u64),
-    /// No excess request is delayed (`nodelay = true`).
-    Never,
-}
+/// How excess (burst) requests of a GCRA limit are paced: `delay = N` is `After(N)` (`Delay`
+/// when N is 0, nginx's default), `nodelay = true` is `NoDelay`.
+pub use crate::limiter::Delay;
 
 /// Log level for rejections (delays are logged one level lower), as nginx
 /// `limit_req_log_level`.
@@ -105,7 +98,7 @@ pub struct Limit {
     pub key: KeySpec,
     /// GCRA burst (0 for other algorithms).
     pub burst: u64,
-    /// GCRA delay mode (`After(0)` for other algorithms).
+    /// GCRA delay mode (`Delay` for other algorithms).
     pub delay: Delay,
     /// Count and log, but never reject or delay.
     pub dry_run: bool,

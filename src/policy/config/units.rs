@@ -39,79 +39,15 @@ pub(super) fn parse_size_sub(s: &str) -> Result<u64, SubErr> {
         .ok_or_else(|| (format!("size {s:?} is too large"), None))
 }
 
-/// A request rate: `count` requests per `per`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Rate {
-    /// Requests per period (≥ 1).
-    pub count: u64,
-    /// The period: 1 s, 1 min, 1 h or 1 day.
-    pub per: Duration,
-}
+pub use crate::limiter::Rate;
 
-impl Rate {
-    /// GCRA emission interval: `per / count`, in nanoseconds.
-    pub fn emission_interval_ns(&self) -> u64 {
-        (self.per.as_nanos() / u128::from(self.count)) as u64
-    }
-}
-
-impl fmt::Display for Rate {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let u = match self.per.as_secs() {
-            1 => "s",
-            60 => "m",
-            3600 => "h",
-            _ => "d",
-        };
-        write!(f, "{}r/{u}", self.count)
-    }
-}
-
-/// Parse `10r/s`, `30r/m`, `100r/h`, `1000r/d`.
+/// Parse `10r/s`, `30r/m`, `100r/h`, `1000r/d` ([`Rate::parse`]).
 pub fn parse_rate(s: &str) -> Result<Rate, String> {
-    parse_rate_sub(s).map_err(|e| e.0)
+    Rate::parse(s).map_err(|e| e.message)
 }
 
 pub(super) fn parse_rate_sub(s: &str) -> Result<Rate, SubErr> {
-    let digits = s.bytes().take_while(u8::is_ascii_digit).count();
-    let bad = || {
-        (
-            format!("invalid rate {s:?}; expected requests per unit like \"10r/s\", \"30r/m\", \"100r/h\" or \"1000r/d\""),
-            None,
-        )
-    };
-    if digits == 0 || !s[digits..].starts_with('r') {
-        return Err(bad());
-    }
-    let count: u64 = s[..digits].parse().map_err(|_| bad())?;
-    let per = match &s[digits..] {
-        "r/s" => 1,
-        "r/m" => 60,
-        "r/h" => 3600,
-        "r/d" => 86400,
-        u => {
-            return Err((
-                format!("unknown rate unit {u:?}; expected r/s, r/m, r/h or r/d"),
-                Some(digits..s.len()),
-            ))
-        }
-    };
-    if count == 0 {
-        return Err((
-            format!("rate {s:?} admits nothing; the count must be at least 1"),
-            None,
-        ));
-    }
-    if count > 1_000_000_000 {
-        return Err((
-            format!("rate {s:?} is too high; at most 1000000000 per unit"),
-            None,
-        ));
-    }
-    Ok(Rate {
-        count,
-        per: Duration::from_secs(per),
-    })
+    Rate::parse(s).map_err(|e| (e.message, e.span))
 }
 
 /// nginx time syntax: `30s`, `500ms`, `1h30m`, `2d`, a bare number of

@@ -117,20 +117,9 @@ pub(super) fn limiter_for(
         return Ok(Limiter::Rate(RateAlg::Cluster(Arc::clone(c))));
     }
     Ok(match zone.algorithm {
-        config::Algorithm::Gcra { rate } => {
-            let rate = Rate {
-                count: rate.count,
-                period_ns: rate.per.as_nanos() as u64,
-            };
-            let delay = match limit.delay {
-                config::Delay::Never => Delay::NoDelay,
-                config::Delay::After(0) => Delay::Delay,
-                config::Delay::After(n) => Delay::After(n),
-            };
-            Limiter::Rate(RateAlg::Gcra(
-                Gcra::new(rate, limit.burst, delay).map_err(err)?,
-            ))
-        }
+        config::Algorithm::Gcra { rate } => Limiter::Rate(RateAlg::Gcra(
+            Gcra::new(rate, limit.burst, limit.delay).map_err(err)?,
+        )),
         config::Algorithm::Sliding { events, window } => Limiter::Rate(RateAlg::Sliding(
             SlidingWindow::new(events, window.as_nanos() as u64).map_err(err)?,
         )),
@@ -305,8 +294,11 @@ impl Engine {
         // last: a refused engine changes no state).
         let now = crate::clock::monotonic_ns();
         for (z, t) in policy.zones.iter().zip(&tables) {
+            // A parsed rate always has an interval (count 1..=MAX_RATE_COUNT per second or more).
             if let config::Algorithm::Gcra { rate } = z.algorithm {
-                t.set_gcra_interval(rate.per.as_nanos() as u64 / rate.count.max(1), now);
+                if let Ok(interval) = rate.interval_ns() {
+                    t.set_gcra_interval(interval, now);
+                }
             }
         }
         let header_names = read_headers(&policy);

@@ -32,8 +32,8 @@ use super::matching::normalize::{self, UriError};
 use super::request::{HeaderCache, HeaderPlan, OwnedRequest, PreparedRequest, RequestView};
 use crate::cluster::{ClusterShared, ClusterZone};
 use crate::limiter::{
-    concurrency::DEFAULT_LEASE_NS, Concurrency, Decision, Delay, Gcra, Permit, Rate, SlidingWindow,
-    Verdict, NS_PER_SEC,
+    concurrency::DEFAULT_LEASE_NS, Concurrency, Decision, Gcra, Permit, SlidingWindow, Verdict,
+    NS_PER_SEC,
 };
 use crate::table::{LogTable, SlidingLog, Table};
 
