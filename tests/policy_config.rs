@@ -426,7 +426,7 @@ fn zone_errors() {
         "[zones.z]\nsize = \"1m\"\nalgorithm = \"leaky\"\n",
         3,
         13,
-        "unknown algorithm \"leaky\"; expected \"gcra\", \"sliding\", \"concurrency\" or \"log\"",
+        "unknown algorithm \"leaky\"; expected \"gcra\", \"sliding\", \"sliding_log\" or \"concurrency\"",
     );
     assert_err(
         "[zones.z]\nsize = \"1m\"\nalgorithm = \"gcra\"\n",

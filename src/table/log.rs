@@ -33,7 +33,7 @@ use std::sync::atomic::AtomicU64 as EntryWord;
 
 /// "WEIRLOG" + layout version byte.
 const LOG_MAGIC: u64 = u64::from_le_bytes(*b"WEIRLOG\x02");
-/// Largest `events` of a log zone (every key stores `events` 8-byte entries).
+/// Largest `events` of a sliding_log zone (every key stores `events` 8-byte entries).
 pub const MAX_LOG_EVENTS: u64 = 4096;
 /// Records examined for one key: its home record and the next ones, wrapping.
 pub const LOG_PROBE_WINDOW: usize = 8;
@@ -61,13 +61,13 @@ impl SlidingLog {
     pub fn new(events: u64, window_ns: u64) -> Result<SlidingLog, ParamError> {
         if events == 0 || events > MAX_LOG_EVENTS {
             return Err(ParamError(format!(
-                "a log zone keeps 1 to {MAX_LOG_EVENTS} events per key, got {events}"
+                "a sliding_log zone keeps 1 to {MAX_LOG_EVENTS} events per key, got {events}"
             )));
         }
         let window_ms = window_ns / NS_PER_MS;
         if window_ms == 0 || window_ms > MAX_WINDOW_MS {
             return Err(ParamError(format!(
-                "a log zone's window must be between 1 ms and {MAX_WINDOW_MS} ms, got {window_ns} ns"
+                "a sliding_log zone's window must be between 1 ms and {MAX_WINDOW_MS} ms, got {window_ns} ns"
             )));
         }
         Ok(SlidingLog { events, window_ms })

@@ -386,7 +386,7 @@ impl Table {
         self.clock_base
     }
 
-    /// The region's start and length. A log zone (src/policy/engine/build.rs) keeps its
+    /// The region's start and length. A sliding_log zone (src/policy/engine/build.rs) keeps its
     /// [`LogTable`] in the slot area of a table whose slots it never uses.
     #[cfg(not(loom))]
     pub(crate) fn region(&self) -> (*mut u8, usize) {

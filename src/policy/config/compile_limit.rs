@@ -334,7 +334,7 @@ pub(super) fn compile_limit(
                 Algorithm::Sliding { .. } => format!("the zone's events = {cap}"),
                 Algorithm::Concurrency { .. } => format!("the zone's max = {cap}"),
                 Algorithm::Log { .. } => {
-                    "1, the only cost a log zone takes (it records one event per request)"
+                    "1, the only cost a sliding_log zone takes (it records one event per request)"
                         .to_string()
                 }
             };

@@ -25,15 +25,19 @@ pub(super) fn compile_zone(cx: &mut Cx<'_>, name: &str, z: &Spanned<ZoneSpec>) -
             }
         },
     };
-    let alg = zs.algorithm.get_ref().as_str();
+    let alg = match zs.algorithm.get_ref().as_str() {
+        // The exact sliding log's earlier name, still accepted.
+        "log" => "sliding_log",
+        other => other,
+    };
     let allowed: &[&str] = match alg {
         "gcra" => &["rate"],
-        "sliding" | "log" => &["events", "window"],
+        "sliding" | "sliding_log" => &["events", "window"],
         "concurrency" => &["max"],
         other => {
             cx.err(
                 &zs.algorithm.span(),
-                format!("unknown algorithm {other:?}; expected \"gcra\", \"sliding\", \"concurrency\" or \"log\""),
+                format!("unknown algorithm {other:?}; expected \"gcra\", \"sliding\", \"sliding_log\" or \"concurrency\""),
             );
             return None;
         }
@@ -51,7 +55,7 @@ pub(super) fn compile_zone(cx: &mut Cx<'_>, name: &str, z: &Spanned<ZoneSpec>) -
                 let owner = match *field {
                     "rate" => "gcra",
                     "max" => "concurrency",
-                    _ => "sliding or log",
+                    _ => "sliding or sliding_log",
                 };
                 cx.err(
                     span,
@@ -105,7 +109,7 @@ pub(super) fn compile_zone(cx: &mut Cx<'_>, name: &str, z: &Spanned<ZoneSpec>) -
                 window,
             }
         }
-        "log" => {
+        "sliding_log" => {
             let max = crate::table::MAX_LOG_EVENTS;
             let events = zs.events.as_ref()?;
             {
@@ -113,7 +117,7 @@ pub(super) fn compile_zone(cx: &mut Cx<'_>, name: &str, z: &Spanned<ZoneSpec>) -
                 if n > max as i64 {
                     cx.err(
                         &events.span(),
-                        format!("a log zone keeps at most {max} events per key (8 bytes each), got {n}; use algorithm = \"sliding\" for larger counts"),
+                        format!("a sliding_log zone keeps at most {max} events per key (8 bytes each), got {n}; use algorithm = \"sliding\" for larger counts"),
                     );
                     return None;
                 }
@@ -215,7 +219,7 @@ pub(super) fn compile_cluster(
         Algorithm::Log { .. } => {
             cx.err(
                 &scope,
-                format!("zone {name:?}: scope = \"cluster\" supports sliding zones only; a log zone's per-key event times are not shared across nodes"),
+                format!("zone {name:?}: scope = \"cluster\" supports sliding zones only; a sliding_log zone's per-key event times are not shared across nodes"),
             );
             return Err(());
         }

@@ -32,8 +32,9 @@ pub enum Algorithm {
         /// Maximum in flight (≥ 1).
         max: u64,
     },
-    /// Exact sliding log (caddy-ratelimit's semantics): at most `events` admissions per key in
-    /// any `window`, each key keeping its last `events` admission times.
+    /// Exact sliding log, `algorithm = "sliding_log"` (also read as `"log"`; caddy-ratelimit's
+    /// semantics): at most `events` admissions per key in any `window`, each key keeping its
+    /// last `events` admission times.
     Log {
         /// Events per window (1 ..= 4096).
         events: u64,
@@ -43,13 +44,13 @@ pub enum Algorithm {
 }
 
 impl Algorithm {
-    /// `"gcra"`, `"sliding"`, `"concurrency"` or `"log"`.
+    /// The policy's spelling: `"gcra"`, `"sliding"`, `"concurrency"` or `"sliding_log"`.
     pub fn name(&self) -> &'static str {
         match self {
             Algorithm::Gcra { .. } => "gcra",
             Algorithm::Sliding { .. } => "sliding",
             Algorithm::Concurrency { .. } => "concurrency",
-            Algorithm::Log { .. } => "log",
+            Algorithm::Log { .. } => "sliding_log",
         }
     }
 }

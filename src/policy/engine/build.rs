@@ -126,13 +126,13 @@ pub(super) fn limiter_for(
         config::Algorithm::Concurrency { max } => {
             Limiter::Concurrency(Concurrency::new(max, DEFAULT_LEASE_NS).map_err(err)?)
         }
-        config::Algorithm::Log { .. } => unreachable!("log zones have their table"),
+        config::Algorithm::Log { .. } => unreachable!("sliding_log zones have their table"),
     })
 }
 
-/// The exact sliding log of an `algorithm = "log"` zone. It lives in the zone's region after
+/// The exact sliding log of an `algorithm = "sliding_log"` zone. It lives in the zone's region after
 /// the slot table's 1152-byte header (whose seed gives the key hashes and whose identity the
-/// hosts validate on reload); the slot area, never used by a log zone, holds the log table,
+/// hosts validate on reload); the slot area, never used by a sliding_log zone, holds the log table,
 /// created there or attached with its state like the header.
 pub(super) fn log_for(zone: &config::Zone, table: &Table) -> Result<Option<Arc<LogTable>>, String> {
     let config::Algorithm::Log { events, window } = zone.algorithm else {
@@ -143,7 +143,7 @@ pub(super) fn log_for(zone: &config::Zone, table: &Table) -> Result<Option<Arc<L
     let skip = Table::bytes_for(0) - crate::table::MIN_CAPACITY * crate::table::SLOT_BYTES;
     let too_small = |bytes: usize| {
         format!(
-            "zone {}: size {bytes} holds no log record; a log zone of {events} events needs at least {} bytes ({} per key)",
+            "zone {}: size {bytes} holds no log record; a sliding_log zone of {events} events needs at least {} bytes ({} per key)",
             zone.name,
             skip + LogTable::bytes_for(&log, 1),
             log.record_bytes()
@@ -157,7 +157,7 @@ pub(super) fn log_for(zone: &config::Zone, table: &Table) -> Result<Option<Arc<L
         }
         // SAFETY: `[skip, len)` of the table's region is the slot area, valid as long as the
         // table, which the engine owns beside the log handle (dropping a handle on a borrowed
-        // region touches nothing). No slot of a log zone's table is ever used, so the area is
+        // region touches nothing). No slot of a sliding_log zone's table is ever used, so the area is
         // all zero (as the table's creation left it) until a log table is created there.
         let (t, _) = unsafe {
             LogTable::create_or_attach_zeroed(ptr.add(skip), len - skip, log, table.clock_base())

@@ -60,7 +60,7 @@ pub struct Engine {
     counters: Counters,
     /// Per zone: its cluster side when `scope = "cluster"`.
     clusters: Vec<Option<Arc<ClusterZone>>>,
-    /// Per zone: its exact sliding log when `algorithm = "log"`.
+    /// Per zone: its exact sliding log when `algorithm = "sliding_log"`.
     logs: Vec<Option<Arc<LogTable>>>,
     /// The headers the policy reads, looked up in one pass per request.
     headers: HeaderPlan,
@@ -130,7 +130,7 @@ impl Engine {
         &self.tables
     }
 
-    /// Zone `zone`'s table counters (its exact sliding log's for `algorithm = "log"`).
+    /// Zone `zone`'s table counters (its exact sliding log's for `algorithm = "sliding_log"`).
     pub fn zone_stats(&self, zone: usize) -> crate::table::TableStats {
         match &self.logs[zone] {
             Some(l) => l.stats(),
