@@ -18,6 +18,7 @@ pub(super) enum RateAlg {
 }
 
 impl RateAlg {
+    #[inline]
     pub(super) fn predict(&self, t: &Table, h: u64, cost: u64, now: u64) -> Verdict {
         match self {
             RateAlg::Gcra(a) => t.predict(a, h, cost, now),
@@ -26,6 +27,7 @@ impl RateAlg {
             RateAlg::Log(l) => l.predict(h, now),
         }
     }
+    #[inline]
     pub(super) fn check(&self, t: &Table, h: u64, cost: u64, now: u64) -> Verdict {
         match self {
             RateAlg::Gcra(a) => t.check(a, h, cost, now),
@@ -34,6 +36,7 @@ impl RateAlg {
             RateAlg::Log(l) => l.check(h, now),
         }
     }
+    #[inline]
     pub(super) fn refund(&self, t: &Table, h: u64, cost: u64, now: u64) {
         match self {
             RateAlg::Gcra(a) => t.refund(a, h, cost, now),
@@ -43,6 +46,7 @@ impl RateAlg {
         }
     }
     /// `w` of `RateLimit-Policy`: the time a full quota takes to refill.
+    #[inline]
     pub(super) fn window_s(&self) -> u64 {
         match self {
             RateAlg::Gcra(g) => ((g.burst() + 1) * g.interval_ns()).div_ceil(NS_PER_SEC),
@@ -60,6 +64,7 @@ pub(super) struct QueueLimiter {
 }
 
 impl QueueLimiter {
+    #[inline]
     pub(super) fn enter(
         &self,
         table: &Table,
@@ -71,6 +76,7 @@ impl QueueLimiter {
         table.acquire(&c, key_hash ^ QUEUE_SALT, now).1
     }
 
+    #[inline]
     pub(super) fn release_in(&self, table: &Table, permit: Permit, now: u64) {
         // Release needs no max; any valid one does.
         if let Ok(c) = Concurrency::new(1, self.lease_ns) {
