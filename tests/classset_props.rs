@@ -3,7 +3,7 @@
 //! policy's own literals (so that prefixes, suffixes and exact paths hit and nearly hit).
 
 use proptest::prelude::*;
-use weir::policy::classset::ClassSet;
+use weir::policy::matching::classset::ClassSet;
 use weir::policy::request::PreparedRequest;
 use weir::policy::{CompiledPolicy, OwnedRequest};
 

@@ -1,4 +1,4 @@
-//! `algorithm = "log"` in the policy format: validation with positions, the engine's
+//! `algorithm = "sliding_log"` in the policy format: validation with positions, the engine's
 //! verdicts, shared regions (the log lives in the zone's region) and metrics.
 
 use weir::policy::config::{parse_policy, Algorithm};
@@ -15,7 +15,25 @@ fn err(src: &str) -> (usize, usize, String) {
     }
 }
 
-const ZONE: &str = "[zones.z]\nsize = \"64k\"\nalgorithm = \"log\"\nevents = 3\nwindow = \"10s\"\n";
+const ZONE: &str =
+    "[zones.z]\nsize = \"64k\"\nalgorithm = \"sliding_log\"\nevents = 3\nwindow = \"10s\"\n";
+
+#[test]
+fn log_is_an_alias_of_sliding_log() {
+    let limit = "[[limit]]\nclass = \"*\"\nzone = \"z\"\n";
+    let new = parse_policy(&format!("{ZONE}{limit}"), None).unwrap();
+    let old = parse_policy(
+        &format!("{}{limit}", ZONE.replace("\"sliding_log\"", "\"log\"")),
+        None,
+    )
+    .unwrap();
+    assert!(matches!(
+        new.zones[0].algorithm,
+        Algorithm::Log { events: 3, .. }
+    ));
+    assert_eq!(old.zones, new.zones);
+    assert_eq!(new.zones[0].algorithm.name(), "sliding_log");
+}
 
 #[test]
 fn log_zones_parse_and_refuse_bad_parameters_with_positions() {

@@ -6,7 +6,7 @@
 
 use proptest::prelude::*;
 use std::collections::HashMap;
-use weir::limiter::{Algorithm, Concurrency, Decision, Delay, Gcra, Rate, SlidingWindow};
+use weir::limiter::{Concurrency, Decision, Delay, Gcra, Rate, RateStep, SlidingWindow};
 use weir::table::Table;
 
 const MS: u64 = 1_000_000;

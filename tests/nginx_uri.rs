@@ -1,4 +1,4 @@
-//! Differential test: `weir::policy::normalize` against the real nginx.
+//! Differential test: `weir::policy::matching::normalize` against the real nginx.
 //!
 //! Starts the system nginx (`/usr/sbin/nginx`) on 127.0.0.1 with a config that
 //! answers every request with `$uri` as the body and `$args` in a header,
@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use weir::policy::normalize::{normalize_target, split_target};
+use weir::policy::matching::normalize::{normalize_target, split_target};
 
 const NGINX: &str = "/usr/sbin/nginx";
 const RANDOM_TARGETS: usize = 50_000;

@@ -1,7 +1,7 @@
 //! Properties of the normalizer that the engine's fast path relies on.
 
 use proptest::prelude::*;
-use weir::policy::normalize::{is_normal, normalize_path};
+use weir::policy::matching::normalize::{is_normal, normalize_path};
 
 fn path() -> impl Strategy<Value = Vec<u8>> {
     let piece = prop_oneof![

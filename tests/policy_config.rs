@@ -196,11 +196,11 @@ fn full_policy_parses() {
     assert_eq!(z("tools").size, 512 << 10);
     assert_eq!(z("search").size, 1 << 20);
     match z("per_ip").algorithm {
-        Algorithm::Gcra { rate } => assert_eq!(rate.emission_interval_ns(), 100_000_000),
+        Algorithm::Gcra { rate } => assert_eq!(rate.interval_ns(), Ok(100_000_000)),
         a => panic!("{a:?}"),
     }
     match z("tools").algorithm {
-        Algorithm::Gcra { rate } => assert_eq!(rate.emission_interval_ns(), 2_000_000_000),
+        Algorithm::Gcra { rate } => assert_eq!(rate.interval_ns(), Ok(2_000_000_000)),
         a => panic!("{a:?}"),
     }
     assert_eq!(
@@ -231,7 +231,10 @@ fn full_policy_parses() {
     );
     let all = &p.limits[0];
     assert!(all.classes.is_empty());
-    assert_eq!((all.burst, all.delay, all.status), (20, Delay::Never, 429));
+    assert_eq!(
+        (all.burst, all.delay, all.status),
+        (20, Delay::NoDelay, 429)
+    );
     assert_eq!(all.log_level, LogLevel::Error);
     assert_eq!(&all.key.parts[..], &[KeyPart::IP]);
     assert!(!all.dry_run);
@@ -288,7 +291,7 @@ zone = "z"
     let l = &p.limits[0];
     assert_eq!(
         (l.burst, l.delay, l.status, l.cost),
-        (0, Delay::After(0), 429, 1)
+        (0, Delay::Delay, 429, 1)
     );
     assert_eq!(&l.key.parts[..], &[KeyPart::IP]);
 }
@@ -423,7 +426,7 @@ fn zone_errors() {
         "[zones.z]\nsize = \"1m\"\nalgorithm = \"leaky\"\n",
         3,
         13,
-        "unknown algorithm \"leaky\"; expected \"gcra\", \"sliding\", \"concurrency\" or \"log\"",
+        "unknown algorithm \"leaky\"; expected \"gcra\", \"sliding\", \"sliding_log\" or \"concurrency\"",
     );
     assert_err(
         "[zones.z]\nsize = \"1m\"\nalgorithm = \"gcra\"\n",

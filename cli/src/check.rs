@@ -335,7 +335,7 @@ fn lint(src: &str, policy: &CompiledPolicy) -> Vec<(usize, String)> {
                              it a burst (e.g. burst = 10, nodelay = true) or restrict it to API \
                              classes",
                             limit.name,
-                            rate.emission_interval_ns() / 1_000_000
+                            rate.interval_ns().unwrap_or(0) / 1_000_000
                         ),
                     ));
                 }

@@ -24,7 +24,7 @@ use weir::policy::config::Limit;
 use weir::policy::counters::LimitCounts;
 use weir::policy::engine::Permits;
 use weir::policy::key::KeyPart;
-use weir::policy::matcher::mask_ip;
+use weir::policy::net::mask_ip;
 use weir::policy::{normalize, Action, Engine, RequestView};
 
 use crate::input::{self, Line, LineReader};

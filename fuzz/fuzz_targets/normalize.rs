@@ -1,9 +1,9 @@
-//! Fuzz target for `weir::policy::normalize`: no input may panic, and no
+//! Fuzz target for `weir::policy::matching::normalize`: no input may panic, and no
 //! output may be longer than its input.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use weir::policy::normalize::{
+use weir::policy::matching::normalize::{
     decode_component, normalize_path, normalize_target, query_args, split_target,
 };
 

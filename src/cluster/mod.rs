@@ -25,7 +25,7 @@ use std::time::Duration;
 use siphasher::sip::SipHasher13;
 
 use crate::limiter::packed::{self, Counts};
-use crate::limiter::{Algorithm, SlidingWindow, Verdict, MAX_COUNT};
+use crate::limiter::{RateStep, SlidingWindow, Verdict, MAX_COUNT};
 use crate::table::Table;
 
 /// Redis/Valkey settings of a cluster-scope zone (`scope = "cluster"`).
@@ -480,7 +480,7 @@ struct WithRemote<'a> {
     remote: u64,
 }
 
-impl Algorithm for WithRemote<'_> {
+impl RateStep for WithRemote<'_> {
     #[inline]
     fn step(&self, state: u64, now: u64, cost: u64) -> (u64, Verdict) {
         let id = now / self.sw.window_ns();

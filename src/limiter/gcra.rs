@@ -11,7 +11,7 @@
 //! `1 + delay` requests is waited out: `wait = TAT' − now − (1 + delay)·T`. The default,
 //! `delay = 0`, spaces requests exactly `T` apart; `nodelay` never waits.
 
-use super::{Algorithm, Decision, ParamError, Rate, Remaining, Verdict};
+use super::{Decision, ParamError, Rate, RateStep, Remaining, Verdict};
 
 /// How conforming excess requests are treated.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -75,7 +75,7 @@ impl Gcra {
     }
 }
 
-impl Algorithm for Gcra {
+impl RateStep for Gcra {
     #[inline]
     fn step(&self, tat: u64, now: u64, cost: u64) -> (u64, Verdict) {
         let base = tat.max(now);

@@ -14,7 +14,7 @@ pub mod sliding;
 pub use concurrency::{Concurrency, Permit};
 pub use gcra::{Delay, Gcra};
 pub use packed::MAX_COUNT;
-pub use rate::Rate;
+pub use rate::{Rate, RateError};
 pub use sliding::SlidingWindow;
 
 /// Nanoseconds per second.
@@ -122,8 +122,9 @@ impl std::fmt::Debug for Remaining {
     }
 }
 
-/// A rate-style algorithm the table can run: a pure transition plus an eviction rank.
-pub trait Algorithm {
+/// One step of a rate algorithm, as the table runs it: a pure transition plus an eviction rank
+/// (the policy names a zone's algorithm with [`crate::policy::config::Algorithm`]).
+pub trait RateStep {
     /// The transition for a request of `cost` units at `now`. A rejected request returns the
     /// state unchanged (it is not charged).
     fn step(&self, state: u64, now: u64, cost: u64) -> (u64, Verdict);

@@ -6,7 +6,7 @@
 //! traffic is steady. State: [`super::packed`] with window ids `now / window`.
 
 use super::packed::{self, Counts, MAX_COUNT};
-use super::{div_u128, Algorithm, Decision, ParamError, Remaining, Verdict};
+use super::{div_u128, Decision, ParamError, RateStep, Remaining, Verdict};
 
 /// A sliding-window limiter's parameters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -67,7 +67,7 @@ impl SlidingWindow {
     }
 }
 
-impl Algorithm for SlidingWindow {
+impl RateStep for SlidingWindow {
     #[inline]
     fn step(&self, state: u64, now: u64, cost: u64) -> (u64, Verdict) {
         let id = now / self.window_ns;

@@ -53,7 +53,7 @@
 use std::hash::{BuildHasher, Hasher};
 use std::net::IpAddr;
 
-use super::matcher::mask_ip;
+use super::net::mask_ip;
 use super::request::{CookieName, PreparedRequest};
 
 /// Recommended key buffer size.

@@ -1,21 +1,26 @@
 //! Policy engine: request view → normalized URI → matched classes → keys → limits.
 mod bounded;
 mod bytes;
-pub mod classset;
 pub mod config;
 pub mod counters;
 pub mod engine;
 pub mod key;
 pub mod ledger;
-pub mod matcher;
+pub mod matching;
 pub mod metrics;
-pub mod normalize;
+pub mod net;
 pub mod request;
-mod target_scan;
 #[cfg(test)]
 mod test_rng;
-pub mod zone_size;
 
+pub use config::zone_size;
 pub use config::{load_policy, parse_policy, CompiledPolicy, PolicyError};
 pub use engine::{Action, Engine, EvalError, Outcome};
+pub use matching::{classset, normalize};
 pub use request::{OwnedRequest, RequestView};
+
+/// The matchers and IP networks under their earlier, shared name.
+pub mod matcher {
+    pub use super::matching::*;
+    pub use super::net::*;
+}

@@ -36,8 +36,10 @@ ZONES = {
 LAYOUTS = {  # the notices of the first reload
     "s": ("sliding window=1m size=65536", "sliding window=2m size=65536"),
     "g": ("gcra size=65536", "sliding window=1m size=65536"),
-    "l": ("log events=3 window=1m size=65536", "log events=4 window=1m size=65536"),
-    "lw": ("log events=3 window=1m size=65536", "log events=3 window=2m size=65536"),
+    "l": ("sliding_log events=3 window=1m size=65536",
+          "sliding_log events=4 window=1m size=65536"),
+    "lw": ("sliding_log events=3 window=1m size=65536",
+           "sliding_log events=3 window=2m size=65536"),
     "size": ("sliding window=1m size=65536", "sliding window=1m size=131072"),
     "c": ("sliding window=1m scope=cluster size=65536",
           "sliding window=2m scope=cluster size=65536"),

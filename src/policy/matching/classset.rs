@@ -20,9 +20,9 @@
 //! [`Shape::matches`], after the cheap tests of the shape have passed. A policy with more
 //! distinct path tests or methods than the masks hold is matched shape by shape as before.
 
-use super::bytes;
-use super::matcher::{Class, LiteralGlob, PathTest, Shape};
-use super::request::PreparedRequest;
+use super::{Class, LiteralGlob, PathTest, Shape};
+use crate::policy::bytes;
+use crate::policy::request::PreparedRequest;
 
 /// Literal path atoms a compiled set holds (one bit each).
 const MAX_LITERALS: usize = 64;
@@ -448,7 +448,7 @@ impl Facts<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::matcher::Glob;
+    use crate::policy::matching::Glob;
 
     /// One test compiled alone: does it match `path`?
     fn compiled_matches(t: &PathTest, path: &[u8]) -> bool {

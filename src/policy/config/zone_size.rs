@@ -2,12 +2,12 @@
 //! parsed: `weir check`, `nginx -t` and `caddy validate` refuse a zone no host could create,
 //! at the line and column of its `size`.
 
-use super::config::Algorithm;
+use super::Algorithm;
 use crate::table::{LogTable, SlidingLog, Table, MIN_CAPACITY, SLOT_BYTES};
 
 /// Fewest bytes a zone of `algorithm` can live in: a slot table of [`MIN_CAPACITY`] keys, or
-/// for a log zone the slot table's header followed by a log table of one key (the layout of
-/// `log_for` in [`super::engine`]). `None` when the log parameters are invalid.
+/// for a sliding_log zone the slot table's header followed by a log table of one key (the layout of
+/// `log_for` in [`crate::policy::engine`]). `None` when the log parameters are invalid.
 pub fn min_zone_bytes(algorithm: &Algorithm) -> Option<u64> {
     let bytes = match *algorithm {
         Algorithm::Log { events, window } => {
@@ -35,7 +35,7 @@ pub(crate) fn size_error(size: u64, algorithm: &Algorithm) -> Option<String> {
     let kib = min.div_ceil(1024);
     Some(match *algorithm {
         Algorithm::Log { events, .. } => format!(
-            "size {size} holds no key: a log zone of {events} events needs at least {min} bytes (\"{kib}k\"; {} bytes per key)",
+            "size {size} holds no key: a sliding_log zone of {events} events needs at least {min} bytes (\"{kib}k\"; {} bytes per key)",
             8 * events.next_multiple_of(2) + 16
         ),
         _ => format!("size {size} is too small: a zone needs at least {min} bytes (\"{kib}k\")"),

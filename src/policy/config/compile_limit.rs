@@ -1,0 +1,372 @@
+//! Limits: keys, bursts, delays, statuses and their checks.
+
+use super::*;
+
+pub(super) fn compile_key(cx: &mut Cx<'_>, l: &LimitSpec) -> Option<KeySpec> {
+    let mut parts = Vec::new();
+    let mut ok = true;
+    let mut ip_span = None;
+    match &l.key {
+        None => {
+            parts.push(KeyPart::IP);
+        }
+        Some(list) => {
+            if !nonempty_list(cx, list, "key") {
+                return None;
+            }
+            let mut seen: Vec<&str> = Vec::new();
+            let multi = list.get_ref().0.len() > 1;
+            for (p, span) in items(list) {
+                if seen.contains(&p) {
+                    cx.err(&span, format!("key part {p:?} is listed twice"));
+                    ok = false;
+                    continue;
+                }
+                seen.push(p);
+                let part = match p {
+                    "ip" => {
+                        ip_span = Some(span.clone());
+                        KeyPart::IP
+                    }
+                    "global" if multi => {
+                        cx.err(
+                            &span,
+                            "\"global\" cannot be combined with other key parts; use it alone",
+                        );
+                        ok = false;
+                        continue;
+                    }
+                    "global" => KeyPart::Global,
+                    "path" => KeyPart::Path,
+                    "method" => KeyPart::Method,
+                    _ => {
+                        let named = p
+                            .strip_prefix("header:")
+                            .map(|n| (true, n))
+                            .or_else(|| p.strip_prefix("cookie:").map(|n| (false, n)));
+                        match named {
+                            Some((is_header, n)) if is_token(n) && n.len() <= 255 => {
+                                if is_header {
+                                    KeyPart::Header(n.to_ascii_lowercase().into_bytes().into())
+                                } else {
+                                    KeyPart::Cookie(n.as_bytes().into())
+                                }
+                            }
+                            Some((is_header, n)) => {
+                                let what = if is_header { "header" } else { "cookie" };
+                                cx.err(
+                                    &span,
+                                    format!("invalid {what} name {n:?} in key part {p:?}"),
+                                );
+                                ok = false;
+                                continue;
+                            }
+                            None => {
+                                cx.err(
+                                    &span,
+                                    format!("unknown key part {p:?}; expected \"ip\", \"global\", \"path\", \"method\", \"header:NAME\" or \"cookie:NAME\""),
+                                );
+                                ok = false;
+                                continue;
+                            }
+                        }
+                    }
+                };
+                parts.push(part);
+            }
+        }
+    }
+    if l.key.is_none() {
+        ip_span = Some(0..0);
+    }
+    let prefixes = [
+        ("ipv4_prefix", &l.ipv4_prefix, 32),
+        ("ipv6_prefix", &l.ipv6_prefix, 128),
+    ];
+    let mut v4 = 32u8;
+    let mut v6 = 64u8;
+    for (field, value, max) in prefixes {
+        let Some(value) = value else { continue };
+        if ip_span.is_none() {
+            cx.err(
+                &value.span(),
+                format!("`{field}` has no effect: the key has no \"ip\" part"),
+            );
+            ok = false;
+            continue;
+        }
+        match positive(cx, value, field, 0, max) {
+            Some(n) if field == "ipv4_prefix" => v4 = n as u8,
+            Some(n) => v6 = n as u8,
+            None => ok = false,
+        }
+    }
+    for p in &mut parts {
+        if let KeyPart::Ip {
+            v4_prefix,
+            v6_prefix,
+        } = p
+        {
+            *v4_prefix = v4;
+            *v6_prefix = v6;
+        }
+    }
+    ok.then(|| KeySpec::new(parts))
+}
+
+pub(super) fn compile_limit(
+    cx: &mut Cx<'_>,
+    l: &Spanned<LimitSpec>,
+    spec: &FileSpec,
+    zones: &[Zone],
+    classes: &[Class],
+) -> Option<Limit> {
+    let ls = l.get_ref();
+    let mut ok = true;
+
+    // Classes.
+    let mut class_idx = Vec::new();
+    let mut class_names = Vec::new();
+    if nonempty_list(cx, &ls.class, "class") {
+        let all = ls.class.get_ref().0.iter().any(|(c, _)| c == "*");
+        if all && ls.class.get_ref().0.len() > 1 {
+            cx.err(
+                &ls.class.span(),
+                "class \"*\" (every request) cannot be combined with other classes",
+            );
+            ok = false;
+        }
+        for (c, span) in items(&ls.class) {
+            class_names.push(c.to_owned());
+            if c == "*" {
+                continue;
+            }
+            match classes.iter().position(|k| k.name == c) {
+                Some(i) => class_idx.push(i),
+                None if spec.classes.contains_key(c) => ok = false, // already reported
+                None => {
+                    cx.err(
+                        &span,
+                        format!(
+                            "unknown class {c:?}; {}",
+                            known("classes", spec.classes.keys())
+                        ),
+                    );
+                    ok = false;
+                }
+            }
+        }
+    } else {
+        ok = false;
+    }
+
+    // Zone.
+    let zname = ls.zone.get_ref();
+    let zone = zones.iter().position(|z| &z.name == zname);
+    if zone.is_none() && !spec.zones.contains_key(zname.as_str()) {
+        cx.err(
+            &ls.zone.span(),
+            format!(
+                "unknown zone {zname:?}; {}",
+                known("zones", spec.zones.keys())
+            ),
+        );
+    }
+    let key = compile_key(cx, ls);
+
+    let name = match &ls.name {
+        Some(n) => {
+            check_name(cx, n, "limit");
+            n.get_ref().clone()
+        }
+        None => format!("{}/{}", class_names.join("+"), zname),
+    };
+
+    let status = match &ls.status {
+        None => DEFAULT_STATUS,
+        Some(s) => positive(cx, s, "status", 400, 599).map_or(DEFAULT_STATUS, |n| n as u16),
+    };
+    let log_level = match ls.log_level.as_ref() {
+        None => LogLevel::Error,
+        Some(v) => match v.get_ref().as_str() {
+            "info" => LogLevel::Info,
+            "notice" => LogLevel::Notice,
+            "warn" => LogLevel::Warn,
+            "error" => LogLevel::Error,
+            other => {
+                cx.err(
+                    &v.span(),
+                    format!("unknown log_level {other:?}; expected \"info\", \"notice\", \"warn\" or \"error\""),
+                );
+                LogLevel::Error
+            }
+        },
+    };
+    let cost = match &ls.cost {
+        None => Some(1),
+        Some(c) => positive(cx, c, "cost", 1, 1 << 32),
+    };
+
+    // Algorithm-specific options.
+    let zone = zone?;
+    let z = &zones[zone];
+    let alg = z.algorithm.name();
+    let wrong = |cx: &mut Cx<'_>, field: &str, span: Range<usize>, owner: &str| {
+        cx.err(
+            &span,
+            format!(
+                "`{field}` applies only to {owner} zones; zone {:?} is {alg}",
+                z.name
+            ),
+        );
+    };
+    let is_gcra = matches!(z.algorithm, Algorithm::Gcra { .. });
+    let is_conc = matches!(z.algorithm, Algorithm::Concurrency { .. });
+    let gcra_fields = [
+        ("burst", ls.burst.as_ref().map(|v| v.span())),
+        ("delay", ls.delay.as_ref().map(|v| v.span())),
+        ("nodelay", ls.nodelay.as_ref().map(|v| v.span())),
+    ];
+    let conc_fields = [
+        ("queue", ls.queue.as_ref().map(|v| v.span())),
+        ("timeout", ls.timeout.as_ref().map(|v| v.span())),
+    ];
+    for (f, span) in gcra_fields {
+        if let (Some(span), false) = (span, is_gcra) {
+            wrong(cx, f, span, "gcra");
+            ok = false;
+        }
+    }
+    for (f, span) in conc_fields {
+        if let (Some(span), false) = (span, is_conc) {
+            wrong(cx, f, span, "concurrency");
+            ok = false;
+        }
+    }
+    let mut burst = 0;
+    let mut delay = Delay::Delay;
+    let mut queue = 0;
+    let mut timeout = DEFAULT_QUEUE_TIMEOUT;
+    if is_gcra {
+        if let Some(b) = &ls.burst {
+            burst = positive(cx, b, "burst", 0, 1 << 32).unwrap_or(0);
+        }
+        match (&ls.delay, &ls.nodelay) {
+            (Some(d), Some(_)) => {
+                cx.err(
+                    &d.span(),
+                    "use either `delay = N` or `nodelay = true`, not both",
+                );
+                ok = false;
+            }
+            (Some(d), None) => {
+                if let Some(n) = positive(cx, d, "delay", 0, 1 << 32) {
+                    if n > burst {
+                        cx.err(
+                            &d.span(),
+                            format!("delay = {n} exceeds burst = {burst}; delay counts excess requests passed without delay, so it must be at most the burst (or use nodelay = true)"),
+                        );
+                        ok = false;
+                    }
+                    delay = if n == 0 {
+                        Delay::Delay
+                    } else {
+                        Delay::After(n)
+                    };
+                }
+            }
+            (None, Some(nd)) => {
+                if *nd.get_ref() {
+                    delay = Delay::NoDelay;
+                }
+            }
+            (None, None) => {}
+        }
+    }
+    if is_conc {
+        if let Some(q) = &ls.queue {
+            queue = positive(cx, q, "queue", 0, 1 << 32).unwrap_or(0);
+        }
+        if let Some(t) = &ls.timeout {
+            if queue == 0 {
+                cx.err(&t.span(), "`timeout` has no effect without `queue`; set queue = N (waiting requests) or remove timeout");
+                ok = false;
+            } else if let Some(d) = duration_value(cx, t) {
+                if d.is_zero() || d > Duration::from_secs(3600) {
+                    cx.err(&t.span(), "queue timeout must be between 1ms and 1h");
+                    ok = false;
+                } else {
+                    timeout = d;
+                }
+            }
+        }
+    }
+    let cost = cost?;
+    if let (Algorithm::Gcra { rate }, Some(b)) = (z.algorithm, &ls.burst) {
+        // The limiter keeps (burst + 1) emission intervals in ns (src/limiter/gcra.rs).
+        let interval = rate.interval_ns().unwrap_or(1);
+        if (burst + 1).checked_mul(interval).is_none() {
+            cx.err(
+                &b.span(),
+                format!("burst = {burst} is too large for rate {rate}: (burst + 1) intervals must fit in 584 years"),
+            );
+            ok = false;
+        }
+    }
+    let cap = match z.algorithm {
+        Algorithm::Gcra { .. } => burst + 1,
+        // Without Redis a cluster zone admits its share on each node (src/cluster/mod.rs).
+        Algorithm::Sliding { events, .. } => match &z.cluster {
+            Some(c) => (events / c.expected_nodes.max(1)).max(1),
+            None => events,
+        },
+        Algorithm::Concurrency { max } => max,
+        // One log entry per admitted request.
+        Algorithm::Log { .. } => 1,
+    };
+    if cost > cap {
+        if let Some(c) = &ls.cost {
+            let why = match z.algorithm {
+                Algorithm::Gcra { .. } => format!("burst + 1 = {cap}"),
+                Algorithm::Sliding { .. } if z.cluster.is_some() => {
+                    format!("the zone's share of events per node without Redis, {cap}")
+                }
+                Algorithm::Sliding { .. } => format!("the zone's events = {cap}"),
+                Algorithm::Concurrency { .. } => format!("the zone's max = {cap}"),
+                Algorithm::Log { .. } => {
+                    "1, the only cost a sliding_log zone takes (it records one event per request)"
+                        .to_string()
+                }
+            };
+            cx.err(
+                &c.span(),
+                format!("cost = {cost} can never be admitted: it exceeds {why}"),
+            );
+            ok = false;
+        }
+    }
+    let key = key?;
+    ok.then(|| Limit {
+        name,
+        classes: class_idx.into_boxed_slice(),
+        zone,
+        key,
+        burst,
+        delay,
+        dry_run: ls.dry_run.unwrap_or(false),
+        status,
+        log_level,
+        cost,
+        queue,
+        timeout,
+    })
+}
+
+pub(super) fn known<'a>(what: &str, names: impl Iterator<Item = &'a Spanned<String>>) -> String {
+    let list: Vec<String> = names.map(|n| format!("{:?}", n.get_ref())).collect();
+    if list.is_empty() {
+        format!("no {what} are defined")
+    } else {
+        format!("defined {what}: {}", list.join(", "))
+    }
+}

@@ -1,0 +1,321 @@
+//! Zones: size, algorithm, rate, scope (local or cluster).
+
+use super::*;
+
+pub(super) fn compile_zone(cx: &mut Cx<'_>, name: &str, z: &Spanned<ZoneSpec>) -> Option<Zone> {
+    let zs = z.get_ref();
+    let size = match zs.size.get_ref() {
+        Scalar::Int(n) if *n > 0 => Some(*n as u64),
+        Scalar::Int(n) => {
+            cx.err(
+                &zs.size.span(),
+                format!("zone size must be positive, not {n}"),
+            );
+            None
+        }
+        Scalar::Str(s) => match parse_size_sub(s) {
+            Ok(0) => {
+                cx.err(&zs.size.span(), "zone size must be positive, like \"10m\"");
+                None
+            }
+            Ok(n) => Some(n),
+            Err(e) => {
+                cx.err_sub(&zs.size.span(), s, e);
+                None
+            }
+        },
+    };
+    let alg = match zs.algorithm.get_ref().as_str() {
+        // The exact sliding log's earlier name, still accepted.
+        "log" => "sliding_log",
+        other => other,
+    };
+    let allowed: &[&str] = match alg {
+        "gcra" => &["rate"],
+        "sliding" | "sliding_log" => &["events", "window"],
+        "concurrency" => &["max"],
+        other => {
+            cx.err(
+                &zs.algorithm.span(),
+                format!("unknown algorithm {other:?}; expected \"gcra\", \"sliding\", \"sliding_log\" or \"concurrency\""),
+            );
+            return None;
+        }
+    };
+    let present: [(&str, Option<Range<usize>>); 4] = [
+        ("rate", zs.rate.as_ref().map(|v| v.span())),
+        ("events", zs.events.as_ref().map(|v| v.span())),
+        ("window", zs.window.as_ref().map(|v| v.span())),
+        ("max", zs.max.as_ref().map(|v| v.span())),
+    ];
+    let mut ok = true;
+    for (field, span) in &present {
+        if let Some(span) = span {
+            if !allowed.contains(field) {
+                let owner = match *field {
+                    "rate" => "gcra",
+                    "max" => "concurrency",
+                    _ => "sliding or sliding_log",
+                };
+                cx.err(
+                    span,
+                    format!("`{field}` is a {owner} parameter; zone {name:?} uses algorithm {alg:?}, which takes {}", fields(allowed)),
+                );
+                ok = false;
+            }
+        }
+    }
+    for field in allowed {
+        if present.iter().any(|(f, s)| f == field && s.is_none()) {
+            let example = match *field {
+                "rate" => "rate = \"10r/s\"",
+                "events" => "events = 100",
+                "window" => "window = \"1m\"",
+                _ => "max = 10",
+            };
+            cx.err(
+                &zs.algorithm.span(),
+                format!("zone {name:?}: algorithm {alg:?} needs `{field}` (e.g. {example})"),
+            );
+            ok = false;
+        }
+    }
+    if !ok {
+        return None;
+    }
+    // Sliding and concurrency states count up to MAX_COUNT (src/limiter/packed.rs).
+    let most = crate::limiter::MAX_COUNT as i64;
+    let algorithm = match alg {
+        "gcra" => {
+            let r = zs.rate.as_ref()?;
+            match parse_rate_sub(r.get_ref()) {
+                Ok(rate) => Algorithm::Gcra { rate },
+                Err(e) => {
+                    cx.err_sub(&r.span(), r.get_ref(), e);
+                    return None;
+                }
+            }
+        }
+        "sliding" => {
+            let events = positive(cx, zs.events.as_ref()?, "events", 1, most);
+            let w = zs.window.as_ref()?;
+            let window = duration_value(cx, w)?;
+            if window < Duration::from_secs(1) || window > Duration::from_secs(7 * 86400) {
+                cx.err(&w.span(), "sliding window must be between 1s and 7d");
+                return None;
+            }
+            Algorithm::Sliding {
+                events: events?,
+                window,
+            }
+        }
+        "sliding_log" => {
+            let max = crate::table::MAX_LOG_EVENTS;
+            let events = zs.events.as_ref()?;
+            {
+                let n = *events.get_ref();
+                if n > max as i64 {
+                    cx.err(
+                        &events.span(),
+                        format!("a sliding_log zone keeps at most {max} events per key (8 bytes each), got {n}; use algorithm = \"sliding\" for larger counts"),
+                    );
+                    return None;
+                }
+            }
+            let events = positive(cx, events, "events", 1, max as i64);
+            let w = zs.window.as_ref()?;
+            let window = duration_value(cx, w)?;
+            if window < Duration::from_millis(1) || window > Duration::from_secs(7 * 86400) {
+                cx.err(&w.span(), "log window must be between 1ms and 7d");
+                return None;
+            }
+            Algorithm::Log {
+                events: events?,
+                window,
+            }
+        }
+        _ => Algorithm::Concurrency {
+            max: positive(cx, zs.max.as_ref()?, "max", 1, most)?,
+        },
+    };
+    let cluster = compile_cluster(cx, name, zs, &algorithm).ok()?;
+    let size = size?;
+    if let Some(e) = super::zone_size::size_error(size, &algorithm) {
+        cx.err(&zs.size.span(), format!("zone {name:?}: {e}"));
+        return None;
+    }
+    Some(Zone {
+        name: name.to_owned(),
+        size,
+        algorithm,
+        cluster,
+    })
+}
+
+/// `scope = "cluster"` and its settings. Only sliding windows: their state is a pair of
+/// counters, which sum across nodes exactly (Redis `INCRBY` on one counter per window). A GCRA
+/// state is one theoretical arrival time; there is no sum of arrival times, and converting it
+/// into a window approximation would silently change the limit's meaning. Concurrency would
+/// need distributed leases. Both are refused with a pointer to `sliding`.
+pub(super) fn compile_cluster(
+    cx: &mut Cx<'_>,
+    name: &str,
+    zs: &ZoneSpec,
+    algorithm: &Algorithm,
+) -> Result<Option<crate::cluster::ClusterSpec>, ()> {
+    let settings: [(&str, Option<Range<usize>>); 5] = [
+        ("redis", zs.redis.as_ref().map(|v| v.span())),
+        ("password", zs.password.as_ref().map(|v| v.span())),
+        ("sync_interval", zs.sync_interval.as_ref().map(|v| v.span())),
+        (
+            "expected_nodes",
+            zs.expected_nodes.as_ref().map(|v| v.span()),
+        ),
+        ("fallback", zs.fallback.as_ref().map(|v| v.span())),
+    ];
+    let scope = match &zs.scope {
+        None => None,
+        Some(s) => match s.get_ref().as_str() {
+            "local" => None,
+            "cluster" => Some(s.span()),
+            other => {
+                cx.err(
+                    &s.span(),
+                    format!("unknown scope {other:?}; expected \"local\" (default) or \"cluster\""),
+                );
+                return Err(());
+            }
+        },
+    };
+    let Some(scope) = scope else {
+        let mut ok = true;
+        for (field, span) in &settings {
+            if let Some(span) = span {
+                cx.err(
+                    span,
+                    format!("`{field}` applies only to zones with scope = \"cluster\"; zone {name:?} is local"),
+                );
+                ok = false;
+            }
+        }
+        return if ok { Ok(None) } else { Err(()) };
+    };
+    let (events, window) = match *algorithm {
+        Algorithm::Sliding { events, window } => (events, window),
+        Algorithm::Gcra { .. } => {
+            cx.err(
+                &scope,
+                format!("zone {name:?}: scope = \"cluster\" needs algorithm = \"sliding\" (events per window): a gcra state is one arrival time, which cannot be summed across nodes"),
+            );
+            return Err(());
+        }
+        Algorithm::Concurrency { .. } => {
+            cx.err(
+                &scope,
+                format!("zone {name:?}: scope = \"cluster\" supports sliding zones only; concurrency across nodes would need distributed leases"),
+            );
+            return Err(());
+        }
+        Algorithm::Log { .. } => {
+            cx.err(
+                &scope,
+                format!("zone {name:?}: scope = \"cluster\" supports sliding zones only; a sliding_log zone's per-key event times are not shared across nodes"),
+            );
+            return Err(());
+        }
+    };
+    let mut ok = true;
+    let redis = match &zs.redis {
+        None => {
+            cx.err(
+                &scope,
+                format!("zone {name:?}: scope = \"cluster\" needs `redis` (e.g. redis = \"redis://127.0.0.1:6379/0\")"),
+            );
+            ok = false;
+            String::new()
+        }
+        Some(r) => {
+            use redis::IntoConnectionInfo;
+            if let Err(e) = r.get_ref().as_str().into_connection_info() {
+                cx.err(
+                    &r.span(),
+                    format!("invalid redis URL {:?}: {e}", r.get_ref()),
+                );
+                ok = false;
+            }
+            r.get_ref().clone()
+        }
+    };
+    let sync_interval = match &zs.sync_interval {
+        None => crate::cluster::DEFAULT_SYNC_INTERVAL,
+        Some(v) => match duration_value(cx, v) {
+            Some(d) if d >= Duration::from_millis(10) && d * 4 <= window => d,
+            Some(_) => {
+                cx.err(
+                    &v.span(),
+                    "sync_interval must be at least 10ms and at most a quarter of the window",
+                );
+                ok = false;
+                Duration::ZERO
+            }
+            None => {
+                ok = false;
+                Duration::ZERO
+            }
+        },
+    };
+    let expected_nodes = match &zs.expected_nodes {
+        None => {
+            cx.err(
+                &scope,
+                format!("zone {name:?}: scope = \"cluster\" needs `expected_nodes` (nodes sharing the limit; each admits events ÷ expected_nodes while Redis is unreachable)"),
+            );
+            ok = false;
+            1
+        }
+        Some(v) => match positive(cx, v, "expected_nodes", 1, 1024) {
+            Some(n) if n > events => {
+                cx.err(
+                    &v.span(),
+                    format!("expected_nodes ({n}) exceeds events ({events}): the fallback share events ÷ expected_nodes would be 0"),
+                );
+                ok = false;
+                n
+            }
+            Some(n) => n,
+            None => {
+                ok = false;
+                1
+            }
+        },
+    };
+    if let Some(f) = &zs.fallback {
+        if f.get_ref() != "local" {
+            cx.err(
+                &f.span(),
+                format!(
+                    "unknown fallback {:?}; expected \"local\" (events ÷ expected_nodes per node)",
+                    f.get_ref()
+                ),
+            );
+            ok = false;
+        }
+    }
+    if !ok {
+        return Err(());
+    }
+    Ok(Some(crate::cluster::ClusterSpec {
+        redis,
+        password: zs.password.as_ref().map(|p| p.get_ref().clone()),
+        sync_interval,
+        expected_nodes,
+        fallback: crate::cluster::Fallback::Local,
+    }))
+}
+
+pub(super) fn fields(list: &[&str]) -> String {
+    list.iter()
+        .map(|f| format!("`{f}`"))
+        .collect::<Vec<_>>()
+        .join(" and ")
+}

@@ -1,0 +1,204 @@
+//! What an evaluation answers: the action, the permits and queue ticket to give back, the quota, errors.
+
+use super::*;
+
+/// What the host should do with the request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Action {
+    /// Go ahead now.
+    Pass,
+    /// Go ahead after [`Outcome::wait_ns`].
+    Delay,
+    /// Answer [`Outcome::status`] with `Retry-After`.
+    Reject,
+    /// A concurrency limit is full but has queue room: wait (up to the limit's timeout), then
+    /// call [`Engine::evaluate_queued`] again with the ticket, or [`Engine::abandon`] it.
+    Queue,
+}
+
+/// A place in a concurrency limit's wait queue; hand it back exactly once.
+#[derive(Debug, PartialEq, Eq)]
+#[must_use = "a queue ticket must be handed back (evaluate_queued or abandon)"]
+pub struct QueueTicket {
+    pub(super) limit: u16,
+    pub(super) permit: Permit,
+    /// Its entry in the engine's [`Ledger`].
+    pub(super) generation: u64,
+}
+
+/// A permit or queue ticket as plain data, for hosts that carry them across an FFI. A copy
+/// handed back after the original (or a forged one) changes nothing: `generation` names the
+/// engine's record of it ([`super::ledger`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RawPermit {
+    /// Index of the concurrency limit.
+    pub limit: u16,
+    pub key_hash: u64,
+    pub bucket: u64,
+    pub generation: u64,
+}
+
+impl QueueTicket {
+    /// Index of the concurrency limit this ticket waits for.
+    pub fn limit(&self) -> usize {
+        self.limit as usize
+    }
+
+    /// The raw parts, for hosts that carry tickets across an FFI.
+    pub fn into_raw(self) -> RawPermit {
+        let (key_hash, bucket) = self.permit.into_raw();
+        RawPermit {
+            limit: self.limit,
+            key_hash,
+            bucket,
+            generation: self.generation,
+        }
+    }
+
+    /// Rebuilds a ticket from [`QueueTicket::into_raw`]'s parts.
+    pub fn from_raw(raw: RawPermit) -> QueueTicket {
+        QueueTicket {
+            limit: raw.limit,
+            permit: Permit::from_raw(raw.key_hash, raw.bucket),
+            generation: raw.generation,
+        }
+    }
+}
+
+/// Concurrency permits held by an admitted request; release them when the response is done.
+#[derive(Debug, Default)]
+#[must_use = "permits must be released with Engine::release"]
+pub struct Permits {
+    /// The held permits first (limit, permit, ledger generation), then `None`s.
+    pub(super) held: [Option<(u16, Permit, u64)>; MAX_PERMITS],
+}
+
+impl Permits {
+    pub fn is_empty(&self) -> bool {
+        self.held[0].is_none()
+    }
+
+    /// The raw parts of each held permit, consuming them.
+    pub fn into_raw(self) -> [Option<RawPermit>; MAX_PERMITS] {
+        self.held.map(|h| {
+            h.map(|(limit, p, generation)| {
+                let (key_hash, bucket) = p.into_raw();
+                RawPermit {
+                    limit,
+                    key_hash,
+                    bucket,
+                    generation,
+                }
+            })
+        })
+    }
+
+    /// Rebuilds permits from [`Permits::into_raw`]'s parts (in any order, with gaps).
+    pub fn from_raw(raw: [Option<RawPermit>; MAX_PERMITS]) -> Permits {
+        let mut permits = Permits::default();
+        for r in raw.into_iter().flatten() {
+            permits.push(
+                r.limit as usize,
+                Permit::from_raw(r.key_hash, r.bucket),
+                r.generation,
+            );
+        }
+        permits
+    }
+
+    pub(super) fn push(&mut self, limit: usize, p: Permit, generation: u64) {
+        let slot = self
+            .held
+            .iter_mut()
+            .find(|s| s.is_none())
+            .expect("MAX_PERMITS exceeded");
+        *slot = Some((limit as u16, p, generation));
+    }
+}
+
+/// Numbers for the `RateLimit` / `RateLimit-Policy` fields: the matched rate limit with the
+/// least room left.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Quota {
+    pub limit: u16,
+    /// `q`: requests per window.
+    pub quota: u64,
+    /// `w`: window in seconds.
+    pub window_s: u64,
+    /// `r`: requests left.
+    pub remaining: u64,
+    /// `t`: seconds until the quota is whole again.
+    pub reset_s: u64,
+}
+
+/// The engine's answer for one request.
+#[derive(Debug)]
+pub struct Outcome {
+    pub action: Action,
+    /// Response status for [`Action::Reject`] (and for a queue that times out).
+    pub status: u16,
+    /// For [`Action::Delay`].
+    pub wait_ns: u64,
+    /// For [`Action::Reject`]: when the request would conform.
+    pub retry_after_ns: u64,
+    /// The limit that decided a delay, rejection or queueing.
+    pub limit: Option<u16>,
+    /// The exemption that matched.
+    pub exempt: Option<u16>,
+    /// No limit matched (and no exemption).
+    pub unmatched: bool,
+    /// A dry-run limit that would have delayed or rejected, and what it would have done.
+    pub dry_run: Option<(u16, Action)>,
+    /// On a rejection, the rejecting limit's quota; otherwise the tightest matched quota, and
+    /// only when the policy emits RateLimit headers.
+    pub quota: Option<Quota>,
+    pub permits: Permits,
+    pub ticket: Option<QueueTicket>,
+}
+
+impl Outcome {
+    pub(super) fn new() -> Outcome {
+        Outcome {
+            action: Action::Pass,
+            status: 200,
+            wait_ns: 0,
+            retry_after_ns: 0,
+            limit: None,
+            exempt: None,
+            unmatched: false,
+            dry_run: None,
+            quota: None,
+            permits: Permits::default(),
+            ticket: None,
+        }
+    }
+
+    /// `Retry-After` in whole seconds, rounded up (at least 1 for a rejection).
+    pub fn retry_after_s(&self) -> u64 {
+        self.retry_after_ns.div_ceil(NS_PER_SEC).max(1)
+    }
+}
+
+/// Why a request could not be evaluated.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EvalError {
+    /// A target nginx answers 400 for.
+    BadTarget(UriError),
+    /// More than [`MAX_HEADER_VALUES`] values of one header the policy reads (answer 400);
+    /// nothing was charged.
+    TooManyHeaderValues,
+}
+
+impl std::fmt::Display for EvalError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            EvalError::BadTarget(e) => write!(f, "bad request target: {e}"),
+            EvalError::TooManyHeaderValues => write!(
+                f,
+                "more than {MAX_HEADER_VALUES} values of one header the policy reads"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for EvalError {}
