@@ -29,7 +29,7 @@ fn log_is_an_alias_of_sliding_log() {
     .unwrap();
     assert!(matches!(
         new.zones[0].algorithm,
-        Algorithm::Log { events: 3, .. }
+        Algorithm::SlidingLog { events: 3, .. }
     ));
     assert_eq!(old.zones, new.zones);
     assert_eq!(new.zones[0].algorithm.name(), "sliding_log");
@@ -44,7 +44,7 @@ fn log_zones_parse_and_refuse_bad_parameters_with_positions() {
     .unwrap();
     assert!(matches!(
         p.zones[0].algorithm,
-        Algorithm::Log { events: 3, .. }
+        Algorithm::SlidingLog { events: 3, .. }
     ));
 
     let (l, c, m) = err(&format!(

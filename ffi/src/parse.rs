@@ -38,7 +38,7 @@ pub unsafe extern "C" fn weir_parse_rate(
         let r = parse_rate(s)?;
         Ok(weir_rate {
             count: r.count,
-            period_ns: r.per.as_nanos() as u64, // at most one day
+            period_ns: r.period_ns,
         })
     })
 }

@@ -33,7 +33,7 @@ pub unsafe extern "C" fn weir_policy_zone_layout(
         let mut text = String::from(z.algorithm.name());
         let _ = match z.algorithm {
             Algorithm::Sliding { window, .. } => write!(text, " window={}", duration(window)),
-            Algorithm::Log { events, window } => {
+            Algorithm::SlidingLog { events, window } => {
                 write!(text, " events={events} window={}", duration(window))
             }
             Algorithm::Gcra { .. } | Algorithm::Concurrency { .. } => Ok(()),

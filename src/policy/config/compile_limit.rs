@@ -322,7 +322,7 @@ pub(super) fn compile_limit(
         },
         Algorithm::Concurrency { max } => max,
         // One log entry per admitted request.
-        Algorithm::Log { .. } => 1,
+        Algorithm::SlidingLog { .. } => 1,
     };
     if cost > cap {
         if let Some(c) = &ls.cost {
@@ -333,7 +333,7 @@ pub(super) fn compile_limit(
                 }
                 Algorithm::Sliding { .. } => format!("the zone's events = {cap}"),
                 Algorithm::Concurrency { .. } => format!("the zone's max = {cap}"),
-                Algorithm::Log { .. } => {
+                Algorithm::SlidingLog { .. } => {
                     "1, the only cost a sliding_log zone takes (it records one event per request)"
                         .to_string()
                 }

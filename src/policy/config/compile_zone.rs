@@ -129,7 +129,7 @@ pub(super) fn compile_zone(cx: &mut Cx<'_>, name: &str, z: &Spanned<ZoneSpec>) -
                 cx.err(&w.span(), "log window must be between 1ms and 7d");
                 return None;
             }
-            Algorithm::Log {
+            Algorithm::SlidingLog {
                 events: events?,
                 window,
             }
@@ -216,7 +216,7 @@ pub(super) fn compile_cluster(
             );
             return Err(());
         }
-        Algorithm::Log { .. } => {
+        Algorithm::SlidingLog { .. } => {
             cx.err(
                 &scope,
                 format!("zone {name:?}: scope = \"cluster\" supports sliding zones only; a sliding_log zone's per-key event times are not shared across nodes"),

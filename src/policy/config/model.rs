@@ -35,7 +35,7 @@ pub enum Algorithm {
     /// Exact sliding log, `algorithm = "sliding_log"` (also read as `"log"`; caddy-ratelimit's
     /// semantics): at most `events` admissions per key in any `window`, each key keeping its
     /// last `events` admission times.
-    Log {
+    SlidingLog {
         /// Events per window (1 ..= 4096).
         events: u64,
         /// Window length (1 ms ..= 7 d).
@@ -50,7 +50,7 @@ impl Algorithm {
             Algorithm::Gcra { .. } => "gcra",
             Algorithm::Sliding { .. } => "sliding",
             Algorithm::Concurrency { .. } => "concurrency",
-            Algorithm::Log { .. } => "sliding_log",
+            Algorithm::SlidingLog { .. } => "sliding_log",
         }
     }
 }

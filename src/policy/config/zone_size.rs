@@ -10,7 +10,7 @@ use crate::table::{LogTable, SlidingLog, Table, MIN_CAPACITY, SLOT_BYTES};
 /// `log_for` in [`crate::policy::engine`]). `None` when the log parameters are invalid.
 pub fn min_zone_bytes(algorithm: &Algorithm) -> Option<u64> {
     let bytes = match *algorithm {
-        Algorithm::Log { events, window } => {
+        Algorithm::SlidingLog { events, window } => {
             let log = SlidingLog::new(events, window.as_nanos() as u64).ok()?;
             let header = Table::bytes_for(0) - MIN_CAPACITY * SLOT_BYTES;
             header + LogTable::bytes_for(&log, 1)
@@ -34,7 +34,7 @@ pub(crate) fn size_error(size: u64, algorithm: &Algorithm) -> Option<String> {
     }
     let kib = min.div_ceil(1024);
     Some(match *algorithm {
-        Algorithm::Log { events, .. } => format!(
+        Algorithm::SlidingLog { events, .. } => format!(
             "size {size} holds no key: a sliding_log zone of {events} events needs at least {min} bytes (\"{kib}k\"; {} bytes per key)",
             8 * events.next_multiple_of(2) + 16
         ),
@@ -57,7 +57,7 @@ mod tests {
         assert!(Table::new(min - 1, 1, 0).is_err());
         for events in [1, 10, MAX_LOG_EVENTS] {
             let window = Duration::from_secs(1);
-            let alg = Algorithm::Log { events, window };
+            let alg = Algorithm::SlidingLog { events, window };
             let min = min_zone_bytes(&alg).unwrap() as usize;
             let log = SlidingLog::new(events, window.as_nanos() as u64).unwrap();
             let skip = min - LogTable::bytes_for(&log, 1);

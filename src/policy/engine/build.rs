@@ -84,7 +84,9 @@ pub(super) fn zone_schema(z: &config::Zone) -> u64 {
         config::Algorithm::Sliding { window, .. } => (2, window.as_nanos() as u64),
         config::Algorithm::Concurrency { .. } => (3, DEFAULT_LEASE_NS),
         // The log's record size depends on `events`: both are part of the layout.
-        config::Algorithm::Log { events, window } => (5 | events << 8, window.as_millis() as u64),
+        config::Algorithm::SlidingLog { events, window } => {
+            (5 | events << 8, window.as_millis() as u64)
+        }
     };
     // FNV-1a over the fields: stable across builds and processes.
     let mut h = 0xcbf2_9ce4_8422_2325u64;
@@ -126,7 +128,7 @@ pub(super) fn limiter_for(
         config::Algorithm::Concurrency { max } => {
             Limiter::Concurrency(Concurrency::new(max, DEFAULT_LEASE_NS).map_err(err)?)
         }
-        config::Algorithm::Log { .. } => unreachable!("sliding_log zones have their table"),
+        config::Algorithm::SlidingLog { .. } => unreachable!("sliding_log zones have their table"),
     })
 }
 
@@ -135,7 +137,7 @@ pub(super) fn limiter_for(
 /// hosts validate on reload); the slot area, never used by a sliding_log zone, holds the log table,
 /// created there or attached with its state like the header.
 pub(super) fn log_for(zone: &config::Zone, table: &Table) -> Result<Option<Arc<LogTable>>, String> {
-    let config::Algorithm::Log { events, window } = zone.algorithm else {
+    let config::Algorithm::SlidingLog { events, window } = zone.algorithm else {
         return Ok(None);
     };
     let log = SlidingLog::new(events, window.as_nanos() as u64)
