@@ -89,6 +89,7 @@ pub(super) struct LimitSpec {
     pub(super) status: Option<Spanned<i64>>,
     pub(super) log_level: Option<Spanned<String>>,
     pub(super) cost: Option<Spanned<i64>>,
+    pub(super) max: Option<Spanned<i64>>,
     pub(super) queue: Option<Spanned<i64>>,
     pub(super) timeout: Option<Spanned<Scalar>>,
 }
