@@ -12,11 +12,11 @@ impl Engine {
     pub(super) fn settle(
         &self,
         hits: &[Hit],
-        mut out: Outcome,
         mut ticket: Option<QueueTicket>,
         now: u64,
         host: bool,
-    ) -> Outcome {
+    ) -> Result<Outcome, EvalError> {
+        let mut out = Outcome::new();
         // 3. Concurrency permits.
         let mut pending = [Counted::Pass; MAX_HITS];
         for (k, h) in hits.iter().enumerate() {
@@ -40,7 +40,7 @@ impl Engine {
                     if let Some(t) = ticket.take() {
                         self.abandon(t, now);
                     }
-                    return self.dry_rejected(h.limit, 1000);
+                    return Ok(self.dry_rejected(h.limit, 1000));
                 }
                 (_, None) => {
                     self.release(std::mem::take(&mut out.permits), now);
@@ -50,7 +50,7 @@ impl Engine {
                         if let Some(t) = ticket.take() {
                             self.abandon(t, now);
                         }
-                        return rejected;
+                        return Ok(rejected);
                     }
                     let mine = ticket.as_ref().is_some_and(|t| t.limit as usize == h.limit);
                     if mine || (ticket.is_none() && limit.queue > 0) {
@@ -77,7 +77,7 @@ impl Engine {
                             out.status = limit.status;
                             out.limit = Some(h.limit as u16);
                             out.ticket = Some(t);
-                            return out;
+                            return Ok(out);
                         }
                     }
                     self.reject(&mut out, h.limit, 0);
@@ -85,7 +85,7 @@ impl Engine {
                     if let Some(t) = ticket.take() {
                         self.abandon(t, now);
                     }
-                    return out;
+                    return Ok(out);
                 }
             }
         }
@@ -175,14 +175,14 @@ impl Engine {
                         None => v,
                     };
                     if dry_run {
-                        return self.dry_rejected(h.limit, self.excess_milli(h.limit, &v));
+                        return Ok(self.dry_rejected(h.limit, self.excess_milli(h.limit, &v)));
                     }
                     out.action = Action::Pass;
                     out.wait_ns = 0;
                     self.reject(&mut out, h.limit, v.retry_after_ns);
                     out.excess_milli = self.excess_milli(h.limit, &v);
                     out.quota = Some(self.quota(h.limit, alg, &v));
-                    return out;
+                    return Ok(out);
                 }
             }
         }
@@ -194,7 +194,7 @@ impl Engine {
                 Counted::DryRejected => &c.dry_run_rejected,
             });
         }
-        out
+        Ok(out)
     }
 
     /// A host-selected dry-run limit's would-be rejection, with everything given back: the

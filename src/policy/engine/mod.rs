@@ -266,7 +266,6 @@ impl Engine {
         }
     }
 
-    #[inline(always)]
     fn run(
         &self,
         req: &dyn RequestView,
@@ -360,7 +359,6 @@ impl Engine {
         let client = self.policy.client_ip.resolve_cached(req, &headers);
         let prepared = PreparedRequest::with_headers(req, path, query, client, &headers);
 
-        let mut out = Outcome::new();
         let mut hits = ArrayVec::<Hit, MAX_HITS>::new();
         match sel {
             Selection::Policy => {
@@ -370,6 +368,7 @@ impl Engine {
                         return Err(EvalError::TooManyHeaderValues);
                     }
                     self.counters.add_total(|t| &t.exempt);
+                    let mut out = Outcome::new();
                     out.exempt = Some(i as u16);
                     if let Some(t) = ticket.take() {
                         self.abandon(t, now);
@@ -412,13 +411,14 @@ impl Engine {
             if !host {
                 self.counters.add_total(|t| &t.unmatched);
             }
-            out.unmatched = true;
             if let Some(t) = ticket.take() {
                 self.abandon(t, now);
             }
+            let mut out = Outcome::new();
+            out.unmatched = true;
             return Ok(out);
         }
-        Ok(self.settle(&hits, out, ticket, now, host))
+        self.settle(&hits, ticket, now, host)
     }
 
     /// The hash of limit `i`'s key for `req`, or `None` when the limit does not apply: a
