@@ -453,6 +453,21 @@ fn policy_format_for_vars_and_host_limits() {
     assert!(p.limits[0].selected && !p.limits[1].selected);
     assert_eq!(p.limits[1].max, Some(2));
     assert_eq!(p.vars, ["tenant", "$host"]);
+    // Tests on variables in classes number their names after the key parts'.
+    let with_class = format!(
+        "{GCRA_ZONE}[classes.c]\nmatch = [{{ var.tier = {{ equals = \"free\" }}, var.tenant = {{ present = true }} }}]\n\
+         [[limit]]\nclass = \"c\"\nzone = \"z\"\nkey = \"var:tenant\"\n"
+    );
+    let q = weir::policy::parse_policy(&with_class, None).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(q.vars, ["tenant", "tier"]);
+    let engine_q = Engine::new(q).unwrap();
+    let req = |tier: &str| {
+        OwnedRequest::new("GET", "/", "192.0.2.1".parse().unwrap())
+            .var(0, "t")
+            .var(1, tier)
+    };
+    assert!(!engine_q.evaluate(&req("free"), S).unwrap().unmatched);
+    assert!(engine_q.evaluate(&req("paid"), S).unwrap().unmatched);
     let engine = Engine::new(p).unwrap();
     let names: Vec<&[u8]> = engine.var_names().collect();
     assert_eq!(names, [&b"tenant"[..], b"$host"]);
@@ -475,6 +490,12 @@ fn policy_format_for_vars_and_host_limits() {
             8,
             7,
             "invalid variable name \"\"",
+        ),
+        (
+            format!("{GCRA_ZONE}[classes.c]\nmatch = [{{ var.\"a b\" = {{ present = true }} }}]\n[[limit]]\nclass = \"c\"\nzone = \"z\"\n"),
+            6,
+            16,
+            "invalid variable name \"a b\"",
         ),
         (
             format!("{GCRA_ZONE}[[limit]]\nclass = \"*\"\nzone = \"z\"\nmax = 2\n"),

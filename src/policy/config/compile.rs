@@ -168,7 +168,7 @@ pub(super) fn compile(cx: &mut Cx<'_>, spec: FileSpec) -> CompiledPolicy {
         }
     }
 
-    let vars = number_vars(&mut limits);
+    let vars = number_vars(&mut limits, &mut classes, &mut exemptions);
     CompiledPolicy {
         failure_mode,
         emit_headers: spec.headers.unwrap_or(false),
@@ -181,21 +181,36 @@ pub(super) fn compile(cx: &mut Cx<'_>, spec: FileSpec) -> CompiledPolicy {
     }
 }
 
-/// Gives every `var:` key part the index of its name among the policy's variables (each
-/// name once, in order of first use), and returns the names.
-fn number_vars(limits: &mut [Limit]) -> Vec<String> {
+/// Gives every `var:` key part and `var.NAME` test the index of its name among the policy's
+/// variables (each name once: key parts in file order, then tests in class order), and
+/// returns the names.
+fn number_vars(
+    limits: &mut [Limit],
+    classes: &mut [Class],
+    exemptions: &mut [Class],
+) -> Vec<String> {
     let mut names: Vec<String> = Vec::new();
+    let mut number = |name: &[u8], index: &mut usize| {
+        let name = String::from_utf8_lossy(name);
+        *index = match names.iter().position(|n| *n == name) {
+            Some(i) => i,
+            None => {
+                names.push(name.into_owned());
+                names.len() - 1
+            }
+        };
+    };
     for part in limits.iter_mut().flat_map(|l| l.key.parts.iter_mut()) {
         if let KeyPart::Var { name, index } = part {
-            let name = String::from_utf8_lossy(name);
-            *index = match names.iter().position(|n| *n == name) {
-                Some(i) => i,
-                None => {
-                    names.push(name.into_owned());
-                    names.len() - 1
-                }
-            };
+            number(name, index);
         }
+    }
+    let shapes = classes
+        .iter_mut()
+        .chain(exemptions)
+        .flat_map(|c| &mut c.shapes);
+    for (name, index, _) in shapes.flat_map(|s| &mut s.vars) {
+        number(name, index);
     }
     names
 }

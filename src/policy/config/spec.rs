@@ -60,6 +60,7 @@ pub(super) struct ShapeSpec {
     pub(super) query: Option<BTreeMap<Spanned<String>, Spanned<ValueSpec>>>,
     pub(super) header: Option<BTreeMap<Spanned<String>, Spanned<ValueSpec>>>,
     pub(super) cookie: Option<BTreeMap<Spanned<String>, Spanned<ValueSpec>>>,
+    pub(super) var: Option<BTreeMap<Spanned<String>, Spanned<ValueSpec>>>,
     pub(super) client: Option<Spanned<StrList>>,
 }
 
