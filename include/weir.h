@@ -365,7 +365,8 @@ typedef struct weir_zone_spec {
 
 /*
  A limit, as a policy's `[[limit]]` without classes. Zero means the policy's default for
- every number but `burst`, `delay` and the prefixes.
+ `status`, `cost`, `max` and `timeout_ns`; `burst`, `delay`, `log_level` and the prefixes
+ mean what they say (a prefix of -1 is the default).
  */
 typedef struct weir_limit_spec {
   /*
@@ -408,7 +409,8 @@ typedef struct weir_limit_spec {
    */
   uint16_t status;
   /*
-   Log level of a rejection: 0 info, 1 notice, 2 warn, 3 error (the default).
+   Log level of a rejection, as `weir_engine_limit_log_level` answers it: 0 info, 1 notice,
+   2 warn, 3 error (a policy's default; 0 here is info).
    */
   int log_level;
   /*

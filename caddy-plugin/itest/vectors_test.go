@@ -84,6 +84,9 @@ func TestVectors(t *testing.T) {
 	var cf strings.Builder
 	cf.WriteString("%GLOBALS%\n:%PORT% {\n")
 	for i, v := range vs {
+		if unsupported(v) != "" {
+			continue // skipped below
+		}
 		p := filepath.Join(dir, v.Name+".toml")
 		if err := os.WriteFile(p, []byte(v.Policy), 0o644); err != nil {
 			t.Fatal(err)

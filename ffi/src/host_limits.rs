@@ -45,7 +45,8 @@ pub struct weir_zone_spec {
 }
 
 /// A limit, as a policy's `[[limit]]` without classes. Zero means the policy's default for
-/// every number but `burst`, `delay` and the prefixes.
+/// `status`, `cost`, `max` and `timeout_ns`; `burst`, `delay`, `log_level` and the prefixes
+/// mean what they say (a prefix of -1 is the default).
 #[repr(C)]
 pub struct weir_limit_spec {
     /// The zone's name, as given to `weir_host_limits_zone`.
@@ -71,7 +72,8 @@ pub struct weir_limit_spec {
     pub dry_run: u8,
     /// Status of a rejection, 400–599; 0: 429.
     pub status: u16,
-    /// Log level of a rejection: 0 info, 1 notice, 2 warn, 3 error (the default).
+    /// Log level of a rejection, as `weir_engine_limit_log_level` answers it: 0 info, 1 notice,
+    /// 2 warn, 3 error (a policy's default; 0 here is info).
     pub log_level: c_int,
     /// Units per request; 0: 1.
     pub cost: u64,
