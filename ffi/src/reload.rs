@@ -145,7 +145,10 @@ mod tests {
                  [[limit]]\nclass = \"*\"\nzone = \"a\"\n",
             );
             assert_eq!(layout(p, 0), "sliding window=1m30s size=65536");
-            assert_eq!(layout(p, 1), "log events=3 window=1s500ms size=65536");
+            assert_eq!(
+                layout(p, 1),
+                "sliding_log events=3 window=1s500ms size=65536"
+            );
             assert_eq!(layout(p, 2), "gcra size=65536");
             // Cut to the buffer, full length returned; no zone 3; NULL policy.
             let mut two = [0u8; 2];
