@@ -13,6 +13,12 @@
 //!    same as if every limit had been predicted first.
 //! 5. The longest delay wins. Dry-run limits are charged and counted like the others, but their
 //!    delays and rejections are only reported.
+//!
+//! [`Engine::evaluate_selected`] replaces steps 2 and 3's matching with the limits the host
+//! names (its own directives, `class = "@host"`), in its order, and charges them the same way
+//! (engine/charge.rs), with nginx's dry-run rule: a dry-run limit that would reject gives back
+//! everything, as an enforced one does, and the longest would-be delay is reported. A limit
+//! whose key has an absent or empty `var:` part does not apply, in both.
 
 use std::fmt::Write as _;
 use std::sync::Arc;
