@@ -58,7 +58,7 @@ static int wgo_header(void *ctx, const uint8_t *lname, size_t lname_len, size_t 
 
 static weir_request wgo_request(const uint8_t *m, size_t ml, const uint8_t *t, size_t tl,
                                 const uint8_t *p, size_t pl, wgo_headers *h) {
-	weir_request r;
+	weir_request r = {0};
 	r.method = m; r.method_len = ml; r.target = t; r.target_len = tl;
 	r.peer = p; r.peer_len = pl;
 	r.header = h->len ? wgo_header : NULL; r.header_ctx = h;

@@ -111,6 +111,17 @@
 #define WEIR_MAX_PERMITS 4
 
 /*
+ `weir_zone_spec.algorithm`.
+ */
+#define WEIR_ALGORITHM_GCRA 1
+
+#define WEIR_ALGORITHM_SLIDING 2
+
+#define WEIR_ALGORITHM_CONCURRENCY 3
+
+#define WEIR_ALGORITHM_SLIDING_LOG 4
+
+/*
  A policy with its zones' tables: evaluates requests. Thread-safe.
  */
 typedef struct weir_engine weir_engine;
@@ -119,6 +130,11 @@ typedef struct weir_engine weir_engine;
  An error: a message, with file:line:col for policy errors. Free with `weir_error_free`.
  */
 typedef struct weir_error weir_error;
+
+/*
+ Zones and limits being declared (opaque). Not thread-safe; free with `weir_host_limits_free`.
+ */
+typedef struct weir_host_limits weir_host_limits;
 
 /*
  A limiting algorithm with its parameters (GCRA, sliding window or concurrency).
@@ -189,6 +205,15 @@ typedef int (*weir_header_fn)(void *ctx,
                               size_t *value_len);
 
 /*
+ Variable lookup for `weir_request`: store a pointer to the value of variable `index` (its
+ name is `weir_engine_var_name(engine, index)`) in `*value`/`*value_len` and return 1, or
+ return 0 when it has none. Called with the request's `header_ctx`. The value must stay
+ valid until the evaluating call returns. An absent or empty value leaves the limits keyed
+ by the variable out of the request.
+ */
+typedef int (*weir_var_fn)(void *ctx, size_t index, const uint8_t **value, size_t *value_len);
+
+/*
  A request, as (pointer, length) views valid for the duration of the call.
  */
 typedef struct weir_request {
@@ -211,7 +236,14 @@ typedef struct weir_request {
    May be NULL: the request then has no headers.
    */
   weir_header_fn header;
+  /*
+   Passed to `header` and `var`.
+   */
   void *header_ctx;
+  /*
+   May be NULL: the request then has no variables (`var:` key parts).
+   */
+  weir_var_fn var;
 } weir_request;
 
 /*
@@ -280,7 +312,125 @@ typedef struct weir_verdict {
    or `weir_engine_abandon`).
    */
   struct weir_permit ticket;
+  /*
+   For WEIR_REJECT and WEIR_DELAY: the deciding limit's excess in thousandths of a request,
+   as nginx logs it ("excess: 1.500"): for a gcra limit how far ahead of its rate the key
+   is, in requests (less one interval for a delay); 1000 for another limit's rejection.
+   */
+  uint64_t excess_milli;
+  /*
+   The same for `dry_run_limit`.
+   */
+  uint64_t dry_run_excess_milli;
 } weir_verdict;
+
+/*
+ A request rate: `count` requests per `period_ns` nanoseconds (`10r/s` is 10 per
+ 1,000,000,000; `30r/m` is 30 per 60,000,000,000).
+ */
+typedef struct weir_rate {
+  uint64_t count;
+  uint64_t period_ns;
+} weir_rate;
+
+/*
+ A zone: its memory and algorithm, as a policy's `[zones.NAME]`.
+ */
+typedef struct weir_zone_spec {
+  /*
+   WEIR_ALGORITHM_*.
+   */
+  int algorithm;
+  /*
+   Bytes of memory (`weir_parse_size`).
+   */
+  uint64_t size;
+  /*
+   gcra: the rate (`weir_parse_rate`).
+   */
+  struct weir_rate rate;
+  /*
+   sliding, sliding_log: events per window.
+   */
+  uint64_t events;
+  /*
+   sliding, sliding_log: the window (`weir_parse_duration`), whole milliseconds.
+   */
+  uint64_t window_ns;
+  /*
+   concurrency: most in flight per key; 0 when each limit on the zone gives its own `max`.
+   */
+  uint64_t max;
+} weir_zone_spec;
+
+/*
+ A limit, as a policy's `[[limit]]` without classes. Zero means the policy's default for
+ `status`, `cost`, `max` and `timeout_ns`; `burst`, `delay`, `log_level` and the prefixes
+ mean what they say (a prefix of -1 is the default).
+ */
+typedef struct weir_limit_spec {
+  /*
+   The zone's name, as given to `weir_host_limits_zone`.
+   */
+  const uint8_t *zone;
+  size_t zone_len;
+  /*
+   Name in logs and metrics; length 0: "ZONE.INDEX".
+   */
+  const uint8_t *name;
+  size_t name_len;
+  /*
+   Key parts in the policy's syntax, separated by commas ("var:k", "ip", "ip,path");
+   length 0: "ip". A `var:NAME` part is resolved by `weir_request.var` with NAME's index
+   (`weir_engine_var_name`).
+   */
+  const uint8_t *key;
+  size_t key_len;
+  /*
+   Prefix lengths of an `ip` part; -1: the default (/32, /64).
+   */
+  int ipv4_prefix;
+  int ipv6_prefix;
+  /*
+   gcra: excess requests tolerated above the rate.
+   */
+  uint64_t burst;
+  /*
+   gcra: -1 no excess request is delayed (nginx `nodelay`); N ≥ 0: the first N excess
+   requests pass at once (nginx `delay=N`; 0 is nginx's default).
+   */
+  int64_t delay;
+  /*
+   1: count and report, never reject or delay (nginx `*_dry_run on`).
+   */
+  uint8_t dry_run;
+  /*
+   Status of a rejection, 400–599; 0: 429.
+   */
+  uint16_t status;
+  /*
+   Log level of a rejection, as `weir_engine_limit_log_level` answers it: 0 info, 1 notice,
+   2 warn, 3 error (a policy's default; 0 here is info).
+   */
+  int log_level;
+  /*
+   Units per request; 0: 1.
+   */
+  uint64_t cost;
+  /*
+   concurrency: most in flight per key for this limit (nginx `limit_conn zone N`); 0: the
+   zone's.
+   */
+  uint64_t max;
+  /*
+   concurrency: requests allowed to wait for a slot.
+   */
+  uint64_t queue;
+  /*
+   concurrency with `queue`: how long one waits; 0: the default (5 s).
+   */
+  uint64_t timeout_ns;
+} weir_limit_spec;
 
 /*
  One low-level check (`weir_zone_check`, `weir_zone_acquire`).
@@ -314,15 +464,6 @@ typedef struct weir_zone_stats {
   uint64_t delayed;
   uint64_t rejected;
 } weir_zone_stats;
-
-/*
- A request rate: `count` requests per `period_ns` nanoseconds (`10r/s` is 10 per
- 1,000,000,000; `30r/m` is 30 per 60,000,000,000).
- */
-typedef struct weir_rate {
-  uint64_t count;
-  uint64_t period_ns;
-} weir_rate;
 
 /*
  What a policy's zone needs (for hosts that place zones in shared memory).
@@ -486,6 +627,19 @@ int weir_engine_header_name(const struct weir_engine *e,
                             size_t *len);
 
 /*
+ Number of variables the engine's policy reads (`var:NAME` key parts; 0 for NULL); see
+ `weir_engine_var_name`.
+ */
+size_t weir_engine_var_count(const struct weir_engine *e);
+
+/*
+ The name of variable `i` (not NUL-terminated, valid as long as the engine): the engine asks
+ `weir_request.var` for it by the index `i`. Map the names to the host's own handles once,
+ when the engine is built.
+ */
+int weir_engine_var_name(const struct weir_engine *e, size_t i, const uint8_t **name, size_t *len);
+
+/*
  How long a request queued by limit `i` waits (its `timeout`) in nanoseconds, in `*out_ns`;
  0 for limits without a queue. Hosts use it to bound their wait on a WEIR_QUEUE verdict.
  */
@@ -552,6 +706,34 @@ int weir_engine_evaluate_queued(const struct weir_engine *e,
                                 size_t header_cap);
 
 /*
+ Evaluates a request against exactly the `n` limits at `limits` (indexes, in this order),
+ as a host's own directives select them: no exemptions, no classes; charged in order, a
+ rejection gives back every charge before it, the longest delay decides; a dry-run limit's
+ would-be rejection also gives everything back and is reported (`dry_run_*`), as nginx's
+ `*_dry_run` does. `unmatched` is set when no listed limit applied (each had an absent or
+ empty `var:` part). The target is parsed only when a listed key reads the path. An index
+ naming no limit, more than 32 limits or more than WEIR_MAX_PERMITS concurrency limits give
+ WEIR_ERR_INVALID and charge nothing. No response header lines: hosts with directives
+ write their own. Errors otherwise as `weir_engine_evaluate`.
+ */
+int weir_engine_evaluate_selected(const struct weir_engine *e,
+                                  const struct weir_request *r,
+                                  const uint16_t *limits,
+                                  size_t n,
+                                  uint64_t now,
+                                  struct weir_verdict *out);
+
+/*
+ `weir_engine_evaluate_queued` for `weir_engine_evaluate_selected` (the same `limits`).
+ */
+int weir_engine_evaluate_selected_queued(const struct weir_engine *e,
+                                         const struct weir_request *r,
+                                         const uint16_t *limits,
+                                         size_t n,
+                                         uint64_t now,
+                                         struct weir_verdict *v);
+
+/*
  Gives up the queue place held in `v` (the wait timed out or the client left). Idempotent,
  also across copies of `v`. A ticket naming no concurrency limit of `e` gives
  WEIR_ERR_INVALID and changes nothing.
@@ -565,6 +747,47 @@ int weir_engine_abandon(const struct weir_engine *e, struct weir_verdict *v, uin
  released.
  */
 int weir_engine_release(const struct weir_engine *e, struct weir_verdict *v, uint64_t now);
+
+/*
+ A new, empty declaration (never NULL).
+ */
+struct weir_host_limits *weir_host_limits_new(void);
+
+/*
+ Frees a declaration; NULL is ignored.
+ */
+void weir_host_limits_free(struct weir_host_limits *b);
+
+/*
+ Declares zone `name` (`len` bytes). Problems with its values are reported by
+ `weir_host_limits_build`; WEIR_ERR_INVALID here only for an unknown algorithm or a name
+ that is not UTF-8.
+ */
+int weir_host_limits_zone(struct weir_host_limits *b,
+                          const uint8_t *name,
+                          size_t len,
+                          const struct weir_zone_spec *spec);
+
+/*
+ Declares a limit; `*index_out` is its index in the engine (limits keep their order), to
+ pass to `weir_engine_evaluate_selected`. Problems with its values are reported by
+ `weir_host_limits_build`; WEIR_ERR_INVALID here only for text that is not UTF-8, a prefix
+ outside -1..=128, a log level outside 0..=3 or a delay below -1.
+ */
+int weir_host_limits_limit(struct weir_host_limits *b,
+                           const struct weir_limit_spec *spec,
+                           uint16_t *index_out);
+
+/*
+ Compiles the declaration into `*out` (free with `weir_policy_free`; `b` stays usable).
+ WEIR_ERR_POLICY with every problem in `err` (one per line, each naming its zone or
+ limit, in a policy file's words; cut to `err_len` bytes, NUL-terminated) when the
+ declaration is not a valid policy.
+ */
+int weir_host_limits_build(const struct weir_host_limits *b,
+                           struct weir_policy **out,
+                           char *err,
+                           size_t err_len);
 
 /*
  GCRA (nginx limit_req): `count` requests per `period_ns`, `burst`, and `delay`: -1 for

@@ -1,7 +1,8 @@
 //! `Engine::evaluate` + `Engine::release` allocate nothing for realistic requests (targets
 //! under 2 KiB, several limits matched, keys of several kinds, a concurrency permit taken and
 //! given back), once warmed up; nor for examples/wiki.toml's case-insensitive globs and title
-//! regexes.
+//! regexes; nor `Engine::evaluate_selected` over host limits keyed by variables (rate and
+//! concurrency, delays and rejections, empty keys).
 //!
 //! A counting global allocator watches 10,000 evaluations. Set `WEIR_ALLOC_TRACE=1` to print a
 //! backtrace for every allocation made while counting (to find where it comes from).
@@ -10,7 +11,9 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
 
-use weir::policy::{Action, CompiledPolicy, Engine, OwnedRequest};
+use weir::limiter::{Delay, Rate};
+use weir::policy::config::Algorithm;
+use weir::policy::{Action, CompiledPolicy, Engine, HostLimit, HostLimits, HostZone, OwnedRequest};
 
 #[path = "common/engine_fixture.rs"]
 mod fixture;
@@ -119,7 +122,8 @@ fn main() {
     }
     assert_eq!(failures, 0, "every request should pass");
     let wiki = wiki_example_allocations();
-    let n: usize = per_kind.iter().sum::<usize>() + wiki;
+    let host = host_limits_allocations();
+    let n: usize = per_kind.iter().sum::<usize>() + wiki + host;
     if n == 0 {
         println!("test evaluate_allocates_nothing ... ok\n1 passed, 0 failed");
     } else {
@@ -129,6 +133,7 @@ fn main() {
             .filter(|(_, n)| *n > 0)
             .map(|((name, _), n)| format!("{name}: {n}"))
             .chain((wiki > 0).then(|| format!("examples/wiki.toml: {wiki}")))
+            .chain((host > 0).then(|| format!("evaluate_selected: {host}")))
             .collect();
         println!(
             "test evaluate_allocates_nothing ... FAILED ({n} allocations; {})\n0 passed, 1 failed",
@@ -166,5 +171,95 @@ fn wiki_example_allocations() -> usize {
         let _ = engine.evaluate(r, S);
     }
     COUNTING.store(false, Relaxed);
+    ALLOCS.load(Relaxed) - before
+}
+
+/// Allocations while `evaluate_selected` judges requests against host limits keyed by
+/// variables, as nginx's directives would: two rate limits (one delaying, one rejecting) and a
+/// concurrency limit with its own max, some requests with an empty key.
+fn host_limits_allocations() -> usize {
+    let mut b = HostLimits::new();
+    let rate = |count| Algorithm::Gcra {
+        rate: Rate {
+            count,
+            period_ns: S,
+        },
+    };
+    for (name, algorithm) in [
+        ("one", rate(5)),
+        ("two", rate(50)),
+        ("conn", Algorithm::Concurrency { max: 0 }),
+    ] {
+        let size = 1 << 20;
+        b.zone(name, HostZone { size, algorithm });
+    }
+    let limit = |zone: &str| HostLimit {
+        key: vec![format!("var:{zone}")],
+        ..HostLimit::default()
+    };
+    let reqs = [
+        b.limit(
+            "one",
+            HostLimit {
+                burst: 5,
+                ..limit("one")
+            },
+        ),
+        b.limit(
+            "two",
+            HostLimit {
+                burst: 10,
+                delay: Delay::NoDelay,
+                ..limit("two")
+            },
+        ),
+    ];
+    let conns = [b.limit(
+        "conn",
+        HostLimit {
+            max: Some(2),
+            ..limit("conn")
+        },
+    )];
+    let engine = Engine::new(b.build().unwrap()).unwrap();
+    let requests: Vec<OwnedRequest> = (0..16u8)
+        .map(|c| {
+            let r = OwnedRequest::new("GET", "/", std::net::IpAddr::from([192, 0, 2, c]));
+            // Every fourth request has an empty key for zone "one".
+            let one = if c % 4 == 0 {
+                String::new()
+            } else {
+                format!("k{c}")
+            };
+            r.var(0, one)
+                .var(1, format!("k{}", c % 3))
+                .var(2, format!("k{c}"))
+        })
+        .collect();
+    let mut now = S;
+    let mut seen = [false; 3];
+    let mut run = |counting: bool, now: u64, r: &OwnedRequest| {
+        COUNTING.store(counting, Relaxed);
+        let out = engine.evaluate_selected(r, &reqs, now).unwrap();
+        seen[0] |= out.action == Action::Delay;
+        seen[1] |= out.action == Action::Reject;
+        let c = engine.evaluate_selected(r, &conns, now).unwrap();
+        seen[2] |= !c.permits.is_empty();
+        engine.release(c.permits, now);
+        COUNTING.store(false, Relaxed);
+    };
+    for r in requests.iter().cycle().take(400) {
+        run(false, now, r);
+        now += S / 200;
+    }
+    let before = ALLOCS.load(Relaxed);
+    for r in requests.iter().cycle().take(10_000) {
+        run(true, now, r);
+        now += S / 200;
+    }
+    assert_eq!(
+        seen, [true; 3],
+        "delays, rejections and permits were all exercised"
+    );
     ALLOCS.load(Relaxed) - before
 }

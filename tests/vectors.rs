@@ -44,7 +44,7 @@ fn str_field<'a>(v: &'a Value, name: &str, ctx: &str) -> &'a str {
         .unwrap_or_else(|| panic!("{ctx}: `{name}` must be a string"))
 }
 
-fn build_request(step: &Value, ctx: &str) -> OwnedRequest {
+fn build_request(engine: &Engine, step: &Value, ctx: &str) -> OwnedRequest {
     let (method, target) = (
         str_field(step, "method", ctx),
         str_field(step, "target", ctx),
@@ -69,7 +69,40 @@ fn build_request(step: &Value, ctx: &str) -> OwnedRequest {
             req = req.header(n.expect("header name"), v.expect("header value"));
         }
     }
+    if let Some(vars) = step.get("vars") {
+        let vars = vars
+            .as_object()
+            .unwrap_or_else(|| panic!("{ctx}: vars must be an object"));
+        for (name, value) in vars {
+            let value = value
+                .as_str()
+                .unwrap_or_else(|| panic!("{ctx}: var {name} must be a string"));
+            // A variable the policy does not read is never asked for.
+            if let Some(i) = engine.var_names().position(|n| n == name.as_bytes()) {
+                req = req.var(i, value.as_bytes());
+            }
+        }
+    }
     req
+}
+
+/// The indexes of a step's `select` list, or `None` for a step without one.
+fn selection(engine: &Engine, step: &Value, ctx: &str) -> Option<Vec<u16>> {
+    let names = step.get("select")?.as_array();
+    let names = names.unwrap_or_else(|| panic!("{ctx}: select must be a list"));
+    let count = engine.policy().limits.len();
+    Some(
+        names
+            .iter()
+            .map(|n| {
+                let n = n
+                    .as_str()
+                    .unwrap_or_else(|| panic!("{ctx}: select names limits"));
+                let i = (0..count).find(|&i| engine.limit_name(i) == n);
+                i.unwrap_or_else(|| panic!("{ctx}: no limit {n:?}")) as u16
+            })
+            .collect(),
+    )
 }
 
 /// What one evaluation produced, in vector terms.
@@ -85,6 +118,7 @@ struct Got {
 
 fn got_from(engine: &Engine, res: &Result<Outcome, EvalError>) -> Got {
     match res {
+        Err(EvalError::BadSelection) => panic!("a vector selects limits that do not exist"),
         Err(EvalError::BadTarget(_) | EvalError::TooManyHeaderValues) => Got {
             action: "bad_request",
             status: 400,
@@ -189,7 +223,7 @@ fn run_vector(v: &Value, file: &str) -> Vec<String> {
         .unwrap_or_else(|| panic!("{name}: `steps` must be a list"));
     let mut permits: HashMap<usize, Permits> = HashMap::new();
     let mut tickets: HashMap<usize, QueueTicket> = HashMap::new();
-    let mut requests: HashMap<usize, OwnedRequest> = HashMap::new();
+    let mut requests: HashMap<usize, (OwnedRequest, Option<Vec<u16>>)> = HashMap::new();
     let mut last_t = 0;
     for (i, step) in steps.iter().enumerate() {
         let ctx = format!("{name} step {i}");
@@ -225,13 +259,20 @@ fn run_vector(v: &Value, file: &str) -> Vec<String> {
             let t = tickets
                 .remove(&j)
                 .unwrap_or_else(|| panic!("{ctx}: step {j} holds no queue ticket"));
-            let req = requests[&j].clone();
-            let res = engine.evaluate_queued(&req, now, t);
-            (req, res)
+            let (req, sel) = requests[&j].clone();
+            let res = match &sel {
+                Some(limits) => engine.evaluate_selected_queued(&req, limits, now, t),
+                None => engine.evaluate_queued(&req, now, t),
+            };
+            ((req, sel), res)
         } else {
-            let req = build_request(step, &ctx);
-            let res = engine.evaluate(&req, now);
-            (req, res)
+            let req = build_request(&engine, step, &ctx);
+            let sel = selection(&engine, step, &ctx);
+            let res = match &sel {
+                Some(limits) => engine.evaluate_selected(&req, limits, now),
+                None => engine.evaluate(&req, now),
+            };
+            ((req, sel), res)
         };
         let expect = step
             .get("expect")

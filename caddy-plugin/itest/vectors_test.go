@@ -18,15 +18,17 @@ type vector struct {
 }
 
 type step struct {
-	TMs     uint64      `json:"t_ms"`
-	Method  string      `json:"method"`
-	Target  string      `json:"target"`
-	Peer    string      `json:"peer"`
-	Headers [][2]string `json:"headers"`
-	Release *int        `json:"release"`
-	Retry   *int        `json:"retry"`
-	Abandon *int        `json:"abandon"`
-	Expect  *expect     `json:"expect"`
+	TMs     uint64            `json:"t_ms"`
+	Method  string            `json:"method"`
+	Target  string            `json:"target"`
+	Peer    string            `json:"peer"`
+	Headers [][2]string       `json:"headers"`
+	Vars    map[string]string `json:"vars"`
+	Select  []string          `json:"select"`
+	Release *int              `json:"release"`
+	Retry   *int              `json:"retry"`
+	Abandon *int              `json:"abandon"`
+	Expect  *expect           `json:"expect"`
 }
 
 type expect struct {
@@ -82,6 +84,9 @@ func TestVectors(t *testing.T) {
 	var cf strings.Builder
 	cf.WriteString("%GLOBALS%\n:%PORT% {\n")
 	for i, v := range vs {
+		if unsupported(v) != "" {
+			continue // skipped below
+		}
 		p := filepath.Join(dir, v.Name+".toml")
 		if err := os.WriteFile(p, []byte(v.Policy), 0o644); err != nil {
 			t.Fatal(err)
@@ -94,6 +99,9 @@ func TestVectors(t *testing.T) {
 	checked := 0
 	for _, v := range vs {
 		t.Run(v.Name, func(t *testing.T) {
+			if why := unsupported(v); why != "" {
+				t.Skip(why)
+			}
 			for i, st := range v.Steps {
 				id := fmt.Sprintf("%s/%d", v.Name, i)
 				ctl := [][2]string{{"X-Weir-Test-Vector", v.Name}, {"X-Weir-Test-Now", strconv.FormatUint(st.TMs, 10)},
@@ -172,4 +180,18 @@ func checkStep(t *testing.T, i int, st step, r response) {
 			t.Errorf("%s: header %s = %q, want %q", what, name, vals, want)
 		}
 	}
+}
+
+// unsupported says why the plugin cannot run vector v yet ("" when it can): it supplies no
+// values for a policy's var: key parts and selects no limits itself (select steps).
+func unsupported(v vector) string {
+	for _, st := range v.Steps {
+		if st.Vars != nil {
+			return "the plugin supplies no values for var: key parts in policy mode"
+		}
+		if st.Select != nil {
+			return "the plugin selects no host limits of a policy (select steps)"
+		}
+	}
+	return ""
 }

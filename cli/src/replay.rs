@@ -325,6 +325,10 @@ fn render_key(engine: &Engine, limit: &Limit, e: &Entry, scratch: &mut Vec<u8>, 
                     None => out.push_str("(absent)"),
                 }
             }
+            // A log line carries no host variables.
+            KeyPart::Var { name, .. } => {
+                let _ = write!(out, "var:{}=(absent)", String::from_utf8_lossy(name));
+            }
             KeyPart::Cookie(n) => {
                 let _ = write!(out, "cookie:{}=", String::from_utf8_lossy(n));
                 match e.cookie(n) {
@@ -609,6 +613,7 @@ pub fn describe_key(l: &Limit) -> String {
             KeyPart::Method => "method".into(),
             KeyPart::Header(n) => format!("header:{}", String::from_utf8_lossy(n)),
             KeyPart::Cookie(n) => format!("cookie:{}", String::from_utf8_lossy(n)),
+            KeyPart::Var { name, .. } => format!("var:{}", String::from_utf8_lossy(name)),
         })
         .collect::<Vec<_>>()
         .join("+")

@@ -290,6 +290,29 @@ pub unsafe extern "C" fn weir_engine_header_name(
     engine_name(e, name, len, |e| e.header_names().nth(i))
 }
 
+/// Number of variables the engine's policy reads (`var:NAME` key parts; 0 for NULL); see
+/// `weir_engine_var_name`.
+#[no_mangle]
+pub unsafe extern "C" fn weir_engine_var_count(e: *const weir_engine) -> usize {
+    if e.is_null() {
+        return 0;
+    }
+    (*e).engine.var_names().len()
+}
+
+/// The name of variable `i` (not NUL-terminated, valid as long as the engine): the engine asks
+/// `weir_request.var` for it by the index `i`. Map the names to the host's own handles once,
+/// when the engine is built.
+#[no_mangle]
+pub unsafe extern "C" fn weir_engine_var_name(
+    e: *const weir_engine,
+    i: usize,
+    name: *mut *const u8,
+    len: *mut usize,
+) -> c_int {
+    engine_name(e, name, len, |e| e.var_names().nth(i))
+}
+
 /// Per-limit counters.
 #[repr(C)]
 pub struct weir_limit_counters {

@@ -4,8 +4,8 @@ use std::ffi::{c_int, c_void};
 use std::net::IpAddr;
 use std::ptr;
 
-use weir::policy::engine::{Action, Permits, QueueTicket, RawPermit, MAX_PERMITS};
-use weir::policy::{Engine, RequestView};
+use weir::policy::engine::{Action, Permits, QueueTicket, RawPermit, MAX_PERMITS, MAX_SELECTED};
+use weir::policy::{Engine, EvalError, RequestView};
 
 use crate::{bytes, guard, weir_engine, MAX_LEN};
 use crate::{WEIR_DELAY, WEIR_ERR_BAD_TARGET, WEIR_ERR_INVALID, WEIR_ERR_NULL, WEIR_OK};
@@ -28,6 +28,20 @@ pub type weir_header_fn = Option<
     ) -> c_int,
 >;
 
+/// Variable lookup for `weir_request`: store a pointer to the value of variable `index` (its
+/// name is `weir_engine_var_name(engine, index)`) in `*value`/`*value_len` and return 1, or
+/// return 0 when it has none. Called with the request's `header_ctx`. The value must stay
+/// valid until the evaluating call returns. An absent or empty value leaves the limits keyed
+/// by the variable out of the request.
+pub type weir_var_fn = Option<
+    unsafe extern "C" fn(
+        ctx: *mut c_void,
+        index: usize,
+        value: *mut *const u8,
+        value_len: *mut usize,
+    ) -> c_int,
+>;
+
 /// A request, as (pointer, length) views valid for the duration of the call.
 #[repr(C)]
 pub struct weir_request {
@@ -44,7 +58,10 @@ pub struct weir_request {
     pub peer_len: usize,
     /// May be NULL: the request then has no headers.
     pub header: weir_header_fn,
+    /// Passed to `header` and `var`.
     pub header_ctx: *mut c_void,
+    /// May be NULL: the request then has no variables (`var:` key parts).
+    pub var: weir_var_fn,
 }
 
 /// A concurrency permit or queue place. `limit < 0` means empty. Copies are harmless: once
@@ -104,6 +121,12 @@ pub struct weir_verdict {
     /// For WEIR_QUEUE: the queue place (pass the verdict back to `weir_engine_evaluate_queued`
     /// or `weir_engine_abandon`).
     pub ticket: weir_permit,
+    /// For WEIR_REJECT and WEIR_DELAY: the deciding limit's excess in thousandths of a request,
+    /// as nginx logs it ("excess: 1.500"): for a gcra limit how far ahead of its rate the key
+    /// is, in requests (less one interval for a delay); 1000 for another limit's rejection.
+    pub excess_milli: u64,
+    /// The same for `dry_run_limit`.
+    pub dry_run_excess_milli: u64,
 }
 
 /// A `weir_request` seen as the engine's request view.
@@ -112,6 +135,7 @@ struct CRequest<'a> {
     target: &'a [u8],
     peer: Option<IpAddr>,
     header: weir_header_fn,
+    var: weir_var_fn,
     ctx: *mut c_void,
 }
 
@@ -132,6 +156,17 @@ impl RequestView for CRequest<'_> {
         // evaluating call returns, which outlives this borrow.
         unsafe {
             if f(self.ctx, name.as_ptr(), name.len(), nth, &mut v, &mut len) != 1 {
+                return None;
+            }
+            bytes(v, len).ok()
+        }
+    }
+    fn var(&self, index: usize) -> Option<&[u8]> {
+        let f = self.var?;
+        let (mut v, mut len) = (ptr::null::<u8>(), 0usize);
+        // SAFETY: as for `header_nth`: the callback's value outlives this borrow.
+        unsafe {
+            if f(self.ctx, index, &mut v, &mut len) != 1 {
                 return None;
             }
             bytes(v, len).ok()
@@ -158,6 +193,7 @@ unsafe fn request<'a>(r: *const weir_request) -> Result<CRequest<'a>, c_int> {
         target: bytes(r.target, r.target_len)?,
         peer,
         header: r.header,
+        var: r.var,
         ctx: r.header_ctx,
     })
 }
@@ -177,6 +213,8 @@ fn empty_verdict() -> weir_verdict {
         headers_truncated: 0,
         permits: [NO_PERMIT; WEIR_MAX_PERMITS],
         ticket: NO_PERMIT,
+        excess_milli: 0,
+        dry_run_excess_milli: 0,
     }
 }
 
@@ -232,11 +270,18 @@ fn take_ticket(e: &Engine, v: &mut weir_verdict) -> Result<Option<QueueTicket>, 
     Ok(t.map(QueueTicket::from_raw))
 }
 
+/// What an evaluating call asks: with the ticket of a queued request (handed back unless still
+/// queued), of the limits the host selects (`None`: those the policy's classes match).
+struct Ask<'a> {
+    ticket: Option<QueueTicket>,
+    limits: Option<&'a [u16]>,
+}
+
 unsafe fn evaluate(
     e: *const weir_engine,
     r: *const weir_request,
     now: u64,
-    ticket: Option<QueueTicket>,
+    Ask { ticket, limits }: Ask<'_>,
     out: *mut weir_verdict,
     header_buf: *mut u8,
     header_cap: usize,
@@ -257,12 +302,15 @@ unsafe fn evaluate(
             return code;
         }
     };
-    let outcome = match ticket {
-        Some(t) => engine.evaluate_queued(&req, now, t),
-        None => engine.evaluate(&req, now),
+    let outcome = match (ticket, limits) {
+        (Some(t), None) => engine.evaluate_queued(&req, now, t),
+        (None, None) => engine.evaluate(&req, now),
+        (Some(t), Some(limits)) => engine.evaluate_selected_queued(&req, limits, now, t),
+        (None, Some(limits)) => engine.evaluate_selected(&req, limits, now),
     };
     let o = match outcome {
         Ok(o) => o,
+        Err(EvalError::BadSelection) => return WEIR_ERR_INVALID,
         Err(_) => {
             *out = empty_verdict();
             (*out).action = WEIR_REJECT;
@@ -282,9 +330,11 @@ unsafe fn evaluate(
     };
     v.limit = o.limit.map_or(-1, i32::from);
     v.exempt = o.exempt.map_or(-1, i32::from);
+    v.excess_milli = o.excess_milli;
     if let Some((l, a)) = o.dry_run {
         v.dry_run_limit = l as i32;
         v.dry_run_action = action_code(a);
+        v.dry_run_excess_milli = o.dry_run_excess_milli;
     }
     // Header lines into the caller's buffer.
     let buf: &mut [u8] = if header_cap == 0 {
@@ -327,7 +377,20 @@ pub unsafe extern "C" fn weir_engine_evaluate(
     header_buf: *mut u8,
     header_cap: usize,
 ) -> c_int {
-    guard(|| evaluate(e, r, now, None, out, header_buf, header_cap))
+    guard(|| {
+        evaluate(
+            e,
+            r,
+            now,
+            Ask {
+                ticket: None,
+                limits: None,
+            },
+            out,
+            header_buf,
+            header_cap,
+        )
+    })
 }
 
 /// Evaluates a queued request again: `v` is the WEIR_QUEUE verdict (its ticket is consumed)
@@ -348,7 +411,88 @@ pub unsafe extern "C" fn weir_engine_evaluate_queued(
             return WEIR_ERR_NULL;
         }
         match take_ticket(&(*e).engine, &mut *v) {
-            Ok(ticket) => evaluate(e, r, now, ticket, v, header_buf, header_cap),
+            Ok(ticket) => {
+                let ask = Ask {
+                    ticket,
+                    limits: None,
+                };
+                evaluate(e, r, now, ask, v, header_buf, header_cap)
+            }
+            Err(code) => code,
+        }
+    })
+}
+
+/// The `n` limit indexes at `limits` (NULL only when `n` is 0).
+unsafe fn limit_list<'a>(limits: *const u16, n: usize) -> Result<&'a [u16], c_int> {
+    if n == 0 {
+        return Ok(&[]);
+    }
+    if limits.is_null() {
+        return Err(WEIR_ERR_NULL);
+    }
+    if n > MAX_SELECTED {
+        return Err(WEIR_ERR_INVALID);
+    }
+    Ok(std::slice::from_raw_parts(limits, n))
+}
+
+/// Evaluates a request against exactly the `n` limits at `limits` (indexes, in this order),
+/// as a host's own directives select them: no exemptions, no classes; charged in order, a
+/// rejection gives back every charge before it, the longest delay decides; a dry-run limit's
+/// would-be rejection also gives everything back and is reported (`dry_run_*`), as nginx's
+/// `*_dry_run` does. `unmatched` is set when no listed limit applied (each had an absent or
+/// empty `var:` part). The target is parsed only when a listed key reads the path. An index
+/// naming no limit, more than 32 limits or more than WEIR_MAX_PERMITS concurrency limits give
+/// WEIR_ERR_INVALID and charge nothing. No response header lines: hosts with directives
+/// write their own. Errors otherwise as `weir_engine_evaluate`.
+#[no_mangle]
+pub unsafe extern "C" fn weir_engine_evaluate_selected(
+    e: *const weir_engine,
+    r: *const weir_request,
+    limits: *const u16,
+    n: usize,
+    now: u64,
+    out: *mut weir_verdict,
+) -> c_int {
+    guard(|| match limit_list(limits, n) {
+        Ok(list) => {
+            let ask = Ask {
+                ticket: None,
+                limits: Some(list),
+            };
+            evaluate(e, r, now, ask, out, ptr::null_mut(), 0)
+        }
+        Err(code) => code,
+    })
+}
+
+/// `weir_engine_evaluate_queued` for `weir_engine_evaluate_selected` (the same `limits`).
+#[no_mangle]
+pub unsafe extern "C" fn weir_engine_evaluate_selected_queued(
+    e: *const weir_engine,
+    r: *const weir_request,
+    limits: *const u16,
+    n: usize,
+    now: u64,
+    v: *mut weir_verdict,
+) -> c_int {
+    guard(|| {
+        if e.is_null() || v.is_null() {
+            return WEIR_ERR_NULL;
+        }
+        let list = match limit_list(limits, n) {
+            Ok(l) => l,
+            Err(code) => return code,
+        };
+        match take_ticket(&(*e).engine, &mut *v) {
+            Ok(ticket) => {
+                let ask = Ask {
+                    ticket,
+                    limits: Some(list),
+                };
+                evaluate(e, r, now, ask, v, ptr::null_mut(), 0)
+            }
             Err(code) => code,
         }
     })

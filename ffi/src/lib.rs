@@ -21,6 +21,7 @@
 mod cluster;
 mod engine;
 mod evaluate;
+mod host_limits;
 mod limiter;
 mod log_zone;
 mod parse;
@@ -34,6 +35,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 pub use cluster::*;
 pub use engine::*;
 pub use evaluate::*;
+pub use host_limits::*;
 pub use limiter::*;
 pub use log_zone::*;
 pub use parse::*;

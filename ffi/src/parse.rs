@@ -120,7 +120,7 @@ unsafe fn parse_into<T>(
 ///
 /// # Safety
 /// `buf` holds `cap` writable bytes.
-unsafe fn write_message(buf: *mut c_char, cap: usize, msg: &str) {
+pub(crate) unsafe fn write_message(buf: *mut c_char, cap: usize, msg: &str) {
     if cap == 0 {
         return;
     }

@@ -65,6 +65,11 @@ impl RequestView for Bounded<'_> {
     }
 
     #[inline]
+    fn var(&self, index: usize) -> Option<&[u8]> {
+        self.view.var(index)
+    }
+
+    #[inline]
     fn for_each_header<'s>(&'s self, f: &mut dyn FnMut(&'s [u8], &'s [u8])) -> bool {
         self.view.for_each_header(f)
     }

@@ -17,11 +17,12 @@
 //! | `cookie:NAME` | `0x04`, same layout as a header |
 //! | `path` | `0x05`, length (u32 BE), normalized path |
 //! | `method` | `0x06`, length (u32 BE), method |
+//! | `var:NAME` | `0x07`, same layout as a header (the name, not its index: the encoding does not depend on the order of the policy's variables) |
 //!
 //! Every record starts with its kind and carries its own length, so no two
 //! different part lists or values give the same bytes (`["a", "bc"]` can't
 //! collide with `["ab", "c"]`, an absent header can't collide with an empty
-//! one, `header:a` can't collide with `header:b` or `cookie:a`).
+//! one, `header:a` can't collide with `header:b`, `cookie:a` or `var:a`).
 //!
 //! # Long keys
 //!
@@ -86,6 +87,14 @@ pub enum KeyPart {
     Path,
     /// Request method.
     Method,
+    /// A value the host supplies ([`super::request::RequestView::var`]), raw. A limit whose
+    /// key has a var part that is absent or empty does not apply to the request.
+    Var {
+        /// As written after `var:`.
+        name: Box<[u8]>,
+        /// Its index among the policy's variables ([`super::config::CompiledPolicy::vars`]).
+        index: usize,
+    },
 }
 
 impl KeyPart {
@@ -168,6 +177,15 @@ impl KeySpec {
         h.0.finish().max(1)
     }
 
+    /// Whether every `var:` part has a value that is not empty for `req` (the key applies).
+    #[inline]
+    pub fn vars_set(&self, req: &PreparedRequest<'_>) -> bool {
+        self.parts.iter().all(|p| match p {
+            KeyPart::Var { index, .. } => req.view.var(*index).is_some_and(|v| !v.is_empty()),
+            _ => true,
+        })
+    }
+
     fn encode<S: Sink>(&self, req: &PreparedRequest<'_>, w: &mut S) {
         for part in self.parts.iter() {
             match part {
@@ -206,6 +224,7 @@ impl KeySpec {
                 }
                 KeyPart::Path => put_len_bytes(w, 0x05, req.path),
                 KeyPart::Method => put_len_bytes(w, 0x06, req.method),
+                KeyPart::Var { name, index } => put_named(w, 0x07, name, req.view.var(*index)),
             }
         }
     }
@@ -407,6 +426,66 @@ mod tests {
             copy_short(&mut dst, &src[..n]);
             assert_eq!(dst, &src[..n]);
         }
+    }
+
+    #[test]
+    fn var_parts_unambiguous() {
+        let var = |name: &[u8], index| KeyPart::Var {
+            name: name.into(),
+            index,
+        };
+        let specs = [
+            vec![var(b"a", 0)],
+            vec![var(b"b", 1)],
+            vec![KeyPart::Header(b"a".to_vec().into())],
+            vec![var(b"a", 0), var(b"b", 1)],
+            vec![var(b"b", 1), var(b"a", 0)],
+        ]
+        .map(KeySpec::new);
+        // Values that shift bytes between the two variables; each value also in header `a`.
+        let mut seen: Vec<Vec<u8>> = Vec::new();
+        for (a, b) in [("x", "yz"), ("xy", "z"), ("xyz", "")] {
+            let r = OwnedRequest::new("GET", "/", "192.0.2.1".parse().unwrap())
+                .header("a", a)
+                .var(0, a)
+                .var(1, b);
+            let p = PreparedRequest::new(&r, b"/", b"", r.peer);
+            for spec in &specs {
+                let mut buf = [0u8; KEY_BUF_LEN];
+                let n = spec.build(&p, &mut buf);
+                assert!(!seen.contains(&buf[..n].to_vec()), "{spec:?} {a:?} {b:?}");
+                seen.push(buf[..n].to_vec());
+            }
+        }
+    }
+
+    #[test]
+    fn vars_set_needs_every_var_non_empty() {
+        let spec = KeySpec::new(vec![
+            KeyPart::IP,
+            KeyPart::Var {
+                name: b"a".to_vec().into(),
+                index: 0,
+            },
+            KeyPart::Var {
+                name: b"b".to_vec().into(),
+                index: 1,
+            },
+        ]);
+        let base = OwnedRequest::new("GET", "/", "192.0.2.1".parse().unwrap());
+        for (r, set) in [
+            (base.clone().var(0, "1").var(1, "2"), true),
+            (base.clone().var(0, "1"), false),
+            (base.clone().var(0, "1").var(1, ""), false),
+            (base.clone().var(1, "2"), false),
+            (base.clone(), false),
+        ] {
+            let p = PreparedRequest::new(&r, b"/", b"", r.peer);
+            assert_eq!(spec.vars_set(&p), set, "{:?}", r.vars);
+        }
+        // Keys without var parts always apply.
+        let p = PreparedRequest::new(&base, b"/", b"", base.peer);
+        assert!(KeySpec::new(vec![KeyPart::Path]).vars_set(&p));
     }
 
     #[test]

@@ -14,7 +14,9 @@ pub mod request;
 mod test_rng;
 
 pub use config::zone_size;
-pub use config::{load_policy, parse_policy, CompiledPolicy, PolicyError};
+pub use config::{
+    load_policy, parse_policy, CompiledPolicy, HostLimit, HostLimits, HostZone, PolicyError,
+};
 pub use engine::{Action, Engine, EvalError, Outcome};
 pub use matching::{classset, normalize};
 pub use request::{OwnedRequest, RequestView};

@@ -67,7 +67,7 @@ static int
 json_header(void *ctx, const uint8_t *lname, size_t lname_len, size_t nth,
     const uint8_t **value, size_t *value_len)
 {
-    const cJSON *headers = ctx, *pair;
+    const cJSON *headers = cJSON_GetObjectItem(ctx, "headers"), *pair;
     size_t seen = 0;
 
     CHECK(asking == NULL || listed(asking, lname, lname_len),
@@ -88,6 +88,56 @@ json_header(void *ctx, const uint8_t *lname, size_t lname_len, size_t nth,
         }
     }
     return 0;
+}
+
+/* Variable lookup over the step's "vars" object, by the engine's name for `index`. */
+static int
+json_var(void *ctx, size_t index, const uint8_t **value, size_t *value_len)
+{
+    const cJSON *vars = cJSON_GetObjectItem(ctx, "vars"), *v;
+    const uint8_t *name;
+    size_t len;
+
+    if (asking == NULL || weir_engine_var_name(asking, index, &name, &len) != WEIR_OK) {
+        CHECK(0, "the engine asked for variable %zu, which it does not list", index);
+        return 0;
+    }
+    cJSON_ArrayForEach(v, vars) {
+        if (cJSON_IsString(v) && strlen(v->string) == len && memcmp(v->string, name, len) == 0) {
+            *value = (const uint8_t *) v->valuestring;
+            *value_len = strlen(v->valuestring);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* The indexes of the step's "select" list into `out`; -1 when the step has none. */
+static int
+selection(const weir_engine *e, const cJSON *step, uint16_t *out, int cap)
+{
+    const cJSON *names = cJSON_GetObjectItem(step, "select"), *n;
+    int count = 0;
+
+    if (!cJSON_IsArray(names)) {
+        return -1;
+    }
+    cJSON_ArrayForEach(n, names) {
+        size_t i, len;
+        const uint8_t *name;
+        for (i = 0; weir_engine_limit_name(e, i, &name, &len) == WEIR_OK; i++) {
+            if (cJSON_IsString(n) && strlen(n->valuestring) == len
+                && memcmp(n->valuestring, name, len) == 0)
+            {
+                break;
+            }
+        }
+        CHECK(count < cap, "too many selected limits");
+        if (count < cap) {
+            out[count++] = (uint16_t) i;
+        }
+    }
+    return count;
 }
 
 static const char *
@@ -215,7 +265,8 @@ fill_request(weir_request *r, const cJSON *step)
     r->peer = (const uint8_t *) (cJSON_IsString(p) ? p->valuestring : "127.0.0.1");
     r->peer_len = strlen((const char *) r->peer);
     r->header = json_header;
-    r->header_ctx = cJSON_GetObjectItem(step, "headers");
+    r->var = json_var;
+    r->header_ctx = (void *) step;
 }
 
 static int
@@ -249,7 +300,8 @@ run_vector(const cJSON *vec)
         const cJSON *expect = cJSON_GetObjectItem(step, "expect");
         uint64_t now = BASE_NS + (uint64_t) (cJSON_IsNumber(t) ? t->valuedouble : 0) * MS;
         weir_request r;
-        int rc;
+        uint16_t sel[32];
+        int rc, nsel;
 
         if (cJSON_IsNumber(rel)) {
             weir_engine_release(engine, &verdicts[rel->valueint], now);
@@ -258,8 +310,13 @@ run_vector(const cJSON *vec)
         } else if (cJSON_IsNumber(retry)) {
             int k = retry->valueint;
             fill_request(&r, reqs[k]);
-            rc = weir_engine_evaluate_queued(engine, &r, now, &verdicts[k], (uint8_t *) hdrs,
-                sizeof(hdrs));
+            nsel = selection(engine, reqs[k], sel, 32);
+            hdrs[0] = '\0';
+            rc = nsel < 0
+                ? weir_engine_evaluate_queued(engine, &r, now, &verdicts[k], (uint8_t *) hdrs,
+                    sizeof(hdrs))
+                : weir_engine_evaluate_selected_queued(engine, &r, sel, (size_t) nsel, now,
+                    &verdicts[k]);
             verdicts[i] = verdicts[k];
             memset(&verdicts[k], 0, sizeof(weir_verdict));
             verdicts[k].ticket.limit = -1;
@@ -273,8 +330,13 @@ run_vector(const cJSON *vec)
         } else {
             fill_request(&r, step);
             reqs[i] = step;
-            rc = weir_engine_evaluate(engine, &r, now, &verdicts[i], (uint8_t *) hdrs,
-                sizeof(hdrs));
+            nsel = selection(engine, step, sel, 32);
+            hdrs[0] = '\0';
+            rc = nsel < 0
+                ? weir_engine_evaluate(engine, &r, now, &verdicts[i], (uint8_t *) hdrs,
+                    sizeof(hdrs))
+                : weir_engine_evaluate_selected(engine, &r, sel, (size_t) nsel, now,
+                    &verdicts[i]);
             if (expect) {
                 check_expect(name, i, expect, engine, rc, &verdicts[i], hdrs);
             }
@@ -1121,12 +1183,178 @@ test_abi_misuse(void)
     weir_policy_free(p);
 }
 
+/* ---------------------------------------------------------------------------------------- */
+/* Host limits: a host's own directives through the builder and weir_engine_evaluate_selected */
+
+/* One variable, its value in `ctx` (a NUL-terminated string; NULL: absent). */
+static int
+one_var(void *ctx, size_t index, const uint8_t **value, size_t *len)
+{
+    if (ctx == NULL || index != 0) {
+        return 0;
+    }
+    *value = ctx;
+    *len = strlen(ctx);
+    return 1;
+}
+
+static void
+host_request(weir_request *r, const char *k)
+{
+    memset(r, 0, sizeof(*r));
+    r->method = (const uint8_t *) "GET";
+    r->method_len = 3;
+    r->target = (const uint8_t *) "/";
+    r->target_len = 1;
+    r->peer = (const uint8_t *) "192.0.2.1";
+    r->peer_len = 9;
+    r->var = one_var;
+    r->header_ctx = (void *) k;
+}
+
+static weir_limit_spec
+host_limit(const char *zone, const char *key)
+{
+    weir_limit_spec l;
+
+    memset(&l, 0, sizeof(l));
+    l.zone = (const uint8_t *) zone;
+    l.zone_len = strlen(zone);
+    l.key = (const uint8_t *) key;
+    l.key_len = strlen(key);
+    l.ipv4_prefix = -1;
+    l.ipv6_prefix = -1;
+    l.log_level = 3;
+    return l;
+}
+
+static void
+test_host_limits(void)
+{
+    char err[512];
+    weir_host_limits *b = weir_host_limits_new();
+    weir_zone_spec gcra, conn;
+    weir_limit_spec l;
+    weir_policy *policy = NULL;
+    weir_engine *engine = NULL;
+    weir_error *e = NULL;
+    weir_verdict v;
+    weir_request r;
+    uint16_t req, cl, bad[1] = { 99 };
+    const uint8_t *name;
+    size_t len;
+    uint64_t now = BASE_NS;
+
+    memset(&gcra, 0, sizeof(gcra));
+    gcra.algorithm = WEIR_ALGORITHM_GCRA;
+    gcra.size = 65536;
+    CHECK(weir_parse_rate((const uint8_t *) "1r/m", 4, &gcra.rate, err, sizeof(err)) == WEIR_OK,
+        "parse rate: %s", err);
+    CHECK(weir_host_limits_zone(b, (const uint8_t *) "one", 3, &gcra) == WEIR_OK, "zone one");
+    memset(&conn, 0, sizeof(conn));
+    conn.algorithm = WEIR_ALGORITHM_CONCURRENCY;
+    conn.size = 65536;
+    CHECK(weir_host_limits_zone(b, (const uint8_t *) "addr", 4, &conn) == WEIR_OK, "zone addr");
+
+    l = host_limit("one", "var:k");
+    l.status = 503;
+    CHECK(weir_host_limits_limit(b, &l, &req) == WEIR_OK && req == 0, "limit one: %u", req);
+    l = host_limit("addr", "var:k");
+    l.max = 1;
+    CHECK(weir_host_limits_limit(b, &l, &cl) == WEIR_OK && cl == 1, "limit addr: %u", cl);
+    CHECK(weir_host_limits_build(b, &policy, err, sizeof(err)) == WEIR_OK, "build: %s", err);
+    CHECK(weir_engine_new(policy, &engine, &e) == WEIR_OK, "engine: %s",
+        e ? weir_error_message(e) : "");
+    if (engine == NULL) {
+        goto done;
+    }
+    CHECK(weir_engine_var_count(engine) == 1, "one variable");
+    CHECK(weir_engine_var_name(engine, 0, &name, &len) == WEIR_OK && len == 1
+          && memcmp(name, "k", 1) == 0, "variable k");
+    CHECK(weir_engine_var_name(engine, 1, &name, &len) == WEIR_ERR_INVALID, "no variable 1");
+
+    /* Host limits never apply by the policy's classes. */
+    host_request(&r, "a");
+    CHECK(weir_engine_evaluate(engine, &r, now, &v, NULL, 0) == WEIR_OK && v.unmatched == 1,
+        "evaluate leaves host limits alone");
+
+    /* 1r/m, burst 0: the second request is rejected with nginx's excess 1.000. */
+    CHECK(weir_engine_evaluate_selected(engine, &r, &req, 1, now, &v) == WEIR_OK
+          && v.action == WEIR_PASS && v.unmatched == 0, "first passes");
+    CHECK(weir_engine_evaluate_selected(engine, &r, &req, 1, now, &v) == WEIR_OK
+          && v.action == WEIR_REJECT && v.status == 503 && v.limit == 0
+          && v.excess_milli == 1000, "second rejected: action %d status %d excess %llu",
+        v.action, v.status, (unsigned long long) v.excess_milli);
+
+    /* An empty or absent variable: the limit does not apply. */
+    host_request(&r, "");
+    CHECK(weir_engine_evaluate_selected(engine, &r, &req, 1, now, &v) == WEIR_OK
+          && v.action == WEIR_PASS && v.unmatched == 1, "empty key not accounted");
+    host_request(&r, NULL);
+    CHECK(weir_engine_evaluate_selected(engine, &r, &req, 1, now, &v) == WEIR_OK
+          && v.unmatched == 1, "absent key not accounted");
+    r.var = NULL;
+    CHECK(weir_engine_evaluate_selected(engine, &r, &req, 1, now, &v) == WEIR_OK
+          && v.unmatched == 1, "no variables at all");
+
+    /* The limit's own max (1), not the zone's. */
+    host_request(&r, "b");
+    CHECK(weir_engine_evaluate_selected(engine, &r, &cl, 1, now, &v) == WEIR_OK
+          && v.action == WEIR_PASS && v.permits[0].limit == 1, "first connection");
+    {
+        weir_verdict second;
+        CHECK(weir_engine_evaluate_selected(engine, &r, &cl, 1, now, &second) == WEIR_OK
+              && second.action == WEIR_REJECT && second.excess_milli == 1000,
+            "second connection rejected");
+    }
+    CHECK(weir_engine_release(engine, &v, now) == WEIR_OK, "release");
+    CHECK(weir_engine_evaluate_selected(engine, &r, &cl, 1, now, &v) == WEIR_OK
+          && v.action == WEIR_PASS, "after release");
+    weir_engine_release(engine, &v, now);
+
+    /* Bad selections charge nothing. */
+    CHECK(weir_engine_evaluate_selected(engine, &r, bad, 1, now, &v) == WEIR_ERR_INVALID,
+        "unknown limit");
+    CHECK(weir_engine_evaluate_selected(engine, &r, NULL, 1, now, &v) == WEIR_ERR_NULL,
+        "NULL limits");
+    CHECK(weir_engine_evaluate_selected(engine, &r, NULL, 0, now, &v) == WEIR_OK
+          && v.unmatched == 1, "no limits");
+
+done:
+    weir_error_free(e);
+    weir_engine_free(engine);
+    weir_policy_free(policy);
+    weir_host_limits_free(b);
+
+    /* Problems are reported by build, in the policy's words, naming the limit. */
+    b = weir_host_limits_new();
+    CHECK(weir_host_limits_zone(b, (const uint8_t *) "one", 3, &gcra) == WEIR_OK, "zone");
+    l = host_limit("two", "var:k");
+    CHECK(weir_host_limits_limit(b, &l, &req) == WEIR_OK, "limit on an unknown zone");
+    l = host_limit("one", "bogus");
+    CHECK(weir_host_limits_limit(b, &l, &req) == WEIR_OK, "limit with a bad key");
+    policy = NULL;
+    CHECK(weir_host_limits_build(b, &policy, err, sizeof(err)) == WEIR_ERR_POLICY
+          && policy == NULL, "build refuses");
+    CHECK(strstr(err, "limit 0 (zone \"two\"): unknown zone \"two\"") != NULL
+          && strstr(err, "limit 1 (zone \"one\"): unknown key part \"bogus\"") != NULL,
+        "errors name their limit: %s", err);
+    l = host_limit("one", "var:k");
+    l.log_level = 9;
+    CHECK(weir_host_limits_limit(b, &l, &req) == WEIR_ERR_INVALID, "log level out of range");
+    CHECK(weir_host_limits_limit(NULL, &l, &req) == WEIR_ERR_NULL, "NULL builder");
+    CHECK(weir_host_limits_zone(b, NULL, 3, &gcra) == WEIR_ERR_NULL, "NULL zone name");
+    weir_host_limits_free(b);
+    weir_host_limits_free(NULL);
+}
+
 int
 main(int argc, char **argv)
 {
     test_bad_inputs();
     test_abi_misuse();
     test_parse_values();
+    test_host_limits();
     test_fork_shared_region();
     test_fork_engine_regions();
     test_cluster_region();

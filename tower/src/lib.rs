@@ -114,6 +114,40 @@ pub struct PeerOverride(pub IpAddr);
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LocalPeer;
 
+/// Values for the policy's `var:NAME` key parts (docs/POLICY.md), as a request extension
+/// inserted by a middleware placed outside [`WeirLayer`] (a tenant id, an authenticated user).
+/// A name without a value, or with an empty one, leaves the limits keyed by it out of the
+/// request's evaluation.
+///
+/// ```
+/// let mut vars = weir_tower::Vars::default();
+/// vars.set("tenant", "acme");
+/// assert_eq!(vars.get(b"tenant"), Some(&b"acme"[..]));
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Vars {
+    values: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+impl Vars {
+    /// Sets `name` to `value` (replacing an earlier value).
+    pub fn set(&mut self, name: impl AsRef<[u8]>, value: impl AsRef<[u8]>) {
+        let (name, value) = (name.as_ref(), value.as_ref());
+        match self.values.iter_mut().find(|(n, _)| **n == *name) {
+            Some((_, v)) => *v = value.to_vec(),
+            None => self.values.push((name.to_vec(), value.to_vec())),
+        }
+    }
+
+    /// The value of `name`.
+    pub fn get(&self, name: &[u8]) -> Option<&[u8]> {
+        self.values
+            .iter()
+            .find(|(n, _)| **n == *name)
+            .map(|(_, v)| &v[..])
+    }
+}
+
 /// The layer's time source: `now` for the engine (and for releases), and the sleep used for
 /// delays. Any `Fn() -> u64 + Send + Sync` is a clock (with tokio's sleep).
 pub trait Clock: Send + Sync + 'static {
@@ -577,7 +611,10 @@ where
         let cfg = &self.cfg;
         let engine = &cfg.engine;
         let res = guarded(cfg, || {
-            engine.evaluate(&View::new(&req, cfg.fallback_peer), cfg.clock.now_ns())
+            engine.evaluate(
+                &View::new(&req, cfg.fallback_peer, engine),
+                cfg.clock.now_ns(),
+            )
         });
         let mut out = match res {
             Some(Ok(out)) => out,
@@ -669,7 +706,7 @@ where
                 break;
             };
             let res = guarded(&cfg, || {
-                engine.evaluate_queued(&View::new(&req, cfg.fallback_peer), now, ticket)
+                engine.evaluate_queued(&View::new(&req, cfg.fallback_peer, engine), now, ticket)
             });
             match res {
                 None if fails_closed(&cfg) => return Ok(unavailable()),

@@ -6,9 +6,9 @@ use std::net::{IpAddr, SocketAddr};
 
 use http::header::{HeaderValue, ValueIter};
 use http::Request;
-use weir::policy::RequestView;
+use weir::policy::{Engine, RequestView};
 
-use crate::{LocalPeer, PeerOverride};
+use crate::{LocalPeer, PeerOverride, Vars};
 
 /// Header names up to this long are resumed by [`Resume`]; longer ones (no policy names
 /// one) are looked up from the first line each time.
@@ -19,6 +19,8 @@ pub(crate) struct View<'a, B> {
     req: &'a Request<B>,
     target: Cow<'a, str>,
     peer: Option<IpAddr>,
+    /// The engine, for the names of the variables it asks for by index.
+    engine: &'a Engine,
     /// Where the last [`RequestView::header_nth`] stopped.
     resume: RefCell<Option<Resume<'a>>>,
 }
@@ -35,7 +37,11 @@ struct Resume<'a> {
 }
 
 impl<'a, B> View<'a, B> {
-    pub(crate) fn new(req: &'a Request<B>, fallback: Option<IpAddr>) -> View<'a, B> {
+    pub(crate) fn new(
+        req: &'a Request<B>,
+        fallback: Option<IpAddr>,
+        engine: &'a Engine,
+    ) -> View<'a, B> {
         let uri = req.uri();
         let target = if uri.scheme().is_some() {
             // Absolute-form: the engine takes the path out of it itself.
@@ -51,6 +57,7 @@ impl<'a, B> View<'a, B> {
             req,
             target,
             peer: peer_of(req, fallback),
+            engine,
             resume: RefCell::new(None),
         }
     }
@@ -83,6 +90,10 @@ impl<B> RequestView for View<'_, B> {
     }
     fn peer(&self) -> Option<IpAddr> {
         self.peer
+    }
+    fn var(&self, index: usize) -> Option<&[u8]> {
+        let name = self.engine.var_names().nth(index)?;
+        self.req.extensions().get::<Vars>()?.get(name)
     }
     fn header_nth(&self, lowercase_name: &[u8], nth: usize) -> Option<&[u8]> {
         let mut resume = self.resume.borrow_mut();
@@ -147,7 +158,7 @@ burst = 100000
         let mut now = 1_000_000_000_000u64;
         let mut once = || {
             now += 1_000;
-            let out = engine.evaluate(&View::new(req, None), now).unwrap();
+            let out = engine.evaluate(&View::new(req, None, engine), now).unwrap();
             engine.release(black_box(out).permits, now);
         };
         let t = Instant::now();
@@ -187,6 +198,27 @@ burst = 100000
     }
 
     #[test]
+    fn vars_come_from_the_extension_by_the_engine_s_names() {
+        let policy = "[zones.z]\nsize = \"64k\"\nalgorithm = \"gcra\"\nrate = \"1r/s\"\n\
+                      [[limit]]\nclass = \"*\"\nzone = \"z\"\nkey = [\"var:a\", \"var:b\"]\n";
+        let engine = Engine::new(parse_policy(policy, None).unwrap()).unwrap();
+        let mut req = request("x", "y", 0);
+        let view = View::new(&req, None, &engine);
+        assert_eq!(view.var(0), None);
+        let mut vars = Vars::default();
+        vars.set("b", "2");
+        vars.set("a", "1");
+        vars.set("a", "11");
+        req.extensions_mut().insert(vars);
+        let view = View::new(&req, None, &engine);
+        assert_eq!(
+            (view.var(0), view.var(1)),
+            (Some(&b"11"[..]), Some(&b"2"[..]))
+        );
+        assert_eq!(view.var(2), None);
+    }
+
+    #[test]
     fn lines_resume_in_order_and_restart_anywhere() {
         let mut req = request("cookie", "a", 0);
         for v in ["a=1", "b=2", "c=3"] {
@@ -195,7 +227,8 @@ burst = 100000
         }
         req.headers_mut()
             .append("x-k", HeaderValue::from_static("k"));
-        let view = View::new(&req, None);
+        let engine = Engine::new(parse_policy(POLICY, None).unwrap()).unwrap();
+        let view = View::new(&req, None, &engine);
         let got: Vec<_> = (0..4).map(|i| view.header_nth(b"cookie", i)).collect();
         assert_eq!(got, [Some(&b"a=1"[..]), Some(b"b=2"), Some(b"c=3"), None]);
         // Another name, then a jump back: each starts its own walk.

@@ -168,6 +168,7 @@ pub(super) fn compile(cx: &mut Cx<'_>, spec: FileSpec) -> CompiledPolicy {
         }
     }
 
+    let vars = number_vars(&mut limits, &mut classes, &mut exemptions);
     CompiledPolicy {
         failure_mode,
         emit_headers: spec.headers.unwrap_or(false),
@@ -176,6 +177,60 @@ pub(super) fn compile(cx: &mut Cx<'_>, spec: FileSpec) -> CompiledPolicy {
         classes,
         exemptions,
         limits,
+        vars,
+    }
+}
+
+/// Gives every `var:` key part and `var.NAME` test the index of its name among the policy's
+/// variables (each name once: key parts in file order, then tests in class order), and
+/// returns the names.
+fn number_vars(
+    limits: &mut [Limit],
+    classes: &mut [Class],
+    exemptions: &mut [Class],
+) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    let mut number = |name: &[u8], index: &mut usize| {
+        let name = String::from_utf8_lossy(name);
+        *index = match names.iter().position(|n| *n == name) {
+            Some(i) => i,
+            None => {
+                names.push(name.into_owned());
+                names.len() - 1
+            }
+        };
+    };
+    for part in limits.iter_mut().flat_map(|l| l.key.parts.iter_mut()) {
+        if let KeyPart::Var { name, index } = part {
+            number(name, index);
+        }
+    }
+    let shapes = classes
+        .iter_mut()
+        .chain(exemptions)
+        .flat_map(|c| &mut c.shapes);
+    for (name, index, _) in shapes.flat_map(|s| &mut s.vars) {
+        number(name, index);
+    }
+    names
+}
+
+/// Compiles a policy given as its file's structure (parsed, or built by [`super::HostLimits`]):
+/// the policy, or every error with its offset in `src`, in offset order.
+pub(super) fn compile_spec(
+    src: &str,
+    spec: FileSpec,
+) -> Result<CompiledPolicy, Vec<(usize, String)>> {
+    let mut cx = Cx {
+        src,
+        errors: Vec::new(),
+    };
+    let policy = compile(&mut cx, spec);
+    if cx.errors.is_empty() {
+        Ok(policy)
+    } else {
+        cx.errors.sort_by_key(|e| e.0);
+        Err(cx.errors)
     }
 }
 

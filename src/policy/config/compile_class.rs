@@ -151,6 +151,7 @@ pub(super) fn compile_shape(cx: &mut Cx<'_>, s: &Spanned<ShapeSpec>) -> Shape {
         ("header", &spec.header),
         ("cookie", &spec.cookie),
         ("query", &spec.query),
+        ("var", &spec.var),
     ];
     for (kind, map) in maps {
         let Some(map) = map else { continue };
@@ -165,9 +166,10 @@ pub(super) fn compile_shape(cx: &mut Cx<'_>, s: &Spanned<ShapeSpec>) -> Shape {
                     }
                     n.to_ascii_lowercase().into_bytes().into()
                 }
-                "cookie" => {
+                "cookie" | "var" => {
                     if !is_token(n) || n.len() > 255 {
-                        cx.err(&name.span(), format!("invalid cookie name {n:?}"));
+                        let what = if kind == "var" { "variable" } else { kind };
+                        cx.err(&name.span(), format!("invalid {what} name {n:?}"));
                         continue;
                     }
                     n.as_bytes().into()
@@ -184,6 +186,8 @@ pub(super) fn compile_shape(cx: &mut Cx<'_>, s: &Spanned<ShapeSpec>) -> Shape {
                 match kind {
                     "header" => shape.headers.push((key, m)),
                     "cookie" => shape.cookies.push((key.into(), m)),
+                    // The index is given once every class and limit is compiled.
+                    "var" => shape.vars.push((key, 0, m)),
                     _ => shape.query.push((key, m)),
                 }
             }
@@ -193,7 +197,7 @@ pub(super) fn compile_shape(cx: &mut Cx<'_>, s: &Spanned<ShapeSpec>) -> Shape {
     if !any {
         cx.err(
             &s.span(),
-            "empty match entry would match every request; list at least one of method, path, path_prefix, path_glob, path_iglob, path_regex, query, header, cookie, client (for every request use class = \"*\" in the limit)",
+            "empty match entry would match every request; list at least one of method, path, path_prefix, path_glob, path_iglob, path_regex, query, header, cookie, var, client (for every request use class = \"*\" in the limit)",
         );
     }
     shape

@@ -40,20 +40,26 @@ pub(super) fn compile_key(cx: &mut Cx<'_>, l: &LimitSpec) -> Option<KeySpec> {
                     "path" => KeyPart::Path,
                     "method" => KeyPart::Method,
                     _ => {
-                        let named = p
-                            .strip_prefix("header:")
-                            .map(|n| (true, n))
-                            .or_else(|| p.strip_prefix("cookie:").map(|n| (false, n)));
+                        let named = [
+                            ("header:", "header"),
+                            ("cookie:", "cookie"),
+                            ("var:", "variable"),
+                        ]
+                        .into_iter()
+                        .find_map(|(prefix, what)| p.strip_prefix(prefix).map(|n| (what, n)));
                         match named {
-                            Some((is_header, n)) if is_token(n) && n.len() <= 255 => {
-                                if is_header {
+                            Some((what, n)) if is_token(n) && n.len() <= 255 => match what {
+                                "header" => {
                                     KeyPart::Header(n.to_ascii_lowercase().into_bytes().into())
-                                } else {
-                                    KeyPart::Cookie(n.as_bytes().into())
                                 }
-                            }
-                            Some((is_header, n)) => {
-                                let what = if is_header { "header" } else { "cookie" };
+                                "cookie" => KeyPart::Cookie(n.as_bytes().into()),
+                                // The index is given once every limit is compiled.
+                                _ => KeyPart::Var {
+                                    name: n.as_bytes().into(),
+                                    index: 0,
+                                },
+                            },
+                            Some((what, n)) => {
                                 cx.err(
                                     &span,
                                     format!("invalid {what} name {n:?} in key part {p:?}"),
@@ -64,7 +70,7 @@ pub(super) fn compile_key(cx: &mut Cx<'_>, l: &LimitSpec) -> Option<KeySpec> {
                             None => {
                                 cx.err(
                                     &span,
-                                    format!("unknown key part {p:?}; expected \"ip\", \"global\", \"path\", \"method\", \"header:NAME\" or \"cookie:NAME\""),
+                                    format!("unknown key part {p:?}; expected \"ip\", \"global\", \"path\", \"method\", \"header:NAME\", \"cookie:NAME\" or \"var:NAME\""),
                                 );
                                 ok = false;
                                 continue;
@@ -128,17 +134,22 @@ pub(super) fn compile_limit(
     let mut class_idx = Vec::new();
     let mut class_names = Vec::new();
     if nonempty_list(cx, &ls.class, "class") {
-        let all = ls.class.get_ref().0.iter().any(|(c, _)| c == "*");
-        if all && ls.class.get_ref().0.len() > 1 {
-            cx.err(
-                &ls.class.span(),
-                "class \"*\" (every request) cannot be combined with other classes",
-            );
-            ok = false;
+        let list = &ls.class.get_ref().0;
+        for (special, what) in [
+            ("*", "(every request)"),
+            (HOST_CLASS, "(the host selects the limit)"),
+        ] {
+            if list.len() > 1 && list.iter().any(|(c, _)| c == special) {
+                cx.err(
+                    &ls.class.span(),
+                    format!("class {special:?} {what} cannot be combined with other classes"),
+                );
+                ok = false;
+            }
         }
         for (c, span) in items(&ls.class) {
             class_names.push(c.to_owned());
-            if c == "*" {
+            if c == "*" || c == HOST_CLASS {
                 continue;
             }
             match classes.iter().position(|k| k.name == c) {
@@ -228,6 +239,7 @@ pub(super) fn compile_limit(
         ("nodelay", ls.nodelay.as_ref().map(|v| v.span())),
     ];
     let conc_fields = [
+        ("max", ls.max.as_ref().map(|v| v.span())),
         ("queue", ls.queue.as_ref().map(|v| v.span())),
         ("timeout", ls.timeout.as_ref().map(|v| v.span())),
     ];
@@ -283,7 +295,13 @@ pub(super) fn compile_limit(
             (None, None) => {}
         }
     }
+    let mut max = None;
     if is_conc {
+        if let Some(m) = &ls.max {
+            // Concurrency states count up to MAX_COUNT (src/limiter/packed.rs).
+            max = positive(cx, m, "max", 1, crate::limiter::MAX_COUNT as i64);
+            ok &= max.is_some();
+        }
         if let Some(q) = &ls.queue {
             queue = positive(cx, q, "queue", 0, 1 << 32).unwrap_or(0);
         }
@@ -320,7 +338,7 @@ pub(super) fn compile_limit(
             Some(c) => (events / c.expected_nodes.max(1)).max(1),
             None => events,
         },
-        Algorithm::Concurrency { max } => max,
+        Algorithm::Concurrency { max: zone_max } => max.unwrap_or(zone_max),
         // One log entry per admitted request.
         Algorithm::SlidingLog { .. } => 1,
     };
@@ -332,6 +350,9 @@ pub(super) fn compile_limit(
                     format!("the zone's share of events per node without Redis, {cap}")
                 }
                 Algorithm::Sliding { .. } => format!("the zone's events = {cap}"),
+                Algorithm::Concurrency { .. } if max.is_some() => {
+                    format!("the limit's max = {cap}")
+                }
                 Algorithm::Concurrency { .. } => format!("the zone's max = {cap}"),
                 Algorithm::SlidingLog { .. } => {
                     "1, the only cost a sliding_log zone takes (it records one event per request)"
@@ -348,6 +369,7 @@ pub(super) fn compile_limit(
     let key = key?;
     ok.then(|| Limit {
         name,
+        selected: class_names.iter().any(|c| c == HOST_CLASS),
         classes: class_idx.into_boxed_slice(),
         zone,
         key,
@@ -357,6 +379,7 @@ pub(super) fn compile_limit(
         status,
         log_level,
         cost,
+        max,
         queue,
         timeout,
     })

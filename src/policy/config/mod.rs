@@ -49,6 +49,7 @@ mod compile;
 mod compile_class;
 mod compile_limit;
 mod compile_zone;
+mod host;
 mod model;
 mod spec;
 mod units;
@@ -58,9 +59,13 @@ use compile::*;
 use compile_class::*;
 use compile_limit::*;
 use compile_zone::*;
+pub use host::{HostLimit, HostLimits, HostZone};
 pub use model::*;
 use spec::*;
 pub use units::*;
+
+/// The class of limits the host selects itself (`class = "@host"`).
+pub const HOST_CLASS: &str = "@host";
 
 // ---------------------------------------------------------------------------
 // Errors
@@ -140,17 +145,8 @@ pub fn check_policy(src: &str, file: Option<&str>) -> Result<CompiledPolicy, Vec
             )])
         }
     };
-    let mut cx = Cx {
-        src,
-        errors: Vec::new(),
-    };
-    let policy = compile(&mut cx, spec);
-    if cx.errors.is_empty() {
-        Ok(policy)
-    } else {
-        cx.errors.sort_by_key(|e| e.0);
-        Err(cx.errors.into_iter().map(|(o, m)| mk(Some(o), m)).collect())
-    }
+    compile_spec(src, spec)
+        .map_err(|errors| errors.into_iter().map(|(o, m)| mk(Some(o), m)).collect())
 }
 
 /// Read, parse and compile a policy file.

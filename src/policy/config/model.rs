@@ -91,8 +91,11 @@ pub enum LogLevel {
 pub struct Limit {
     /// Name (explicit, or `CLASS/ZONE`), used in logs and headers. Unique.
     pub name: String,
-    /// Indexes into [`CompiledPolicy::classes`]; empty = every request.
+    /// Indexes into [`CompiledPolicy::classes`]; empty = every request (unless `selected`).
     pub classes: Box<[usize]>,
+    /// `class = "@host"`: never applies by classes; only when the host names it
+    /// ([`crate::policy::Engine::evaluate_selected`]). Its `classes` are empty.
+    pub selected: bool,
     /// Index into [`CompiledPolicy::zones`].
     pub zone: usize,
     /// Key parts.
@@ -109,6 +112,8 @@ pub struct Limit {
     pub log_level: LogLevel,
     /// Units consumed per request (default 1).
     pub cost: u64,
+    /// Concurrency zones: most in flight per key for this limit, instead of the zone's `max`.
+    pub max: Option<u64>,
     /// Concurrency zones: requests allowed to wait for a slot (default 0).
     pub queue: u64,
     /// Concurrency zones: how long a queued request waits (default 5 s).
@@ -132,6 +137,9 @@ pub struct CompiledPolicy {
     pub exemptions: Vec<Class>,
     /// Limits, in file order.
     pub limits: Vec<Limit>,
+    /// The variables of `var:NAME` key parts, each once, in order of first use: a part's
+    /// `index` is its name's position here.
+    pub vars: Vec<String>,
 }
 
 /// Default status for rejected requests (nginx's default is 503; policy mode
@@ -179,7 +187,7 @@ impl CompiledPolicy {
     }
 
     /// The limits that apply to the request, in file order (exemptions are
-    /// not consulted here). Each class is evaluated at most once per call
+    /// not consulted here; limits the host selects never apply here). Each class is evaluated at most once per call
     /// (for the first 128 classes); no allocation.
     pub fn matching_limits<'p>(&'p self, req: &'p PreparedRequest<'p>) -> MatchingLimits<'p> {
         MatchingLimits {
@@ -224,6 +232,9 @@ impl<'p> Iterator for MatchingLimits<'p> {
         while let Some(limit) = self.policy.limits.get(self.next) {
             let i = self.next;
             self.next += 1;
+            if limit.selected {
+                continue;
+            }
             if limit.classes.is_empty() || limit.classes.iter().any(|&c| self.class_matches(c)) {
                 return Some((i, limit));
             }

@@ -60,6 +60,7 @@ pub(super) struct ShapeSpec {
     pub(super) query: Option<BTreeMap<Spanned<String>, Spanned<ValueSpec>>>,
     pub(super) header: Option<BTreeMap<Spanned<String>, Spanned<ValueSpec>>>,
     pub(super) cookie: Option<BTreeMap<Spanned<String>, Spanned<ValueSpec>>>,
+    pub(super) var: Option<BTreeMap<Spanned<String>, Spanned<ValueSpec>>>,
     pub(super) client: Option<Spanned<StrList>>,
 }
 
@@ -89,6 +90,7 @@ pub(super) struct LimitSpec {
     pub(super) status: Option<Spanned<i64>>,
     pub(super) log_level: Option<Spanned<String>>,
     pub(super) cost: Option<Spanned<i64>>,
+    pub(super) max: Option<Spanned<i64>>,
     pub(super) queue: Option<Spanned<i64>>,
     pub(super) timeout: Option<Spanned<Scalar>>,
 }

@@ -10,11 +10,17 @@ pub(super) enum KeyPlan {
     Fixed(u64),
     /// `ip` alone: the bytes `build` would write, written straight into a fixed buffer.
     Ip { v4_prefix: u8, v6_prefix: u8 },
+    /// `var:NAME` alone, in a local zone whose limits all have this key: the value's bytes
+    /// (nothing else shares the zone's keys, so no encoding is needed to keep them apart).
+    /// The index is the variable's ([`Engine::var_names`]).
+    Var(usize),
     /// Anything else: in a zone of this process's tables, the encoding's pieces hashed as
     /// they are produced ([`super::key::KeySpec::hash_pieces`]: no buffer to fill and read
     /// back); in a cluster zone, whose keys every node must name alike, the bytes `build`
     /// writes.
     General,
+    /// [`KeyPlan::General`] with `var:` parts, which must all be set for the limit to apply.
+    GeneralVars,
 }
 
 /// Every header name `policy` reads, lowercase, each once: the forwarding header, header and
@@ -125,9 +131,9 @@ pub(super) fn limiter_for(
         config::Algorithm::Sliding { events, window } => Limiter::Rate(RateAlg::Sliding(
             SlidingWindow::new(events, window.as_nanos() as u64).map_err(err)?,
         )),
-        config::Algorithm::Concurrency { max } => {
-            Limiter::Concurrency(Concurrency::new(max, DEFAULT_LEASE_NS).map_err(err)?)
-        }
+        config::Algorithm::Concurrency { max } => Limiter::Concurrency(
+            Concurrency::new(limit.max.unwrap_or(max), DEFAULT_LEASE_NS).map_err(err)?,
+        ),
         config::Algorithm::SlidingLog { .. } => unreachable!("sliding_log zones have their table"),
     })
 }
@@ -321,8 +327,12 @@ impl Engine {
             clusters,
             logs,
             keys: Vec::new(),
+            reads_path: Vec::new(),
         };
         engine.keys = engine.key_plans();
+        engine.reads_path = (engine.policy.limits.iter())
+            .map(|l| l.key.parts.contains(&KeyPart::Path))
+            .collect();
         Ok(engine)
     }
 
@@ -339,6 +349,19 @@ impl Engine {
                     v4_prefix: *v4_prefix,
                     v6_prefix: *v6_prefix,
                 },
+                [KeyPart::Var { index, .. }]
+                    if self.clusters[l.zone].is_none()
+                        && self
+                            .policy
+                            .limits
+                            .iter()
+                            .all(|o| o.zone != l.zone || o.key == l.key) =>
+                {
+                    KeyPlan::Var(*index)
+                }
+                parts if parts.iter().any(|p| matches!(p, KeyPart::Var { .. })) => {
+                    KeyPlan::GeneralVars
+                }
                 parts if parts.iter().all(|p| *p == KeyPart::Global) => {
                     let req = PreparedRequest::new(&anyone, b"/", b"", anyone.peer);
                     let mut key = [0u8; KEY_BUF_LEN];

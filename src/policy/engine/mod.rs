@@ -13,6 +13,12 @@
 //!    same as if every limit had been predicted first.
 //! 5. The longest delay wins. Dry-run limits are charged and counted like the others, but their
 //!    delays and rejections are only reported.
+//!
+//! [`Engine::evaluate_selected`] replaces steps 2 and 3's matching with the limits the host
+//! names (its own directives, `class = "@host"`), in its order, and charges them the same way
+//! (engine/charge.rs), with nginx's dry-run rule: a dry-run limit that would reject gives back
+//! everything, as an enforced one does, and the longest would-be delay is reported. A limit
+//! whose key has an absent or empty `var:` part does not apply, in both.
 
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -43,6 +49,7 @@ mod limiters;
 use limiters::*;
 mod build;
 pub use build::*;
+mod charge;
 mod headers;
 
 /// Concurrency limits one request can hold at once.
@@ -70,6 +77,8 @@ pub struct Engine {
     classes: ClassSet,
     /// Per limit: how its key is made.
     keys: Vec<KeyPlan>,
+    /// Per limit: whether its key reads the path (see [`Engine::evaluate_selected`]).
+    reads_path: Vec<bool>,
     /// The permits and queue places handed out and not yet given back.
     ledger: Ledger,
 }
@@ -83,6 +92,17 @@ struct Hit {
 
 /// Most limits one request is checked against (more are ignored; policies are validated).
 const MAX_HITS: usize = 32;
+/// Most limits one [`Engine::evaluate_selected`] names.
+pub const MAX_SELECTED: usize = MAX_HITS;
+
+/// Which limits an evaluation considers.
+#[derive(Clone, Copy)]
+enum Selection<'a> {
+    /// Exemptions, then every limit whose class matches ([`Engine::evaluate`]).
+    Policy,
+    /// Exactly these limits, in this order ([`Engine::evaluate_selected`]).
+    Host(&'a [u16]),
+}
 
 impl Engine {
     /// The cluster side of zone `zone` (index in [`CompiledPolicy::zones`]), if it has
@@ -113,6 +133,13 @@ impl Engine {
     /// The cluster zones.
     pub fn clusters(&self) -> impl Iterator<Item = &ClusterZone> + Clone {
         self.clusters.iter().flatten().map(|c| &**c)
+    }
+
+    /// Every variable the policy's `var:` key parts name, in the order of their indexes: the
+    /// engine asks [`RequestView::var`] for variable `i` by its index here. Hosts map the
+    /// names to their own handles once, when the engine is built.
+    pub fn var_names(&self) -> impl ExactSizeIterator<Item = &[u8]> {
+        self.policy.vars.iter().map(|n| n.as_bytes())
     }
 
     /// Every header the policy reads (lowercase, each once; `cookie` when it reads cookies).
@@ -151,7 +178,7 @@ impl Engine {
 
     /// Evaluates a request at `now` (CLOCK_MONOTONIC ns, or the tables' injected clock).
     pub fn evaluate(&self, req: &dyn RequestView, now: u64) -> Result<Outcome, EvalError> {
-        self.run(req, now, None)
+        self.run(req, now, None, Selection::Policy)
     }
 
     /// Evaluates a queued request again; on anything but [`Action::Queue`] its ticket is
@@ -164,7 +191,38 @@ impl Engine {
         ticket: QueueTicket,
     ) -> Result<Outcome, EvalError> {
         let live = self.ledger.is_held(ticket.generation);
-        self.run(req, now, live.then_some(ticket))
+        self.run(req, now, live.then_some(ticket), Selection::Policy)
+    }
+
+    /// Evaluates a request against exactly `limits` (indexes of limits, in this order), as a
+    /// host's own directives select them (nginx: a location's `limit_req` zones): no
+    /// exemptions, no classes, the same charging as [`Engine::evaluate`] — permits, charges
+    /// in order, a rejection gives back everything charged before it, the longest delay wins
+    /// — with nginx's dry-run rules: a dry-run limit's would-be rejection also gives
+    /// everything back (and is reported), and the longest would-be delay is the one reported.
+    /// A limit whose key has an absent or empty `var:` part does not apply; when none
+    /// applies the outcome is [`Outcome::unmatched`]. Costs O(listed limits); the target is
+    /// parsed only when a listed key reads the path. Engine-wide totals
+    /// ([`Engine::totals`]) count only [`Engine::evaluate`]'s requests.
+    pub fn evaluate_selected(
+        &self,
+        req: &dyn RequestView,
+        limits: &[u16],
+        now: u64,
+    ) -> Result<Outcome, EvalError> {
+        self.run(req, now, None, Selection::Host(limits))
+    }
+
+    /// [`Engine::evaluate_queued`] for [`Engine::evaluate_selected`] (the same `limits`).
+    pub fn evaluate_selected_queued(
+        &self,
+        req: &dyn RequestView,
+        limits: &[u16],
+        now: u64,
+        ticket: QueueTicket,
+    ) -> Result<Outcome, EvalError> {
+        let live = self.ledger.is_held(ticket.generation);
+        self.run(req, now, live.then_some(ticket), Selection::Host(limits))
     }
 
     /// Gives up a place in a queue (the host's wait timed out or the client went away).
@@ -219,18 +277,42 @@ impl Engine {
         req: &dyn RequestView,
         now: u64,
         ticket: Option<QueueTicket>,
+        sel: Selection<'_>,
     ) -> Result<Outcome, EvalError> {
-        if ticket.is_none() {
+        match sel {
             // A queued request polling again is the same request.
-            self.counters.add_total(|t| &t.requests);
+            Selection::Policy if ticket.is_none() => self.counters.add_total(|t| &t.requests),
+            Selection::Policy => {}
+            Selection::Host(limits) => {
+                let mut conc = 0;
+                let mut path = false;
+                for &l in limits {
+                    match self.limiters.get(usize::from(l)) {
+                        Some(Limiter::Concurrency(_)) => conc += 1,
+                        Some(Limiter::Rate(_)) => {}
+                        None => conc = usize::MAX,
+                    }
+                    path |= self.reads_path.get(usize::from(l)) == Some(&true);
+                }
+                if limits.len() > MAX_SELECTED || conc > MAX_PERMITS {
+                    if let Some(t) = ticket {
+                        self.abandon(t, now);
+                    }
+                    return Err(EvalError::BadSelection);
+                }
+                if !path {
+                    // No listed key reads the path: the target is not even parsed.
+                    return self.decide(req, b"", b"", now, ticket, sel);
+                }
+            }
         }
         let parts = normalize::split_target(req.target()).map_err(|e| self.bad(e))?;
         let query = parts.query.unwrap_or(b"");
         if normalize::is_normal(parts.path) {
             // Nearly every real path: already what nginx's $uri would be; no copy.
-            return self.decide(req, parts.path, query, now, ticket);
+            return self.decide(req, parts.path, query, now, ticket, sel);
         }
-        self.run_normalized(req, parts.path, query, now, ticket)
+        self.run_normalized(req, parts.path, query, now, ticket, sel)
     }
 
     /// The slow path: decode and resolve the path into a buffer first.
@@ -242,6 +324,7 @@ impl Engine {
         query: &[u8],
         now: u64,
         ticket: Option<QueueTicket>,
+        sel: Selection<'_>,
     ) -> Result<Outcome, EvalError> {
         let mut stack = [0u8; STACK_TARGET];
         let mut heap = Vec::new();
@@ -252,7 +335,7 @@ impl Engine {
             &mut heap
         };
         let len = normalize::normalize_path(raw_path, buf).map_err(|e| self.bad(e))?;
-        self.decide(req, &buf[..len], query, now, ticket)
+        self.decide(req, &buf[..len], query, now, ticket, sel)
     }
 
     /// Everything after normalization: exemptions, limits, charging. Every header is read
@@ -264,6 +347,7 @@ impl Engine {
         query: &[u8],
         now: u64,
         mut ticket: Option<QueueTicket>,
+        sel: Selection<'_>,
     ) -> Result<Outcome, EvalError> {
         let bounded = Bounded::new(host_req);
         let req: &dyn RequestView = &bounded;
@@ -281,246 +365,105 @@ impl Engine {
         let client = self.policy.client_ip.resolve_cached(req, &headers);
         let prepared = PreparedRequest::with_headers(req, path, query, client, &headers);
 
-        let mut out = Outcome::new();
-        let mut facts = self.classes.facts(&prepared);
-        if let Some(i) = self.classes.exemption(&prepared, &mut facts) {
-            if overflow(&mut ticket) {
-                return Err(EvalError::TooManyHeaderValues);
-            }
-            self.counters.add_total(|t| &t.exempt);
-            out.exempt = Some(i as u16);
-            if let Some(t) = ticket.take() {
-                self.abandon(t, now);
-            }
-            return Ok(out);
-        }
-
         let mut hits = ArrayVec::<Hit, MAX_HITS>::new();
-        for (i, limit) in self.policy.limits.iter().enumerate() {
-            if !limit.classes.is_empty()
-                && !limit
-                    .classes
-                    .iter()
-                    .any(|&c| self.classes.class(c, &prepared, &mut facts))
-            {
-                continue;
-            }
-            let key_hash = match self.keys[i] {
-                KeyPlan::Fixed(h) => h,
-                KeyPlan::Ip {
-                    v4_prefix,
-                    v6_prefix,
-                } => {
-                    let mut ip = [0u8; 20];
-                    let len = ip_key(prepared.client, v4_prefix, v6_prefix, &mut ip);
-                    self.key_hash(limit.zone, &ip[..len])
-                }
-                KeyPlan::General => match &self.clusters[limit.zone] {
-                    // A cluster zone's keys are named alike on every node: hashed as bytes.
-                    Some(c) => {
-                        let mut key = [0u8; KEY_BUF_LEN];
-                        let len = limit.key.build(&prepared, &mut key);
-                        c.key_hash(&key[..len])
+        match sel {
+            Selection::Policy => {
+                let mut facts = self.classes.facts(&prepared);
+                if let Some(i) = self.classes.exemption(&prepared, &mut facts) {
+                    if overflow(&mut ticket) {
+                        return Err(EvalError::TooManyHeaderValues);
                     }
-                    None => limit
-                        .key
-                        .hash_pieces(&prepared, self.tables[limit.zone].key_hasher()),
-                },
-            };
-            if hits.try_push(Hit { limit: i, key_hash }).is_err() {
-                break;
-            }
-        }
-        let hits = &hits[..];
-        if overflow(&mut ticket) {
-            return Err(EvalError::TooManyHeaderValues);
-        }
-        if hits.is_empty() {
-            self.counters.add_total(|t| &t.unmatched);
-            out.unmatched = true;
-            if let Some(t) = ticket.take() {
-                self.abandon(t, now);
-            }
-            return Ok(out);
-        }
-
-        // 3. Concurrency permits.
-        let mut pending = [Counted::Pass; MAX_HITS];
-        for (k, h) in hits.iter().enumerate() {
-            let (limit, Limiter::Concurrency(c)) =
-                (&self.policy.limits[h.limit], &self.limiters[h.limit])
-            else {
-                continue;
-            };
-            let table = &self.tables[limit.zone];
-            match table.acquire_units(c, h.key_hash, limit.cost, now) {
-                (_, Some(p)) => out.permits.push(h.limit, p, self.ledger.take()),
-                (_, None) if limit.dry_run => {
-                    pending[k] = Counted::DryRejected;
-                    out.dry_run.get_or_insert((h.limit as u16, Action::Reject));
-                }
-                (_, None) => {
-                    self.release(std::mem::take(&mut out.permits), now);
-                    // A rate limit that rejects the request decides before a full concurrency
-                    // limit does; nothing has been charged yet, so a prediction tells.
-                    if let Some(rejected) = self.predicted_rejection(hits, now) {
-                        if let Some(t) = ticket.take() {
-                            self.abandon(t, now);
-                        }
-                        return Ok(rejected);
-                    }
-                    let mine = ticket.as_ref().is_some_and(|t| t.limit as usize == h.limit);
-                    if mine || (ticket.is_none() && limit.queue > 0) {
-                        let t = match ticket.take() {
-                            // Still waiting: the same place, counted once when it was taken.
-                            Some(t) => Some(t),
-                            None => {
-                                let entered = self
-                                    .queue_of(c)
-                                    .enter(table, h.key_hash, limit.queue, now)
-                                    .map(|permit| QueueTicket {
-                                        limit: h.limit as u16,
-                                        permit,
-                                        generation: self.ledger.take(),
-                                    });
-                                if entered.is_some() {
-                                    self.counters.add_limit(h.limit, |c| &c.queued);
-                                }
-                                entered
-                            }
-                        };
-                        if let Some(t) = t {
-                            out.action = Action::Queue;
-                            out.status = limit.status;
-                            out.limit = Some(h.limit as u16);
-                            out.ticket = Some(t);
-                            return Ok(out);
-                        }
-                    }
-                    self.reject(&mut out, h.limit, 0);
+                    self.counters.add_total(|t| &t.exempt);
+                    let mut out = Outcome::new();
+                    out.exempt = Some(i as u16);
                     if let Some(t) = ticket.take() {
                         self.abandon(t, now);
                     }
                     return Ok(out);
                 }
-            }
-        }
-        if let Some(t) = ticket.take() {
-            self.abandon(t, now);
-        }
-
-        // 4. Charge the rate limits, one table access each; an enforced rejection undoes every
-        //    charge and permit before it (all-or-nothing).
-        for (k, h) in hits.iter().enumerate() {
-            let (limit, Limiter::Rate(alg)) =
-                (&self.policy.limits[h.limit], &self.limiters[h.limit])
-            else {
-                continue;
-            };
-            let table = &self.tables[limit.zone];
-            let v = alg.check(table, h.key_hash, limit.cost, now);
-            // The quota only feeds RateLimit headers: skip its divisions when they are off,
-            // and when this limit does not have less room left than the tightest so far.
-            if self.policy.emit_headers
-                && !limit.dry_run
-                && out
-                    .quota
-                    .is_none_or(|best| v.remaining.below(best.remaining))
-            {
-                out.quota = Some(self.quota(h.limit, alg, &v));
-            }
-            match (v.decision, limit.dry_run) {
-                (Decision::Pass, _) => {}
-                (Decision::Delay, false) => {
-                    pending[k] = Counted::Delayed;
-                    if v.wait_ns > out.wait_ns {
-                        out.wait_ns = v.wait_ns;
-                        out.action = Action::Delay;
-                        out.limit = Some(h.limit as u16);
+                for (i, limit) in self.policy.limits.iter().enumerate() {
+                    if limit.selected
+                        || !limit.classes.is_empty()
+                            && !limit
+                                .classes
+                                .iter()
+                                .any(|&c| self.classes.class(c, &prepared, &mut facts))
+                    {
+                        continue;
+                    }
+                    let Some(key_hash) = self.key_of(i, limit, &prepared) else {
+                        continue;
+                    };
+                    if hits.try_push(Hit { limit: i, key_hash }).is_err() {
+                        break;
                     }
                 }
-                (Decision::Delay, true) => {
-                    pending[k] = Counted::DryDelayed;
-                    out.dry_run.get_or_insert((h.limit as u16, Action::Delay));
-                }
-                (Decision::Reject, true) => {
-                    pending[k] = Counted::DryRejected;
-                    out.dry_run = Some((h.limit as u16, Action::Reject));
-                }
-                (Decision::Reject, false) => {
-                    // Refund only what was charged: a dry-run rejection charged nothing.
-                    for (e, counted) in hits[..k].iter().zip(&pending[..k]) {
-                        if let (l, Limiter::Rate(a), false) = (
-                            &self.policy.limits[e.limit],
-                            &self.limiters[e.limit],
-                            matches!(counted, Counted::DryRejected),
-                        ) {
-                            a.refund(&self.tables[l.zone], e.key_hash, l.cost, now);
-                        }
+            }
+            Selection::Host(limits) => {
+                // Checked by `run`: every index names a limit, at most MAX_HITS of them.
+                for &l in limits {
+                    let i = usize::from(l);
+                    if let Some(key_hash) = self.key_of(i, &self.policy.limits[i], &prepared) {
+                        let _ = hits.try_push(Hit { limit: i, key_hash });
                     }
-                    self.release(std::mem::take(&mut out.permits), now);
-                    // The request is answered as if this limit had been asked alone, on the
-                    // states before this request: the same state unless an earlier limit
-                    // charged this very bucket (two limits on one zone with one key). Then a
-                    // rejection on the earlier state is that answer; a pass there means the
-                    // earlier charge is what rejects, and this verdict stands.
-                    let shared = hits[..k].iter().zip(&pending[..k]).any(|(e, counted)| {
-                        e.key_hash == h.key_hash
-                            && self.policy.limits[e.limit].zone == limit.zone
-                            && !matches!(counted, Counted::DryRejected)
-                    });
-                    let alone = if shared {
-                        let p = alg.predict(table, h.key_hash, limit.cost, now);
-                        (p.decision == Decision::Reject).then_some(p)
-                    } else {
-                        Some(v)
-                    };
-                    let v = match alone {
-                        Some(p) => {
-                            // Rejected on its own: nothing else about the request is reported.
-                            out.dry_run = None;
-                            p
-                        }
-                        None => v,
-                    };
-                    out.action = Action::Pass;
-                    out.wait_ns = 0;
-                    self.reject(&mut out, h.limit, v.retry_after_ns);
-                    out.quota = Some(self.quota(h.limit, alg, &v));
-                    return Ok(out);
                 }
             }
         }
-        for (k, h) in hits.iter().enumerate() {
-            self.counters.add_limit(h.limit, |c| match pending[k] {
-                Counted::Pass => &c.passed,
-                Counted::Delayed => &c.delayed,
-                Counted::DryDelayed => &c.dry_run_delayed,
-                Counted::DryRejected => &c.dry_run_rejected,
-            });
+        if overflow(&mut ticket) {
+            return Err(EvalError::TooManyHeaderValues);
         }
-        Ok(out)
+        let host = matches!(sel, Selection::Host(_));
+        if hits.is_empty() {
+            if !host {
+                self.counters.add_total(|t| &t.unmatched);
+            }
+            if let Some(t) = ticket.take() {
+                self.abandon(t, now);
+            }
+            let mut out = Outcome::new();
+            out.unmatched = true;
+            return Ok(out);
+        }
+        self.settle(&hits, ticket, now, host)
     }
 
-    /// The first enforced rate limit among `hits` that would reject the request now, as the
-    /// outcome to answer (nothing charged, nothing else reported); `None` if none would.
-    #[inline(never)]
-    fn predicted_rejection(&self, hits: &[Hit], now: u64) -> Option<Outcome> {
-        for h in hits {
-            let (limit, Limiter::Rate(alg)) =
-                (&self.policy.limits[h.limit], &self.limiters[h.limit])
-            else {
-                continue;
-            };
-            let v = alg.predict(&self.tables[limit.zone], h.key_hash, limit.cost, now);
-            if v.decision == Decision::Reject && !limit.dry_run {
-                let mut out = Outcome::new();
-                self.reject(&mut out, h.limit, v.retry_after_ns);
-                out.quota = Some(self.quota(h.limit, alg, &v));
-                return Some(out);
+    /// The hash of limit `i`'s key for `req`, or `None` when the limit does not apply: a
+    /// `var:` part the host left absent or empty.
+    #[inline(always)]
+    fn key_of(&self, i: usize, limit: &Limit, req: &PreparedRequest<'_>) -> Option<u64> {
+        Some(match self.keys[i] {
+            KeyPlan::Fixed(h) => h,
+            KeyPlan::Ip {
+                v4_prefix,
+                v6_prefix,
+            } => {
+                let mut ip = [0u8; 20];
+                let len = ip_key(req.client, v4_prefix, v6_prefix, &mut ip);
+                self.key_hash(limit.zone, &ip[..len])
             }
+            KeyPlan::Var(index) => match req.view.var(index) {
+                Some(v) if !v.is_empty() => self.tables[limit.zone].key_hash(v),
+                _ => return None,
+            },
+            KeyPlan::General => self.general_key(limit, req),
+            KeyPlan::GeneralVars if limit.key.vars_set(req) => self.general_key(limit, req),
+            KeyPlan::GeneralVars => return None,
+        })
+    }
+
+    #[inline(always)]
+    fn general_key(&self, limit: &Limit, req: &PreparedRequest<'_>) -> u64 {
+        match &self.clusters[limit.zone] {
+            // A cluster zone's keys are named alike on every node: hashed as bytes.
+            Some(c) => {
+                let mut key = [0u8; KEY_BUF_LEN];
+                let len = limit.key.build(req, &mut key);
+                c.key_hash(&key[..len])
+            }
+            None => limit
+                .key
+                .hash_pieces(req, self.tables[limit.zone].key_hasher()),
         }
-        None
     }
 
     /// The hash of `key` in zone `zone` (its table's, or its cluster's for a cluster zone).
@@ -554,12 +497,4 @@ impl Engine {
             reset_s: v.reset_ns.div_ceil(NS_PER_SEC),
         }
     }
-}
-
-#[derive(Clone, Copy)]
-enum Counted {
-    Pass,
-    Delayed,
-    DryDelayed,
-    DryRejected,
 }

@@ -147,8 +147,15 @@ pub struct Outcome {
     pub exempt: Option<u16>,
     /// No limit matched (and no exemption).
     pub unmatched: bool,
+    /// For a rejection or delay: the deciding limit's excess in thousandths of a request, as
+    /// nginx logs it (`excess: 1.500`). A GCRA limit's is how far ahead of its schedule the
+    /// key is, in requests: for a rejection `burst + retry_after / T`, for a delay the time
+    /// ahead less one interval, over `T`; any other limit's is 1000 for a rejection.
+    pub excess_milli: u64,
     /// A dry-run limit that would have delayed or rejected, and what it would have done.
     pub dry_run: Option<(u16, Action)>,
+    /// The excess of [`Outcome::dry_run`]'s limit, as [`Outcome::excess_milli`].
+    pub dry_run_excess_milli: u64,
     /// On a rejection, the rejecting limit's quota; otherwise the tightest matched quota, and
     /// only when the policy emits RateLimit headers.
     pub quota: Option<Quota>,
@@ -164,9 +171,11 @@ impl Outcome {
             wait_ns: 0,
             retry_after_ns: 0,
             limit: None,
+            excess_milli: 0,
             exempt: None,
             unmatched: false,
             dry_run: None,
+            dry_run_excess_milli: 0,
             quota: None,
             permits: Permits::default(),
             ticket: None,
@@ -187,6 +196,10 @@ pub enum EvalError {
     /// More than [`MAX_HEADER_VALUES`] values of one header the policy reads (answer 400);
     /// nothing was charged.
     TooManyHeaderValues,
+    /// [`Engine::evaluate_selected`] was given an index that names no limit, more than
+    /// [`MAX_SELECTED`] limits, or more than [`MAX_PERMITS`] concurrency limits; nothing was
+    /// charged.
+    BadSelection,
 }
 
 impl std::fmt::Display for EvalError {
@@ -196,6 +209,10 @@ impl std::fmt::Display for EvalError {
             EvalError::TooManyHeaderValues => write!(
                 f,
                 "more than {MAX_HEADER_VALUES} values of one header the policy reads"
+            ),
+            EvalError::BadSelection => write!(
+                f,
+                "the selected limits name no limit, or more than {MAX_SELECTED} limits or {MAX_PERMITS} concurrency limits"
             ),
         }
     }

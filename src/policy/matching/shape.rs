@@ -79,6 +79,9 @@ pub struct Shape {
     pub cookies: Vec<(CookieName, ValueMatcher)>,
     /// Query tests: (name, matcher) on percent-decoded names and values.
     pub query: Vec<(Box<[u8]>, ValueMatcher)>,
+    /// Variable tests: (name, its index among the policy's variables, matcher); a variable
+    /// has one value or none ([`crate::policy::RequestView::var`]).
+    pub vars: Vec<(Box<[u8]>, usize, ValueMatcher)>,
 }
 
 impl Shape {
@@ -103,9 +106,10 @@ impl Shape {
             || !self.headers.is_empty()
             || !self.cookies.is_empty()
             || !self.query.is_empty()
+            || !self.vars.is_empty()
     }
 
-    /// The tests after method and path: client, headers, cookies, query. (Out of line: inlined,
+    /// The tests after method and path: client, headers, cookies, query, variables. (Out of line: inlined,
     /// the client address conversions it needs are hoisted into every caller's loop.)
     #[inline(never)]
     pub(crate) fn matches_after_path(&self, req: &PreparedRequest<'_>) -> bool {
@@ -126,6 +130,11 @@ impl Shape {
         }
         for (name, m) in &self.query {
             if !query_matches(req.query, name, m) {
+                return false;
+            }
+        }
+        for (_, index, m) in &self.vars {
+            if !m.matches_all(req.view.var(*index).into_iter()) {
                 return false;
             }
         }

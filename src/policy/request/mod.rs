@@ -79,6 +79,15 @@ pub trait RequestView {
         }
         None
     }
+
+    /// The value of variable `index`: the `index`-th name of [`crate::policy::Engine::var_names`]
+    /// (the policy's `var:NAME` key parts), resolved by the host (an nginx variable, a Caddy
+    /// placeholder); `None` when it has none (the default). Hosts map the names to their own
+    /// handles once, when the engine is built: no name lookup per request.
+    fn var(&self, index: usize) -> Option<&[u8]> {
+        let _ = index;
+        None
+    }
 }
 
 impl dyn RequestView + '_ {
@@ -274,6 +283,8 @@ pub struct OwnedRequest {
     pub peer: Option<IpAddr>,
     /// Headers in order, names lowercased.
     pub headers: Vec<(Vec<u8>, Vec<u8>)>,
+    /// Values of the policy's variables by index ([`RequestView::var`]); `None`: absent.
+    pub vars: Vec<Option<Vec<u8>>>,
 }
 
 impl OwnedRequest {
@@ -284,6 +295,7 @@ impl OwnedRequest {
             target: target.as_bytes().to_vec(),
             peer: Some(peer),
             headers: Vec::new(),
+            vars: Vec::new(),
         }
     }
 
@@ -304,11 +316,24 @@ impl OwnedRequest {
         ));
         self
     }
+
+    /// Set variable `index` (its position in [`crate::policy::Engine::var_names`]). Builder
+    /// style.
+    pub fn var(mut self, index: usize, value: impl AsRef<[u8]>) -> Self {
+        if self.vars.len() <= index {
+            self.vars.resize(index + 1, None);
+        }
+        self.vars[index] = Some(value.as_ref().to_vec());
+        self
+    }
 }
 
 impl RequestView for OwnedRequest {
     fn method(&self) -> &[u8] {
         &self.method
+    }
+    fn var(&self, index: usize) -> Option<&[u8]> {
+        self.vars.get(index)?.as_deref()
     }
     fn target(&self) -> &[u8] {
         &self.target
