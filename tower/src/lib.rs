@@ -76,6 +76,7 @@
 //! extensions (for the handler: log dry-run verdicts, the delay served, …) and into the
 //! response's (for outer layers: access logs, metrics). Off by default: it costs an allocation.
 
+mod body;
 mod view;
 
 use std::future::Future;
@@ -86,17 +87,16 @@ use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
-use bytes::Bytes;
 use http::header::{HeaderName, HeaderValue, CONTENT_TYPE};
 use http::{Request, Response, StatusCode};
-use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 use tower_layer::Layer;
 use tower_service::Service;
 use weir::policy::config::FailureMode;
-use weir::policy::engine::{Permits, QueueTicket};
 use weir::policy::{Action, Engine, Outcome};
 
+pub use body::WeirBody;
+use body::{PermitGuard, TicketGuard};
 use view::View;
 
 /// The peer address to give the engine for this request, overriding the connection's.
@@ -310,127 +310,6 @@ impl<S> Layer<S> for WeirLayer {
 pub struct WeirService<S> {
     inner: S,
     cfg: Arc<Config>,
-}
-
-/// Releases an admitted request's concurrency permits when dropped.
-struct PermitGuard {
-    cfg: Arc<Config>,
-    permits: Permits,
-}
-
-impl PermitGuard {
-    fn new(cfg: &Arc<Config>, permits: Permits) -> Option<PermitGuard> {
-        if permits.is_empty() {
-            return None;
-        }
-        Some(PermitGuard {
-            cfg: cfg.clone(),
-            permits,
-        })
-    }
-}
-
-impl Drop for PermitGuard {
-    fn drop(&mut self) {
-        let permits = std::mem::take(&mut self.permits);
-        self.cfg.engine.release(permits, self.cfg.clock.now_ns());
-    }
-}
-
-/// Gives up a queue place when dropped while still holding it.
-struct TicketGuard {
-    cfg: Arc<Config>,
-    ticket: Option<QueueTicket>,
-}
-
-impl Drop for TicketGuard {
-    fn drop(&mut self) {
-        if let Some(t) = self.ticket.take() {
-            self.cfg.engine.abandon(t, self.cfg.clock.now_ns());
-        }
-    }
-}
-
-pin_project! {
-    /// The response body: the inner service's, holding the request's concurrency permits until
-    /// it ends (last frame, error) or is dropped; or the layer's own short answer.
-    pub struct WeirBody<B> {
-        #[pin]
-        kind: Kind<B>,
-    }
-}
-
-pin_project! {
-    #[project = KindProj]
-    enum Kind<B> {
-        Inner { #[pin] body: B, guard: Option<PermitGuard> },
-        Full { data: Option<Bytes> },
-    }
-}
-
-impl<B> WeirBody<B> {
-    fn inner(body: B, guard: Option<PermitGuard>) -> WeirBody<B> {
-        WeirBody {
-            kind: Kind::Inner { body, guard },
-        }
-    }
-
-    fn full(data: &'static str) -> WeirBody<B> {
-        WeirBody {
-            kind: Kind::Full {
-                data: Some(Bytes::from_static(data.as_bytes())),
-            },
-        }
-    }
-
-    /// Whether this body still holds concurrency permits.
-    pub fn holds_permits(&self) -> bool {
-        matches!(&self.kind, Kind::Inner { guard: Some(_), .. })
-    }
-}
-
-impl<B> Body for WeirBody<B>
-where
-    B: Body,
-    B::Data: From<Bytes>,
-{
-    type Data = B::Data;
-    type Error = B::Error;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<B::Data>, B::Error>>> {
-        match self.project().kind.project() {
-            KindProj::Inner { body, guard } => {
-                let frame = ready!(body.poll_frame(cx));
-                if matches!(frame, None | Some(Err(_))) {
-                    // End of stream or a failed body: the response is over.
-                    guard.take();
-                }
-                Poll::Ready(frame)
-            }
-            KindProj::Full { data } => {
-                Poll::Ready(data.take().map(|d| Ok(Frame::data(B::Data::from(d)))))
-            }
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        match &self.kind {
-            Kind::Inner { body, .. } => body.is_end_stream(),
-            Kind::Full { data } => data.is_none(),
-        }
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        match &self.kind {
-            Kind::Inner { body, .. } => body.size_hint(),
-            Kind::Full { data } => {
-                SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
-            }
-        }
-    }
 }
 
 /// `RateLimit` / `Retry-After` fields of an outcome.

@@ -1,0 +1,134 @@
+//! The response body that holds a request's concurrency permits, and the guards that hand
+//! permits and queue places back to the engine when dropped.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{ready, Context, Poll};
+
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+use pin_project_lite::pin_project;
+use weir::policy::engine::{Permits, QueueTicket};
+
+use crate::Config;
+
+/// Releases an admitted request's concurrency permits when dropped.
+pub(crate) struct PermitGuard {
+    cfg: Arc<Config>,
+    permits: Permits,
+}
+
+impl PermitGuard {
+    pub(crate) fn new(cfg: &Arc<Config>, permits: Permits) -> Option<PermitGuard> {
+        if permits.is_empty() {
+            return None;
+        }
+        Some(PermitGuard {
+            cfg: cfg.clone(),
+            permits,
+        })
+    }
+}
+
+impl Drop for PermitGuard {
+    fn drop(&mut self) {
+        let permits = std::mem::take(&mut self.permits);
+        self.cfg.engine.release(permits, self.cfg.clock.now_ns());
+    }
+}
+
+/// Gives up a queue place when dropped while still holding it.
+pub(crate) struct TicketGuard {
+    pub(crate) cfg: Arc<Config>,
+    pub(crate) ticket: Option<QueueTicket>,
+}
+
+impl Drop for TicketGuard {
+    fn drop(&mut self) {
+        if let Some(t) = self.ticket.take() {
+            self.cfg.engine.abandon(t, self.cfg.clock.now_ns());
+        }
+    }
+}
+
+pin_project! {
+    /// The response body: the inner service's, holding the request's concurrency permits until
+    /// it ends (last frame, error) or is dropped; or the layer's own short answer.
+    pub struct WeirBody<B> {
+        #[pin]
+        kind: Kind<B>,
+    }
+}
+
+pin_project! {
+    #[project = KindProj]
+    enum Kind<B> {
+        Inner { #[pin] body: B, guard: Option<PermitGuard> },
+        Full { data: Option<Bytes> },
+    }
+}
+
+impl<B> WeirBody<B> {
+    pub(crate) fn inner(body: B, guard: Option<PermitGuard>) -> WeirBody<B> {
+        WeirBody {
+            kind: Kind::Inner { body, guard },
+        }
+    }
+
+    pub(crate) fn full(data: &'static str) -> WeirBody<B> {
+        WeirBody {
+            kind: Kind::Full {
+                data: Some(Bytes::from_static(data.as_bytes())),
+            },
+        }
+    }
+
+    /// Whether this body still holds concurrency permits.
+    pub fn holds_permits(&self) -> bool {
+        matches!(&self.kind, Kind::Inner { guard: Some(_), .. })
+    }
+}
+
+impl<B> Body for WeirBody<B>
+where
+    B: Body,
+    B::Data: From<Bytes>,
+{
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<B::Data>, B::Error>>> {
+        match self.project().kind.project() {
+            KindProj::Inner { body, guard } => {
+                let frame = ready!(body.poll_frame(cx));
+                if matches!(frame, None | Some(Err(_))) {
+                    // End of stream or a failed body: the response is over.
+                    guard.take();
+                }
+                Poll::Ready(frame)
+            }
+            KindProj::Full { data } => {
+                Poll::Ready(data.take().map(|d| Ok(Frame::data(B::Data::from(d)))))
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match &self.kind {
+            Kind::Inner { body, .. } => body.is_end_stream(),
+            Kind::Full { data } => data.is_none(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match &self.kind {
+            Kind::Inner { body, .. } => body.size_hint(),
+            Kind::Full { data } => {
+                SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
+            }
+        }
+    }
+}
