@@ -328,12 +328,27 @@ impl Engine {
             logs,
             keys: Vec::new(),
             reads_path: Vec::new(),
+            policy_reads: Reads::default(),
         };
         engine.keys = engine.key_plans();
         engine.reads_path = (engine.policy.limits.iter())
             .map(|l| l.key.parts.contains(&KeyPart::Path))
             .collect();
+        engine.policy_reads = engine.policy_reads();
         Ok(engine)
+    }
+
+    /// What [`Engine::evaluate`] reads of the target: the path if a class, an exemption or a
+    /// key tests it, the query if a class or an exemption does.
+    fn policy_reads(&self) -> Reads {
+        let p = &self.policy;
+        let shapes = || (p.classes.iter().chain(&p.exemptions)).flat_map(|c| &c.shapes);
+        let path_key =
+            (p.limits.iter()).any(|l| !l.selected && l.key.parts.contains(&KeyPart::Path));
+        Reads {
+            path: path_key || shapes().any(|s| !s.path.is_empty()),
+            query: shapes().any(|s| !s.query.is_empty()),
+        }
     }
 
     pub(super) fn key_plans(&self) -> Vec<KeyPlan> {

@@ -2,6 +2,8 @@
 //!
 //! Order (nginx's rules where nginx has one):
 //! 1. The target is normalized (`$uri` semantics); a target nginx would answer 400 is an error.
+//!    A policy that tests neither path nor query (nor keys on the path) does not read the
+//!    target at all; one that tests only the query does not normalize the path.
 //! 2. Exemptions first: an exempt request is never limited and costs nothing.
 //! 3. Every limit whose class matches, in file order. Concurrency limits take permits; a full
 //!    one answers queue (when it has a queue with room) or reject, and gives back the permits
@@ -79,6 +81,9 @@ pub struct Engine {
     keys: Vec<KeyPlan>,
     /// Per limit: whether its key reads the path (see [`Engine::evaluate_selected`]).
     reads_path: Vec<bool>,
+    /// Whether [`Engine::evaluate`] needs the path (a class, exemption or key reads it) and
+    /// the query; what it does not need is not parsed.
+    policy_reads: Reads,
     /// The permits and queue places handed out and not yet given back.
     ledger: Ledger,
 }
@@ -94,6 +99,13 @@ struct Hit {
 const MAX_HITS: usize = 32;
 /// Most limits one [`Engine::evaluate_selected`] names.
 pub const MAX_SELECTED: usize = MAX_HITS;
+
+/// What of the request target an evaluation reads.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Reads {
+    pub(super) path: bool,
+    pub(super) query: bool,
+}
 
 /// Which limits an evaluation considers.
 #[derive(Clone, Copy)]
@@ -280,9 +292,15 @@ impl Engine {
         sel: Selection<'_>,
     ) -> Result<Outcome, EvalError> {
         match sel {
-            // A queued request polling again is the same request.
-            Selection::Policy if ticket.is_none() => self.counters.add_total(|t| &t.requests),
-            Selection::Policy => {}
+            Selection::Policy => {
+                // A queued request polling again is the same request.
+                if ticket.is_none() {
+                    self.counters.add_total(|t| &t.requests);
+                }
+                if !self.policy_reads.path && !self.policy_reads.query {
+                    return self.decide(req, b"", b"", now, ticket, sel);
+                }
+            }
             Selection::Host(limits) => {
                 let mut conc = 0;
                 let mut path = false;
@@ -308,6 +326,9 @@ impl Engine {
         }
         let parts = normalize::split_target(req.target()).map_err(|e| self.bad(e))?;
         let query = parts.query.unwrap_or(b"");
+        if matches!(sel, Selection::Policy) && !self.policy_reads.path {
+            return self.decide(req, b"", query, now, ticket, sel);
+        }
         if normalize::is_normal(parts.path) {
             // Nearly every real path: already what nginx's $uri would be; no copy.
             return self.decide(req, parts.path, query, now, ticket, sel);
