@@ -2,29 +2,16 @@
 //! `tests/vectors/README.md`) against the Rust engine. Every mismatch is printed with the
 //! vector's name, the step index and the field; the test fails if there is any.
 
+#[path = "common/vector.rs"]
+mod vector;
+
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use serde_json::Value;
+use vector::{Expect, Kind, Step, Vector};
 use weir::policy::engine::{Outcome, Permits, QueueTicket};
 use weir::policy::{Action, CompiledPolicy, Engine, EvalError, OwnedRequest};
-
-/// Fixed time base: `now_ns = BASE_NS + t_ms * 1e6`.
-const BASE_NS: u64 = 1_000_000_000_000;
-/// Guard against a missing or emptied directory passing silently.
-const MIN_VECTORS: usize = 70;
-
-fn vector_files() -> Vec<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/vectors");
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "json"))
-        .collect();
-    files.sort();
-    files
-}
 
 fn action_name(out: &Outcome) -> &'static str {
     if out.exempt.is_some() {
@@ -38,18 +25,9 @@ fn action_name(out: &Outcome) -> &'static str {
     }
 }
 
-fn str_field<'a>(v: &'a Value, name: &str, ctx: &str) -> &'a str {
-    v.get(name)
-        .and_then(Value::as_str)
-        .unwrap_or_else(|| panic!("{ctx}: `{name}` must be a string"))
-}
-
-fn build_request(engine: &Engine, step: &Value, ctx: &str) -> OwnedRequest {
-    let (method, target) = (
-        str_field(step, "method", ctx),
-        str_field(step, "target", ctx),
-    );
-    let mut req = match str_field(step, "peer", ctx) {
+fn build_request(engine: &Engine, step: &Step, ctx: &str) -> OwnedRequest {
+    let (method, target) = (step.method(), step.target());
+    let mut req = match step.peer() {
         "unix:" => OwnedRequest::local(method, target),
         peer => {
             let peer: IpAddr = peer
@@ -58,51 +36,26 @@ fn build_request(engine: &Engine, step: &Value, ctx: &str) -> OwnedRequest {
             OwnedRequest::new(method, target, peer)
         }
     };
-    if let Some(hs) = step.get("headers") {
-        for h in hs
-            .as_array()
-            .unwrap_or_else(|| panic!("{ctx}: headers must be a list"))
-        {
-            let pair = h.as_array().filter(|p| p.len() == 2);
-            let pair = pair.unwrap_or_else(|| panic!("{ctx}: header must be [name, value]"));
-            let (n, v) = (pair[0].as_str(), pair[1].as_str());
-            req = req.header(n.expect("header name"), v.expect("header value"));
-        }
+    for (n, v) in &step.headers {
+        req = req.header(n, v);
     }
-    if let Some(vars) = step.get("vars") {
-        let vars = vars
-            .as_object()
-            .unwrap_or_else(|| panic!("{ctx}: vars must be an object"));
-        for (name, value) in vars {
-            let value = value
-                .as_str()
-                .unwrap_or_else(|| panic!("{ctx}: var {name} must be a string"));
-            // A variable the policy does not read is never asked for.
-            if let Some(i) = engine.var_names().position(|n| n == name.as_bytes()) {
-                req = req.var(i, value.as_bytes());
-            }
+    for (name, value) in step.vars.iter().flatten() {
+        // A variable the policy does not read is never asked for.
+        if let Some(i) = engine.var_names().position(|n| n == name.as_bytes()) {
+            req = req.var(i, value.as_bytes());
         }
     }
     req
 }
 
 /// The indexes of a step's `select` list, or `None` for a step without one.
-fn selection(engine: &Engine, step: &Value, ctx: &str) -> Option<Vec<u16>> {
-    let names = step.get("select")?.as_array();
-    let names = names.unwrap_or_else(|| panic!("{ctx}: select must be a list"));
+fn selection(engine: &Engine, step: &Step, ctx: &str) -> Option<Vec<u16>> {
     let count = engine.policy().limits.len();
-    Some(
-        names
-            .iter()
-            .map(|n| {
-                let n = n
-                    .as_str()
-                    .unwrap_or_else(|| panic!("{ctx}: select names limits"));
-                let i = (0..count).find(|&i| engine.limit_name(i) == n);
-                i.unwrap_or_else(|| panic!("{ctx}: no limit {n:?}")) as u16
-            })
-            .collect(),
-    )
+    let index = |n: &String| {
+        let i = (0..count).find(|&i| engine.limit_name(i) == n);
+        i.unwrap_or_else(|| panic!("{ctx}: no limit {n:?}")) as u16
+    };
+    Some(step.select.as_ref()?.iter().map(index).collect())
 }
 
 /// What one evaluation produced, in vector terms.
@@ -151,132 +104,93 @@ fn got_from(engine: &Engine, res: &Result<Outcome, EvalError>) -> Got {
     }
 }
 
-fn opt_str(v: &Value) -> Option<String> {
-    v.as_str().map(str::to_string)
-}
-
 /// Compares one step's expectation; pushes a line per mismatch.
-fn compare(got: &Got, expect: &Value, ctx: &str, errs: &mut Vec<String>) {
-    let mut bad = |field: &str, want: String, have: String| {
-        errs.push(format!("{ctx}: {field}: expected {want}, got {have}"))
+fn compare(got: &Got, expect: &Expect, ctx: &str, errs: &mut Vec<String>) {
+    let mut bad = |field: &str, want: &dyn std::fmt::Debug, have: &dyn std::fmt::Debug| {
+        errs.push(format!("{ctx}: {field}: expected {want:?}, got {have:?}"))
     };
-    let want_action = str_field(expect, "action", ctx);
-    if want_action != got.action {
-        bad("action", want_action.into(), got.action.into());
+    if expect.action != got.action {
+        bad("action", &expect.action, &got.action);
     }
-    if let Some(s) = expect.get("status") {
-        if s.as_u64() != Some(got.status as u64) {
-            bad("status", s.to_string(), got.status.to_string());
-        }
+    if let Some(s) = expect.status.filter(|&s| s != got.status) {
+        bad("status", &s, &got.status);
     }
-    if let Some(l) = expect.get("limit") {
-        if opt_str(l) != got.limit {
-            bad("limit", l.to_string(), format!("{:?}", got.limit));
-        }
+    if let Some(l) = expect.limit.as_ref().filter(|&l| *l != got.limit) {
+        bad("limit", l, &got.limit);
     }
-    if let Some(w) = expect.get("wait_ms") {
-        if w.as_u64() != Some(got.wait_ms) {
-            bad("wait_ms", w.to_string(), got.wait_ms.to_string());
-        }
+    if let Some(w) = expect.wait_ms.filter(|&w| w != got.wait_ms) {
+        bad("wait_ms", &w, &got.wait_ms);
     }
-    if let Some(x) = expect.get("exemption") {
-        if opt_str(x) != got.exemption {
-            bad("exemption", x.to_string(), format!("{:?}", got.exemption));
-        }
+    if let Some(x) = expect.exemption.as_ref().filter(|&x| *x != got.exemption) {
+        bad("exemption", x, &got.exemption);
     }
-    if let Some(d) = expect.get("dry_run") {
-        if opt_str(d).as_deref() != got.dry_run {
-            bad("dry_run", d.to_string(), format!("{:?}", got.dry_run));
-        }
+    if let Some(d) = expect
+        .dry_run
+        .as_ref()
+        .filter(|&d| d.as_deref() != got.dry_run)
+    {
+        bad("dry_run", d, &got.dry_run);
     }
-    if let Some(hs) = expect.get("headers") {
-        let hs = hs
-            .as_object()
-            .unwrap_or_else(|| panic!("{ctx}: expect.headers must be an object"));
-        for (name, want) in hs {
-            let have = got
-                .headers
-                .iter()
-                .find(|(n, _)| n.eq_ignore_ascii_case(name))
-                .map(|(_, v)| v.clone());
-            if opt_str(want) != have {
-                bad(
-                    &format!("headers.{name}"),
-                    want.to_string(),
-                    format!("{have:?}"),
-                );
-            }
+    for (name, want) in expect.headers.iter().flatten() {
+        let have = (got.headers.iter())
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.clone());
+        if *want != have {
+            bad(&format!("headers.{name}"), want, &have);
         }
     }
 }
 
 /// Runs one vector; returns its mismatches.
-fn run_vector(v: &Value, file: &str) -> Vec<String> {
-    let name = v.get("name").and_then(Value::as_str).unwrap_or(file);
+fn run_vector(v: &Vector) -> Vec<String> {
+    let name = &v.name;
     let mut errs = Vec::new();
-    let policy = CompiledPolicy::parse(str_field(v, "policy", name), Some(name))
+    let policy = CompiledPolicy::parse(&v.policy, Some(name))
         .unwrap_or_else(|e| panic!("{name}: policy does not load: {e}"));
     let engine = Engine::new(policy).unwrap_or_else(|e| panic!("{name}: engine: {e}"));
-    let steps = v
-        .get("steps")
-        .and_then(Value::as_array)
-        .unwrap_or_else(|| panic!("{name}: `steps` must be a list"));
     let mut permits: HashMap<usize, Permits> = HashMap::new();
     let mut tickets: HashMap<usize, QueueTicket> = HashMap::new();
     let mut requests: HashMap<usize, (OwnedRequest, Option<Vec<u16>>)> = HashMap::new();
-    let mut last_t = 0;
-    for (i, step) in steps.iter().enumerate() {
+    for (i, step) in v.steps.iter().enumerate() {
         let ctx = format!("{name} step {i}");
-        let t_ms = step
-            .get("t_ms")
-            .and_then(Value::as_u64)
-            .unwrap_or_else(|| panic!("{ctx}: `t_ms` must be a whole number"));
-        assert!(t_ms >= last_t, "{ctx}: time goes backwards");
-        last_t = t_ms;
-        let now = BASE_NS + t_ms * 1_000_000;
-        let index_of = |key: &str| {
-            step.get(key).map(|x| {
-                let j = x.as_u64().unwrap_or_else(|| panic!("{ctx}: `{key}`")) as usize;
-                assert!(j < i, "{ctx}: `{key}` must name an earlier step");
-                j
-            })
+        let now = step.now_ns();
+        let (req, res, expect) = match step.kind() {
+            Kind::Release(j) => {
+                let p = permits.remove(&j);
+                engine.release(
+                    p.unwrap_or_else(|| panic!("{ctx}: {j} holds no permits")),
+                    now,
+                );
+                continue;
+            }
+            Kind::Abandon(j) => {
+                let t = tickets.remove(&j);
+                engine.abandon(
+                    t.unwrap_or_else(|| panic!("{ctx}: {j} holds no ticket")),
+                    now,
+                );
+                continue;
+            }
+            Kind::Retry(j, expect) => {
+                let t = tickets.remove(&j);
+                let t = t.unwrap_or_else(|| panic!("{ctx}: {j} holds no ticket"));
+                let (req, sel) = requests[&j].clone();
+                let res = match &sel {
+                    Some(limits) => engine.evaluate_selected_queued(&req, limits, now, t),
+                    None => engine.evaluate_queued(&req, now, t),
+                };
+                ((req, sel), res, expect)
+            }
+            Kind::Request(expect) => {
+                let req = build_request(&engine, step, &ctx);
+                let sel = selection(&engine, step, &ctx);
+                let res = match &sel {
+                    Some(limits) => engine.evaluate_selected(&req, limits, now),
+                    None => engine.evaluate(&req, now),
+                };
+                ((req, sel), res, expect)
+            }
         };
-        if let Some(j) = index_of("release") {
-            let p = permits
-                .remove(&j)
-                .unwrap_or_else(|| panic!("{ctx}: step {j} holds no permits"));
-            engine.release(p, now);
-            continue;
-        }
-        if let Some(j) = index_of("abandon") {
-            let t = tickets
-                .remove(&j)
-                .unwrap_or_else(|| panic!("{ctx}: step {j} holds no queue ticket"));
-            engine.abandon(t, now);
-            continue;
-        }
-        let (req, res) = if let Some(j) = index_of("retry") {
-            let t = tickets
-                .remove(&j)
-                .unwrap_or_else(|| panic!("{ctx}: step {j} holds no queue ticket"));
-            let (req, sel) = requests[&j].clone();
-            let res = match &sel {
-                Some(limits) => engine.evaluate_selected_queued(&req, limits, now, t),
-                None => engine.evaluate_queued(&req, now, t),
-            };
-            ((req, sel), res)
-        } else {
-            let req = build_request(&engine, step, &ctx);
-            let sel = selection(&engine, step, &ctx);
-            let res = match &sel {
-                Some(limits) => engine.evaluate_selected(&req, limits, now),
-                None => engine.evaluate(&req, now),
-            };
-            ((req, sel), res)
-        };
-        let expect = step
-            .get("expect")
-            .unwrap_or_else(|| panic!("{ctx}: request step without `expect`"));
         compare(&got_from(&engine, &res), expect, &ctx, &mut errs);
         if let Ok(mut out) = res {
             if let Some(t) = out.ticket.take() {
@@ -294,35 +208,10 @@ fn run_vector(v: &Value, file: &str) -> Vec<String> {
 
 #[test]
 fn shared_vectors() {
-    let files = vector_files();
-    let mut names = HashMap::new();
-    let mut count = 0;
-    let mut errs = Vec::new();
-    for f in &files {
-        let text = std::fs::read_to_string(f).unwrap();
-        let file = f.file_name().unwrap().to_string_lossy().to_string();
-        let v: Value =
-            serde_json::from_str(&text).unwrap_or_else(|e| panic!("{file}: not JSON: {e}"));
-        let name = str_field(&v, "name", &file).to_string();
-        assert_eq!(
-            format!("{name}.json"),
-            file,
-            "a vector's file is named after it"
-        );
-        assert!(
-            v.get("description").and_then(Value::as_str).is_some(),
-            "{name}: description missing"
-        );
-        assert!(names.insert(name, ()).is_none());
-        errs.extend(run_vector(&v, &file));
-        count += 1;
-    }
+    let vectors = vector::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/vectors"));
+    let errs: Vec<String> = vectors.iter().flat_map(run_vector).collect();
     for e in &errs {
         eprintln!("MISMATCH {e}");
     }
     assert!(errs.is_empty(), "{} mismatches (listed above)", errs.len());
-    assert!(
-        count >= MIN_VECTORS,
-        "only {count} vectors found in tests/vectors (expected at least {MIN_VECTORS})"
-    );
 }
