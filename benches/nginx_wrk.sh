@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # End-to-end cost of weir in nginx, measured with wrk: requests/s for a static
-# 1-byte file with no limit, stock limit_req, weir_req and policy mode, each
-# with one hot key and with a new key on every request (wrk -s: unique URIs,
-# key = $request_uri / the normalized path).  Nothing is ever rejected: the
+# 1-byte file with no limit, stock limit_req, weir_req, policy mode with one limit and
+# with three (per IP, a global class that does not match, per path), each with one hot
+# key and with a new key on every request (wrk -s: unique URIs, key = $request_uri / the
+# normalized path).  Nothing is ever rejected: the
 # limits are set far above the load, so the figures are the bookkeeping cost.
 #
 #   benches/nginx_wrk.sh [MODULE.so]      (make nginx-module first; needs wrk)
@@ -60,6 +61,45 @@ rate = "1000000r/s"
 class = "*"
 zone = "z"
 key = "$1"
+burst = 1000000
+nodelay = true
+TOML
+}
+
+policy3() { # the issue's three limits: per IP, a global tool class, per path
+    cat > "$dir/policy3.toml" <<TOML
+[zones.ip]
+size = "64m"
+algorithm = "gcra"
+rate = "1000000r/s"
+[zones.tools]
+size = "64k"
+algorithm = "gcra"
+rate = "1000000r/s"
+[zones.path]
+size = "64m"
+algorithm = "gcra"
+rate = "1000000r/s"
+[classes.tools]
+match = [{ path = ["/w/Special:*", "/index.php"] }, { query.title = { iglob = "special:*" } }]
+[[limit]]
+name = "per-ip"
+class = "*"
+zone = "ip"
+burst = 1000000
+nodelay = true
+[[limit]]
+name = "tools"
+class = "tools"
+zone = "tools"
+key = "global"
+burst = 1000000
+nodelay = true
+[[limit]]
+name = "per-path"
+class = "*"
+zone = "path"
+key = "path"
 burst = 1000000
 nodelay = true
 TOML
@@ -125,6 +165,8 @@ for round in $(seq "$rounds"); do
         run "weir_req" "" "weir_req zone=weir_$keys burst=1000000 nodelay;" $keys
         if [ $keys = hot ]; then policy global; else policy path; fi
         run "weir policy mode" "weir_policy $dir/policy.toml;" "weir on;" $keys
+        policy3
+        run "weir policy, 3 limits" "weir_policy $dir/policy3.toml;" "weir on;" $keys
     done
 done
 
@@ -134,7 +176,7 @@ rows = collections.OrderedDict()
 for line in open(sys.argv[1]):
     name, keys, rps, cpu = line.strip().split("|")
     rows.setdefault((keys, name), []).append((float(rps), int(cpu) / 100))
-print(f"{'configuration':<20} {'keys':<6} {'req/s (median)':>15} {'vs plain':>9} {'worker CPU us/req':>18} {'vs plain':>9}")
+print(f"{'configuration':<22} {'keys':<6} {'req/s (median)':>15} {'vs plain':>9} {'worker CPU us/req':>18} {'vs plain':>9}")
 for keys in ("hot", "churn"):
     base = rows[(keys, "plain (no limit)")]
     b_rps = statistics.median(r for r, _ in base)
@@ -144,6 +186,6 @@ for keys in ("hot", "churn"):
             continue
         rps = statistics.median(r for r, _ in v)
         cpu = statistics.median(c for _, c in v)
-        print(f"{name:<20} {keys:<6} {rps:>15.0f} {rps / b_rps:>9.2f} {cpu:>18.2f} {cpu / b_cpu:>9.2f}")
+        print(f"{name:<22} {keys:<6} {rps:>15.0f} {rps / b_rps:>9.2f} {cpu:>18.2f} {cpu / b_cpu:>9.2f}")
 PY
 echo "(wrk -t$threads -c$conns -d$duration, $rounds interleaved rounds, $workers worker(s), $(nproc) cores shared with other jobs; load average $(cut -d' ' -f1-3 /proc/loadavg))"
