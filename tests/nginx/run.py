@@ -678,7 +678,11 @@ def test_bad_configs(module):
          [r'nope']),
         ("burst on sliding", "weir_req_zone $remote_addr zone=s:1m events=10 window=1m;\n"
          "    server { listen 127.0.0.1:%PORT%; location / { weir_req zone=s burst=5; } }",
-         [r'do not apply to the sliding window zone "s" in .*nginx\.conf:\d+']),
+         [r'`burst` applies only to gcra zones; zone "s" is sliding in .*nginx\.conf:\d+']),
+        # zone names are policy names, checked by the engine's build with its words
+        ("bad zone name", "weir_req_zone $remote_addr zone=a!b:1m rate=1r/s;\n"
+         "    server { listen 127.0.0.1:%PORT%; location / { weir_req zone=a!b; } }",
+         [r'invalid zone name "a!b"; use 1-64 letters, digits.* in .*nginx\.conf:\d+']),
         ("missing policy", "weir_policy %DIR%/missing.toml;", [r"missing\.toml", r"nginx\.conf:\d+"]),
         ("weir on without policy", "server { listen 127.0.0.1:%PORT%; weir on; }",
          [r'"weir on" needs a "weir_policy" in the http block in .*nginx\.conf:\d+']),
