@@ -4,7 +4,8 @@
  *
  * ngx_http_weir_module.c      module, directives, configuration, handler,
  *                             the per-request state, delays
- * ngx_http_weir_zone.c        shared memory, policy zones, cluster syncers
+ * ngx_http_weir_zone.c        shared memory: the engines' zones and
+ *                             counters, cluster syncers
  * ngx_http_weir_policy.c      policy mode (weir_policy, weir on)
  * ngx_http_weir_limit.c       weir_req / weir_conn at request time
  * ngx_http_weir_limit_conf.c  weir_req_zone, weir_conn_zone, weir_req,

@@ -1,8 +1,8 @@
 
 /*
- * weir: nginx module, shared memory: the regions of weir's tables inside
- * nginx's zones, the policy zones and their counters (whose init attaches
- * the engine), and the cluster syncers of each worker.
+ * weir: nginx module, shared memory: the regions of an engine's zones
+ * (the policy's or the directives') inside nginx's zones, its counters
+ * (whose init attaches the engine), and the cluster syncers of each worker.
  */
 
 
@@ -10,8 +10,6 @@
 #include <pthread.h>
 
 
-static void *ngx_http_weir_shm_region(ngx_shm_zone_t *shm_zone,
-    ngx_uint_t reuse, size_t *len);
 static ngx_int_t ngx_http_weir_init_policy_zone(ngx_shm_zone_t *shm_zone,
     void *data);
 static ngx_int_t ngx_http_weir_init_counters_zone(ngx_shm_zone_t *shm_zone,
@@ -24,54 +22,13 @@ static ngx_shm_zone_t *ngx_http_weir_old_zone(ngx_conf_t *cf,
 static void ngx_http_weir_cluster_log(ngx_event_t *ev);
 
 
-/*
- * The zone's slab pool keeps its header at the start of the segment; weir's
- * table goes into one page-aligned allocation from it, found again through
- * shpool->data when the segment outlives a reload.
- */
-
-static void *
-ngx_http_weir_shm_region(ngx_shm_zone_t *shm_zone, ngx_uint_t reuse,
-    size_t *len)
-{
-    size_t            size;
-    ngx_slab_pool_t  *shpool;
-
-    shpool = (ngx_slab_pool_t *) shm_zone->shm.addr;
-
-    if ((reuse || shm_zone->shm.exists) && shpool->data) {
-        *len = *(size_t *) shpool->data;
-        return (u_char *) shpool->data + ngx_pagesize;
-    }
-
-    if (*len == 0) {
-        size = shpool->pfree << ngx_pagesize_shift;
-        if (size <= ngx_pagesize) {
-            return NULL;
-        }
-
-        *len = size - ngx_pagesize;
-    }
-
-    /* one page in front of the region records its length */
-
-    shpool->data = ngx_slab_alloc(shpool, *len + ngx_pagesize);
-    if (shpool->data == NULL) {
-        return NULL;
-    }
-
-    *(size_t *) shpool->data = *len;
-
-    return (u_char *) shpool->data + ngx_pagesize;
-}
-
-
 static ngx_int_t
 ngx_http_weir_init_policy_zone(ngx_shm_zone_t *shm_zone, void *data)
 {
     ngx_http_weir_pzone_t  *opz = data;
 
     size_t                  len;
+    ngx_slab_pool_t        *shpool;
     ngx_http_weir_pzone_t  *pz;
 
     pz = shm_zone->data;
@@ -89,27 +46,47 @@ ngx_http_weir_init_policy_zone(ngx_shm_zone_t *shm_zone, void *data)
         return NGX_ERROR;
     }
 
-    len = pz->bytes;
-    pz->region = ngx_http_weir_shm_region(shm_zone, data != NULL, &len);
+    /*
+     * The zone's slab pool keeps its header at the start of the segment;
+     * the region is one page-aligned allocation from it, found again through
+     * shpool->data when the segment outlives a reload; the page in front of
+     * it records its length.
+     */
 
-    if (pz->region == NULL || len != pz->bytes) {
+    shpool = (ngx_slab_pool_t *) shm_zone->shm.addr;
+
+    if ((opz || shm_zone->shm.exists) && shpool->data) {
+        len = *(size_t *) shpool->data;
+
+    } else {
+        len = pz->bytes;
+
+        shpool->data = ngx_slab_alloc(shpool, len + ngx_pagesize);
+        if (shpool->data) {
+            *(size_t *) shpool->data = len;
+        }
+    }
+
+    if (shpool->data == NULL || len != pz->bytes) {
         ngx_log_error(NGX_LOG_EMERG, shm_zone->shm.log, 0,
-                      "could not place weir policy zone \"%V\" "
+                      "could not place weir zone \"%V\" "
                       "(%uz bytes) in shared memory",
                       &shm_zone->shm.name, pz->bytes);
         return NGX_ERROR;
     }
+
+    pz->region = (u_char *) shpool->data + ngx_pagesize;
 
     return NGX_OK;
 }
 
 
 /*
- * The counters zone is the last weir zone nginx initializes: by then every
- * policy zone has its region, and the engine is attached here, in the
- * master, before the workers fork.  A failure here fails the reload (the
- * running configuration stays), unlike one in the init module handler,
- * which is fatal to the master.
+ * The counters zone is the last zone of its engine nginx initializes: by
+ * then every zone of the engine has its region, and the engine is attached
+ * here, in the master, before the workers fork.  A failure here fails the
+ * reload (the running configuration stays), unlike one in the init module
+ * handler, which is fatal to the master.
  */
 
 static ngx_int_t

@@ -769,13 +769,14 @@ log_level = "warn"
 
 
 def test_directive_extras(module, env=None):
-    """Sliding windows, r/h rates, empty and oversized keys."""
+    """Sliding windows, r/h rates, empty and oversized keys; lease= is still accepted (and
+    ignored: the engine's lease applies since weir_conn went through it)."""
     long_key = "$http_x_k" * 10
     http = f"""
     weir_req_zone $http_x_k zone=win:1m events=3 window=1m;
     weir_req_zone $http_x_k zone=hourly:1m rate=2r/h;
     weir_req_zone {long_key} zone=long:1m rate=1r/m;
-    weir_conn_zone $http_x_k zone=cz:1m;
+    weir_conn_zone $http_x_k zone=cz:1m lease=1s;
     server {{
         listen 127.0.0.1:%PORT%;
         root %DIR%/html;
