@@ -180,16 +180,6 @@ typedef struct weir_limit_counters {
 } weir_limit_counters;
 
 /*
- A zone outside the policy (nginx's `weir_req_zone`) for weir_prometheus, and the name its
- samples carry (`zone="…"`). A NULL `zone` is skipped.
- */
-typedef struct weir_named_zone {
-  const struct weir_zone *zone;
-  const uint8_t *name;
-  size_t name_len;
-} weir_named_zone;
-
-/*
  Header lookup for `weir_request`: store a pointer to the `nth` (0-based) value of header
  `lname` (lowercase ASCII, `lname_len` bytes) in `*value`/`*value_len` and return 1, or return
  0 when there is no such occurrence. The value must stay valid until the evaluating call
@@ -666,13 +656,12 @@ int weir_engine_limit_counters(const struct weir_engine *e,
 int weir_engine_prometheus(const struct weir_engine *e, uint8_t *buf, size_t cap, size_t *written);
 
 /*
- Renders the counters of engine `e` (may be NULL) and of `zones[0..n]` as one Prometheus
- text, each metric family once (one HELP and one TYPE line, all its samples under them):
- the zones join the policy's zones in the `weir_zone_*` families. Buffer protocol as
+ Renders the counters of `engines[0..n]` (NULL entries are skipped; nginx: the policy's
+ engine and its directives') as one Prometheus text, each metric family once (one HELP and
+ one TYPE line, all its samples under them, the engines' totals summed). Buffer protocol as
  weir_engine_prometheus.
  */
-int weir_prometheus(const struct weir_engine *e,
-                    const struct weir_named_zone *zones,
+int weir_prometheus(const struct weir_engine *const *engines,
                     size_t n,
                     uint8_t *buf,
                     size_t cap,

@@ -1,37 +1,21 @@
 
 /*
- * weir: nginx module, weir_req and weir_conn at request time: the zones'
- * checks, the delay of weir_req, the permits of weir_conn, and the
- * variables $weir_req_status and $weir_conn_status.
+ * weir: nginx module, weir_req and weir_conn at request time: the engine
+ * evaluates the location's limits, the module logs its outcome the way
+ * limit_req and limit_conn do and delays, rejects or holds the permits;
+ * and the variables $weir_req_status and $weir_conn_status.
  */
 
 
 #include "ngx_http_weir_module.h"
 
 
-/* a weir_req zone charged for this request, refunded if another rejects */
-
-typedef struct {
-    ngx_str_t                    key;
-    ngx_http_weir_limit_t       *limit;
-} ngx_http_weir_charge_t;
-
-
-/* a weir_conn permit, released when the request ends */
-
-typedef struct {
-    ngx_http_weir_limit_t       *limit;
-    ngx_http_weir_zone_ctx_t    *ctx;
-    weir_permit                  permit;
-} ngx_http_weir_held_t;
-
-
-static ngx_int_t ngx_http_weir_key(ngx_http_request_t *r,
-    ngx_http_weir_zone_ctx_t *ctx, size_t max, ngx_str_t *key);
-static uint64_t ngx_http_weir_excess(ngx_http_weir_zone_ctx_t *ctx,
-    ngx_http_weir_limit_t *lim, weir_check *chk);
-static void ngx_http_weir_refund(ngx_http_weir_charge_t *charged,
-    ngx_uint_t n, uint64_t now);
+static int ngx_http_weir_var(void *ctx, size_t index, const uint8_t **value,
+    size_t *value_len);
+static ngx_int_t ngx_http_weir_evaluate(ngx_http_request_t *r,
+    ngx_http_weir_sel_t *sel, weir_verdict *v);
+static ngx_str_t *ngx_http_weir_zone_name(ngx_http_request_t *r,
+    int32_t limit);
 
 
 static ngx_str_t  ngx_http_weir_req_status_names[] = {
@@ -51,60 +35,122 @@ static ngx_str_t  ngx_http_weir_conn_status_names[] = {
 
 
 /*
- * a zone's key for this request: NGX_DECLINED skips the zone (an empty key,
- * or one longer than max bytes, which is logged)
+ * The engine's variable "NAME": the key of zone "NAME" for this request; an
+ * empty one, or one longer than the zone allows (logged), leaves the zone's
+ * limits out
  */
 
-static ngx_int_t
-ngx_http_weir_key(ngx_http_request_t *r, ngx_http_weir_zone_ctx_t *ctx,
-    size_t max, ngx_str_t *key)
+static int
+ngx_http_weir_var(void *ctx, size_t index, const uint8_t **value,
+    size_t *value_len)
 {
-    if (ngx_http_complex_value(r, &ctx->key, key) != NGX_OK) {
-        return NGX_ERROR;
-    }
+    ngx_http_request_t  *r = ctx;
 
-    if (key->len == 0) {
-        return NGX_DECLINED;
-    }
+    size_t                      len;
+    ngx_str_t                   key;
+    ngx_uint_t                  i;
+    const uint8_t              *name;
+    ngx_http_weir_dzone_t      *dz;
+    ngx_http_weir_main_conf_t  *wmcf;
 
-    if (key->len > max) {
-        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
-                      "the value of the \"%V\" key "
-                      "is more than %uz bytes: \"%V\"",
-                      &ctx->key.value, max, key);
-        return NGX_DECLINED;
-    }
+    wmcf = ngx_http_get_module_main_conf(r, ngx_http_weir_module);
 
-    return NGX_OK;
-}
-
-
-/* nginx's excess, in milli-requests, from a GCRA verdict */
-
-static uint64_t
-ngx_http_weir_excess(ngx_http_weir_zone_ctx_t *ctx, ngx_http_weir_limit_t *lim,
-    weir_check *chk)
-{
-    uint64_t  t, ahead;
-
-    if (ctx->kind != NGX_HTTP_WEIR_GCRA) {
-        return (chk->action == WEIR_REJECT) ? 1000 : 0;
-    }
-
-    t = ctx->period_ns / ctx->count;
-
-    if (t == 0) {
+    if (index >= wmcf->dzones.nelts) {
         return 0;
     }
 
-    if (chk->action == WEIR_REJECT) {
-        ahead = (uint64_t) lim->burst * t + chk->retry_after_ns;
+    /* the zone of each variable, found on first use in each worker */
 
-    } else {
-        ahead = (chk->reset_ns > t) ? chk->reset_ns - t : 0;
+    if (wmcf->vars[index] == NULL) {
+        if (weir_engine_var_name(wmcf->dir.engine, index, &name, &len)
+            != WEIR_OK)
+        {
+            return 0;
+        }
+
+        dz = wmcf->dzones.elts;
+
+        for (i = 0; i < wmcf->dzones.nelts; i++) {
+            if (dz[i].name.len == len
+                && ngx_strncmp(dz[i].name.data, name, len) == 0)
+            {
+                wmcf->vars[index] = &dz[i];
+            }
+        }
+
+        if (wmcf->vars[index] == NULL) {
+            return 0;
+        }
     }
 
-    return ahead / t * 1000 + ahead % t * 1000 / t;
+    dz = wmcf->vars[index];
+
+    if (ngx_http_complex_value(r, &dz->key, &key) != NGX_OK) {
+        return 0;
+    }
+
+    if (key.len > dz->max_key) {
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "the value of the \"%V\" key "
+                      "is more than %uz bytes: \"%V\"",
+                      &dz->key.value, dz->max_key, &key);
+        return 0;
+    }
+
+    *value = key.data;
+    *value_len = key.len;
+
+    return 1;
+}
+
+
+/* NGX_OK with the verdict, NGX_DECLINED when no limit applies */
+
+static ngx_int_t
+ngx_http_weir_evaluate(ngx_http_request_t *r, ngx_http_weir_sel_t *sel,
+    weir_verdict *v)
+{
+    int                          wrc;
+    weir_request                 wr;
+    ngx_http_weir_main_conf_t   *wmcf;
+
+    wmcf = ngx_http_get_module_main_conf(r, ngx_http_weir_module);
+
+    ngx_memzero(&wr, sizeof(weir_request));
+
+    wr.header_ctx = r;
+    wr.var = ngx_http_weir_var;
+
+    wrc = weir_engine_evaluate_selected(wmcf->dir.engine, &wr, sel->index,
+                                        sel->n, ngx_http_weir_now(r), v);
+
+    if (wrc != WEIR_OK) {
+        /* fail open, as weir's default failure mode does */
+        ngx_log_error(NGX_LOG_ALERT, r->connection->log, 0,
+                      "weir_engine_evaluate_selected() failed (%d)", wrc);
+        return NGX_DECLINED;
+    }
+
+    return v->unmatched ? NGX_DECLINED : NGX_OK;
+}
+
+
+static ngx_str_t *
+ngx_http_weir_zone_name(ngx_http_request_t *r, int32_t limit)
+{
+    ngx_http_weir_elimit_t      *el;
+    ngx_http_weir_main_conf_t   *wmcf;
+    static ngx_str_t             none = ngx_string("");
+
+    wmcf = ngx_http_get_module_main_conf(r, ngx_http_weir_module);
+
+    if (limit < 0 || (ngx_uint_t) limit >= wmcf->elimits.nelts) {
+        return &none;
+    }
+
+    el = wmcf->elimits.elts;
+
+    return &el[limit].limit->zone;
 }
 
 
@@ -112,156 +158,65 @@ ngx_int_t
 ngx_http_weir_req(ngx_http_request_t *r, ngx_http_weir_loc_conf_t *wlcf,
     ngx_http_weir_state_t *st)
 {
-    int                          wrc;
-    uint64_t                     now, excess, wait, max_wait, max_excess;
-    ngx_int_t                    rc;
-    ngx_str_t                    key;
-    ngx_uint_t                   i, n, k;
-    weir_check                   chk;
-    ngx_http_weir_limit_t      **limits, *lim, *max_lim;
-    ngx_http_weir_charge_t      *charged;
-    ngx_http_weir_zone_ctx_t    *ctx;
+    char          *dry;
+    int32_t        action, limit;
+    uint64_t       excess;
+    weir_verdict   v;
 
-    limits = wlcf->req_limits->elts;
-    n = wlcf->req_limits->nelts;
-
-    charged = ngx_palloc(r->pool, n * sizeof(ngx_http_weir_charge_t));
-    if (charged == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    now = ngx_http_weir_now(r);
-    k = 0;
-    max_wait = 0;
-    max_excess = 0;
-    max_lim = NULL;
-
-    for (i = 0; i < n; i++) {
-        lim = limits[i];
-        ctx = lim->shm_zone->data;
-
-        rc = ngx_http_weir_key(r, ctx, 65535, &key);
-
-        if (rc == NGX_ERROR) {
-            goto failed;
-        }
-
-        if (rc == NGX_DECLINED) {
-            continue;
-        }
-
-        wrc = weir_zone_check(ctx->zone, lim->limiter, key.data, key.len, 1,
-                              now, &chk);
-
-        if (wrc != WEIR_OK) {
-            /* fail open, as weir's default failure mode does */
-            ngx_log_error(NGX_LOG_ALERT, r->connection->log, 0,
-                          "weir_zone_check() failed (%d) in zone \"%V\"",
-                          wrc, &lim->shm_zone->shm.name);
-            continue;
-        }
-
-        if (chk.action == WEIR_REJECT) {
-            excess = ngx_http_weir_excess(ctx, lim, &chk);
-
-            ngx_log_error(wlcf->req_log_level, r->connection->log, 0,
-                          "limiting requests%s, excess: %uL.%03uL "
-                          "by zone \"%V\"",
-                          wlcf->req_dry_run ? ", dry run" : "",
-                          excess / 1000, excess % 1000,
-                          &lim->shm_zone->shm.name);
-
-            ngx_http_weir_refund(charged, k, now);
-
-            if (wlcf->req_dry_run) {
-                st->req_status = NGX_HTTP_WEIR_REJECTED_DRY_RUN;
-                return NGX_DECLINED;
-            }
-
-            st->req_status = NGX_HTTP_WEIR_REJECTED;
-
-            return wlcf->req_status_code;
-        }
-
-        charged[k].key = key;
-        charged[k].limit = lim;
-        k++;
-
-        wait = (chk.action == WEIR_DELAY) ? chk.wait_ns : 0;
-
-        if (wait > max_wait) {
-            max_wait = wait;
-            max_lim = lim;
-            max_excess = ngx_http_weir_excess(ctx, lim, &chk);
-        }
-    }
-
-    if (k == 0) {
+    if (ngx_http_weir_evaluate(r, &wlcf->req_sel, &v) != NGX_OK) {
         return NGX_DECLINED;
     }
 
-    if (max_wait == 0) {
+    /* a dry-run location reports what its limits would have done */
+
+    if (v.dry_run_limit >= 0) {
+        action = v.dry_run_action;
+        limit = v.dry_run_limit;
+        excess = v.dry_run_excess_milli;
+        dry = ", dry run";
+
+    } else {
+        action = v.action;
+        limit = v.limit;
+        excess = v.excess_milli;
+        dry = "";
+    }
+
+    if (action == WEIR_REJECT) {
+        ngx_log_error(wlcf->req_log_level, r->connection->log, 0,
+                      "limiting requests%s, excess: %uL.%03uL by zone \"%V\"",
+                      dry, excess / 1000, excess % 1000,
+                      ngx_http_weir_zone_name(r, limit));
+
+        if (*dry) {
+            st->req_status = NGX_HTTP_WEIR_REJECTED_DRY_RUN;
+            return NGX_DECLINED;
+        }
+
+        st->req_status = NGX_HTTP_WEIR_REJECTED;
+
+        return v.status;
+    }
+
+    if (action != WEIR_DELAY) {
         st->req_status = NGX_HTTP_WEIR_PASSED;
         return NGX_DECLINED;
     }
 
     ngx_log_error(wlcf->req_delay_log_level, r->connection->log, 0,
                   "delaying request%s, excess: %uL.%03uL, by zone \"%V\"",
-                  wlcf->req_dry_run ? ", dry run" : "",
-                  max_excess / 1000, max_excess % 1000,
-                  &max_lim->shm_zone->shm.name);
+                  dry, excess / 1000, excess % 1000,
+                  ngx_http_weir_zone_name(r, limit));
 
-    if (wlcf->req_dry_run) {
+    if (*dry) {
         st->req_status = NGX_HTTP_WEIR_DELAYED_DRY_RUN;
         return NGX_DECLINED;
     }
 
     st->req_status = NGX_HTTP_WEIR_DELAYED;
 
-    return ngx_http_weir_wait(r, ngx_http_weir_msec(max_wait),
+    return ngx_http_weir_wait(r, ngx_http_weir_msec(v.wait_ns),
                               ngx_http_weir_delay_handler);
-
-failed:
-
-    ngx_http_weir_refund(charged, k, now);
-
-    return NGX_HTTP_INTERNAL_SERVER_ERROR;
-}
-
-
-static void
-ngx_http_weir_refund(ngx_http_weir_charge_t *charged, ngx_uint_t n,
-    uint64_t now)
-{
-    ngx_http_weir_zone_ctx_t  *ctx;
-
-    while (n--) {
-        ctx = charged[n].limit->shm_zone->data;
-        (void) weir_zone_refund(ctx->zone, charged[n].limit->limiter,
-                                charged[n].key.data, charged[n].key.len, 1,
-                                now);
-    }
-}
-
-
-void
-ngx_http_weir_release_held(ngx_http_weir_state_t *st, uint64_t now)
-{
-    ngx_uint_t             i;
-    ngx_http_weir_held_t  *held;
-
-    if (st->held == NULL) {
-        return;
-    }
-
-    held = st->held->elts;
-
-    for (i = 0; i < st->held->nelts; i++) {
-        (void) weir_zone_release(held[i].ctx->zone, held[i].limit->limiter,
-                                 &held[i].permit, now);
-    }
-
-    st->held->nelts = 0;
 }
 
 
@@ -269,88 +224,39 @@ ngx_int_t
 ngx_http_weir_conn(ngx_http_request_t *r, ngx_http_weir_loc_conf_t *wlcf,
     ngx_http_weir_state_t *st)
 {
-    int                          wrc;
-    uint64_t                     now;
-    ngx_int_t                    rc;
-    ngx_str_t                    key;
-    ngx_uint_t                   i, n;
-    weir_check                   chk;
-    weir_permit                  permit;
-    ngx_http_weir_held_t        *h;
-    ngx_http_weir_limit_t      **limits, *lim;
-    ngx_http_weir_zone_ctx_t    *ctx;
+    weir_verdict                *v;
+    ngx_http_weir_main_conf_t   *wmcf;
 
-    limits = wlcf->conn_limits->elts;
-    n = wlcf->conn_limits->nelts;
+    v = &st->conn_verdict;
 
-    now = ngx_http_weir_now(r);
-
-    for (i = 0; i < n; i++) {
-        lim = limits[i];
-        ctx = lim->shm_zone->data;
-
-        rc = ngx_http_weir_key(r, ctx, 255, &key);
-
-        if (rc == NGX_ERROR) {
-            ngx_http_weir_release_held(st, now);
-            return NGX_HTTP_INTERNAL_SERVER_ERROR;
-        }
-
-        if (rc == NGX_DECLINED) {
-            continue;
-        }
-
-        st->conn_status = NGX_HTTP_WEIR_CONN_PASSED;
-
-        wrc = weir_zone_acquire(ctx->zone, lim->limiter, key.data, key.len,
-                                now, &chk, &permit);
-
-        if (wrc != WEIR_OK) {
-            ngx_log_error(NGX_LOG_ALERT, r->connection->log, 0,
-                          "weir_zone_acquire() failed (%d) in zone \"%V\"",
-                          wrc, &lim->shm_zone->shm.name);
-            continue;
-        }
-
-        if (chk.action == WEIR_REJECT) {
-            ngx_log_error(wlcf->conn_log_level, r->connection->log, 0,
-                          "limiting connections%s by zone \"%V\"",
-                          wlcf->conn_dry_run ? ", dry run," : "",
-                          &lim->shm_zone->shm.name);
-
-            ngx_http_weir_release_held(st, now);
-
-            if (wlcf->conn_dry_run) {
-                st->conn_status = NGX_HTTP_WEIR_CONN_REJECTED_DRY_RUN;
-                return NGX_DECLINED;
-            }
-
-            st->conn_status = NGX_HTTP_WEIR_CONN_REJECTED;
-
-            return wlcf->conn_status_code;
-        }
-
-        if (st->held == NULL) {
-            st->held = ngx_array_create(r->main->pool, n,
-                                        sizeof(ngx_http_weir_held_t));
-            if (st->held == NULL) {
-                (void) weir_zone_release(ctx->zone, lim->limiter, &permit,
-                                         now);
-                return NGX_HTTP_INTERNAL_SERVER_ERROR;
-            }
-        }
-
-        h = ngx_array_push(st->held);
-        if (h == NULL) {
-            (void) weir_zone_release(ctx->zone, lim->limiter, &permit, now);
-            ngx_http_weir_release_held(st, now);
-            return NGX_HTTP_INTERNAL_SERVER_ERROR;
-        }
-
-        h->limit = lim;
-        h->ctx = ctx;
-        h->permit = permit;
+    if (ngx_http_weir_evaluate(r, &wlcf->conn_sel, v) != NGX_OK) {
+        return NGX_DECLINED;
     }
+
+    /* the permits, released when the request ends */
+
+    wmcf = ngx_http_get_module_main_conf(r, ngx_http_weir_module);
+    st->conn_engine = wmcf->dir.engine;
+
+    if (v->dry_run_limit >= 0 && v->dry_run_action == WEIR_REJECT) {
+        ngx_log_error(wlcf->conn_log_level, r->connection->log, 0,
+                      "limiting connections, dry run, by zone \"%V\"",
+                      ngx_http_weir_zone_name(r, v->dry_run_limit));
+
+        st->conn_status = NGX_HTTP_WEIR_CONN_REJECTED_DRY_RUN;
+        return NGX_DECLINED;
+    }
+
+    if (v->action == WEIR_REJECT) {
+        ngx_log_error(wlcf->conn_log_level, r->connection->log, 0,
+                      "limiting connections by zone \"%V\"",
+                      ngx_http_weir_zone_name(r, v->limit));
+
+        st->conn_status = NGX_HTTP_WEIR_CONN_REJECTED;
+        return v->status;
+    }
+
+    st->conn_status = NGX_HTTP_WEIR_CONN_PASSED;
 
     return NGX_DECLINED;
 }

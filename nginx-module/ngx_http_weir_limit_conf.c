@@ -1,100 +1,27 @@
 
 /*
  * weir: nginx module, the directives shaped like limit_req and limit_conn:
- * weir_req_zone, weir_conn_zone, weir_req, weir_conn, their zones' init,
- * and the limiters built from them once the configuration is read.
+ * weir_req_zone, weir_conn_zone, weir_req and weir_conn declare zones and
+ * limits of one engine (weir's host limits), built and placed in shared
+ * memory once the configuration is read.  Zone "NAME" keys its limits by
+ * the variable "NAME", the zone's key as the request evaluates it.
  */
 
 
 #include "ngx_http_weir_module.h"
 
 
-static ngx_int_t ngx_http_weir_init_zone(ngx_shm_zone_t *shm_zone,
-    void *data);
+#define NGX_HTTP_WEIR_MAX_SELECTED  32
+
+
 static ngx_uint_t ngx_http_weir_param(ngx_str_t *value, char *name,
     ngx_str_t *arg);
-static ngx_http_weir_limit_t *ngx_http_weir_add_limit(ngx_conf_t *cf,
-    ngx_array_t **limits, ngx_shm_zone_t *shm_zone);
-
-
-static ngx_int_t
-ngx_http_weir_init_zone(ngx_shm_zone_t *shm_zone, void *data)
-{
-    ngx_http_weir_zone_ctx_t  *octx = data;
-
-    int                        existed;
-    void                      *region;
-    size_t                     len, rescaled;
-    weir_error                *err;
-    ngx_http_weir_zone_ctx_t  *ctx;
-
-    ctx = shm_zone->data;
-
-    if (octx) {
-        if (ctx->key.value.len != octx->key.value.len
-            || ngx_strncmp(ctx->key.value.data, octx->key.value.data,
-                           ctx->key.value.len)
-               != 0)
-        {
-            ngx_log_error(NGX_LOG_EMERG, shm_zone->shm.log, 0,
-                          "weir zone \"%V\" uses the \"%V\" key "
-                          "while previously it used the \"%V\" key",
-                          &shm_zone->shm.name, &ctx->key.value,
-                          &octx->key.value);
-            return NGX_ERROR;
-        }
-    }
-
-    len = 0;
-    region = ngx_http_weir_shm_region(shm_zone, octx != NULL, &len);
-
-    if (region == NULL) {
-        ngx_log_error(NGX_LOG_EMERG, shm_zone->shm.log, 0,
-                      "weir zone \"%V\" is too small", &shm_zone->shm.name);
-        return NGX_ERROR;
-    }
-
-    err = NULL;
-
-    /*
-     * a region without a table is fresh slab pages of a new zone, all zero:
-     * only its header is written, so a large zone costs nothing until used
-     */
-
-    if (weir_zone_attach_zeroed(region, len, ctx->schema, 0, &existed,
-                                &ctx->zone, &err)
-        != WEIR_OK)
-    {
-        ngx_log_error(NGX_LOG_EMERG, shm_zone->shm.log, 0,
-                      "weir zone \"%V\": %s", &shm_zone->shm.name,
-                      weir_error_message(err));
-        weir_error_free(err);
-        return NGX_ERROR;
-    }
-
-    if (ctx->kind != NGX_HTTP_WEIR_GCRA) {
-        return NGX_OK;
-    }
-
-    /* a changed rate: every key keeps its excess, as with limit_req */
-
-    rescaled = 0;
-
-    if (weir_zone_set_gcra_rate(ctx->zone, ctx->count, ctx->period_ns,
-                                weir_now_ns(), &rescaled)
-        != WEIR_OK)
-    {
-        return NGX_ERROR;
-    }
-
-    if (rescaled) {
-        ngx_log_error(NGX_LOG_NOTICE, shm_zone->shm.log, 0,
-                      "weir zone \"%V\": the rate changed; live keys keep "
-                      "their excess (%uz)", &shm_zone->shm.name, rescaled);
-    }
-
-    return NGX_OK;
-}
+static ngx_int_t ngx_http_weir_parse_rate(ngx_conf_t *cf, ngx_str_t *s,
+    weir_rate *rate);
+static char *ngx_http_weir_add_limit(ngx_conf_t *cf, ngx_array_t **limits,
+    ngx_str_t *zone, ngx_int_t burst, ngx_int_t delay, ngx_uint_t conn);
+static void ngx_http_weir_build_errors(ngx_conf_t *cf,
+    ngx_http_weir_main_conf_t *wmcf, char *errors);
 
 
 /* "NAME=ARG": ARG in *arg when value starts with name */
@@ -157,24 +84,6 @@ ngx_http_weir_parse_rate(ngx_conf_t *cf, ngx_str_t *s, weir_rate *rate)
 }
 
 
-/* FNV-1a, for the zone schema */
-
-static uint64_t
-ngx_http_weir_hash(uint64_t h, u_char *p, size_t len)
-{
-    if (h == 0) {
-        h = 0xcbf29ce484222325ULL;
-    }
-
-    while (len--) {
-        h ^= *p++;
-        h *= 0x100000001b3ULL;
-    }
-
-    return h;
-}
-
-
 char *
 ngx_http_weir_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
@@ -182,40 +91,43 @@ ngx_http_weir_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
     u_char                            *p;
     ssize_t                            size;
-    ngx_str_t                         *value, name, s, tag;
+    ngx_str_t                         *value, name, s;
     ngx_int_t                          events;
-    weir_rate                          rate;
-    ngx_msec_t                         window, lease;
+    ngx_msec_t                         window;
     ngx_uint_t                         i, conn;
     const char                        *what;
-    ngx_shm_zone_t                    *shm_zone, *old;
-    ngx_http_weir_zone_ctx_t          *ctx, *octx, **pctx;
+    weir_zone_spec                     spec;
+    ngx_http_weir_dzone_t             *dz;
     ngx_http_compile_complex_value_t   ccv;
 
     value = cf->args->elts;
-    conn = (cmd->offset == NGX_HTTP_WEIR_CONCURRENCY);
+    conn = (cmd->offset == WEIR_ALGORITHM_CONCURRENCY);
 
-    ctx = ngx_pcalloc(cf->pool, sizeof(ngx_http_weir_zone_ctx_t));
-    if (ctx == NULL) {
+    dz = ngx_array_push(&wmcf->dzones);
+    if (dz == NULL) {
         return NGX_CONF_ERROR;
     }
+
+    ngx_memzero(dz, sizeof(ngx_http_weir_dzone_t));
+    ngx_memzero(&spec, sizeof(weir_zone_spec));
+
+    dz->max_key = conn ? 255 : 65535;
+    dz->file = cf->conf_file->file.name;
+    dz->line = cf->conf_file->line;
 
     ngx_memzero(&ccv, sizeof(ngx_http_compile_complex_value_t));
 
     ccv.cf = cf;
     ccv.value = &value[1];
-    ccv.complex_value = &ctx->key;
+    ccv.complex_value = &dz->key;
 
     if (ngx_http_compile_complex_value(&ccv) != NGX_OK) {
         return NGX_CONF_ERROR;
     }
 
     size = 0;
-    rate.count = 0;
-    rate.period_ns = 0;
     events = 0;
     window = 0;
-    lease = 0;
     name.len = 0;
 
     for (i = 2; i < cf->args->nelts; i++) {
@@ -251,7 +163,7 @@ ngx_http_weir_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
         if (!conn && ngx_http_weir_param(&value[i], "rate=", &s)) {
 
-            if (ngx_http_weir_parse_rate(cf, &s, &rate) != NGX_OK) {
+            if (ngx_http_weir_parse_rate(cf, &s, &spec.rate) != NGX_OK) {
                 return NGX_CONF_ERROR;
             }
 
@@ -281,13 +193,7 @@ ngx_http_weir_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         }
 
         if (conn && ngx_http_weir_param(&value[i], "lease=", &s)) {
-
-            lease = ngx_parse_time(&s, 0);
-            if (lease == (ngx_msec_t) NGX_ERROR || lease == 0) {
-                what = "lease";
-                goto invalid;
-            }
-
+            /* accepted for older configurations: the engine's lease applies */
             continue;
         }
 
@@ -303,14 +209,16 @@ ngx_http_weir_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         return NGX_CONF_ERROR;
     }
 
+    dz->name = name;
+    spec.size = size;
+
     if (conn) {
-        ctx->kind = NGX_HTTP_WEIR_CONCURRENCY;
-        ctx->lease_ns = (uint64_t) lease * 1000000;
-        ngx_str_set(&tag, "concurrency");
+        /* each weir_conn gives its own number */
+        spec.algorithm = WEIR_ALGORITHM_CONCURRENCY;
 
     } else if (events || window) {
 
-        if (rate.count) {
+        if (spec.rate.count) {
             ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                                "\"rate\" cannot be combined with "
                                "\"events\" and \"window\"");
@@ -324,99 +232,26 @@ ngx_http_weir_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
             return NGX_CONF_ERROR;
         }
 
-        ctx->kind = NGX_HTTP_WEIR_SLIDING;
-        ctx->count = events;
-        ctx->period_ns = (uint64_t) window * 1000000;
-        ngx_str_set(&tag, "sliding");
+        spec.algorithm = WEIR_ALGORITHM_SLIDING;
+        spec.events = events;
+        spec.window_ns = (uint64_t) window * 1000000;
 
     } else {
-        if (rate.count == 0) {
-            rate.count = 1;
-            rate.period_ns = NGX_HTTP_WEIR_NS;
+        spec.algorithm = WEIR_ALGORITHM_GCRA;
+
+        if (spec.rate.count == 0) {
+            spec.rate.count = 1;
+            spec.rate.period_ns = 1000000000;
         }
-
-        ctx->kind = NGX_HTTP_WEIR_GCRA;
-
-        if (rate.period_ns <= 60 * NGX_HTTP_WEIR_NS) {
-            /* nginx keeps the rate in milli-requests per second */
-            ctx->count = rate.count * 1000 * NGX_HTTP_WEIR_NS / rate.period_ns;
-            ctx->period_ns = 1000 * NGX_HTTP_WEIR_NS;
-
-            if (ctx->count == 0) {
-                ctx->count = 1;
-            }
-
-        } else {
-            ctx->count = rate.count;
-            ctx->period_ns = rate.period_ns;
-        }
-
-        ngx_str_set(&tag, "gcra");
     }
 
-    /* a changed key or algorithm makes the old state meaningless */
-
-    ctx->schema = ngx_http_weir_hash(0, ctx->key.value.data,
-                                     ctx->key.value.len);
-    ctx->schema = ngx_http_weir_hash(ctx->schema, tag.data, tag.len);
-
-    if (ctx->kind == NGX_HTTP_WEIR_SLIDING) {
-        ctx->schema = ngx_http_weir_hash(ctx->schema,
-                                         (u_char *) &ctx->period_ns,
-                                         sizeof(uint64_t));
-    }
-
-    shm_zone = ngx_shared_memory_add(cf, &name, size, &ngx_http_weir_module);
-    if (shm_zone == NULL) {
-        return NGX_CONF_ERROR;
-    }
-
-    if (shm_zone->data) {
-        ctx = shm_zone->data;
-
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "%V \"%V\" is already bound to key \"%V\"",
-                           &cmd->name, &name, &ctx->key.value);
-        return NGX_CONF_ERROR;
-    }
-
-    /*
-     * the memory of a zone kept with the same name and size is shared with
-     * the running workers, which go on reading its states the old way
-     */
-
-    old = ngx_http_weir_old_zone(cf, &name, name.len);
-
-    if (old && old->init == ngx_http_weir_init_zone
-        && old->shm.size == shm_zone->shm.size)
+    if (weir_host_limits_zone(wmcf->host, name.data, name.len, &spec)
+        != WEIR_OK)
     {
-        octx = old->data;
-
-        if (octx->schema != ctx->schema
-            && octx->key.value.len == ctx->key.value.len
-            && ngx_strncmp(octx->key.value.data, ctx->key.value.data,
-                           ctx->key.value.len)
-               == 0)
-        {
-            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                               "weir zone \"%V\" changed its algorithm or "
-                               "window; give the zone a new name or another "
-                               "size to start it afresh", &name);
-            return NGX_CONF_ERROR;
-        }
-    }
-
-    ctx->shm_zone = shm_zone;
-
-    shm_zone->init = ngx_http_weir_init_zone;
-    shm_zone->data = ctx;
-
-    pctx = ngx_array_push(&wmcf->zones);
-    if (pctx == NULL) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "invalid zone name \"%V\"",
+                           &name);
         return NGX_CONF_ERROR;
     }
-
-    *pctx = ctx;
 
     return NGX_CONF_OK;
 
@@ -428,56 +263,47 @@ invalid:
 }
 
 
-static ngx_http_weir_limit_t *
+static char *
 ngx_http_weir_add_limit(ngx_conf_t *cf, ngx_array_t **limits,
-    ngx_shm_zone_t *shm_zone)
+    ngx_str_t *zone, ngx_int_t burst, ngx_int_t delay, ngx_uint_t conn)
 {
-    ngx_uint_t                   i;
-    ngx_http_weir_limit_t       *limit, **p;
-    ngx_http_weir_main_conf_t   *wmcf;
+    ngx_uint_t               i;
+    ngx_http_weir_limit_t   *limit, **p;
 
     if (*limits == NULL) {
         *limits = ngx_array_create(cf->pool, 1,
                                    sizeof(ngx_http_weir_limit_t *));
         if (*limits == NULL) {
-            return NULL;
+            return NGX_CONF_ERROR;
         }
     }
 
     p = (*limits)->elts;
 
     for (i = 0; i < (*limits)->nelts; i++) {
-        if (shm_zone == p[i]->shm_zone) {
-            return NGX_CONF_UNSET_PTR;
+        if (p[i]->zone.len == zone->len
+            && ngx_strncmp(p[i]->zone.data, zone->data, zone->len) == 0)
+        {
+            return "is duplicate";
         }
     }
 
     limit = ngx_pcalloc(cf->pool, sizeof(ngx_http_weir_limit_t));
-    if (limit == NULL) {
-        return NULL;
+    p = ngx_array_push(*limits);
+    if (limit == NULL || p == NULL) {
+        return NGX_CONF_ERROR;
     }
 
-    limit->shm_zone = shm_zone;
+    *p = limit;
+
+    limit->zone = *zone;
+    limit->burst = burst;
+    limit->delay = delay;
+    limit->conn = conn;
     limit->file = cf->conf_file->file.name;
     limit->line = cf->conf_file->line;
 
-    p = ngx_array_push(*limits);
-    if (p == NULL) {
-        return NULL;
-    }
-
-    *p = limit;
-
-    wmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_weir_module);
-
-    p = ngx_array_push(&wmcf->limits);
-    if (p == NULL) {
-        return NULL;
-    }
-
-    *p = limit;
-
-    return limit;
+    return NGX_CONF_OK;
 }
 
 
@@ -487,27 +313,18 @@ ngx_http_weir_req_directive(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     ngx_http_weir_loc_conf_t  *wlcf = conf;
 
     ngx_int_t                  burst, delay;
-    ngx_str_t                 *value, s;
+    ngx_str_t                 *value, s, zone;
     ngx_uint_t                 i;
-    ngx_shm_zone_t            *shm_zone;
-    ngx_http_weir_limit_t     *limit;
 
     value = cf->args->elts;
 
-    shm_zone = NULL;
+    zone.len = 0;
     burst = 0;
     delay = 0;
 
     for (i = 1; i < cf->args->nelts; i++) {
 
-        if (ngx_http_weir_param(&value[i], "zone=", &s)) {
-
-            shm_zone = ngx_shared_memory_add(cf, &s, 0,
-                                             &ngx_http_weir_module);
-            if (shm_zone == NULL) {
-                return NGX_CONF_ERROR;
-            }
-
+        if (ngx_http_weir_param(&value[i], "zone=", &zone)) {
             continue;
         }
 
@@ -545,27 +362,20 @@ ngx_http_weir_req_directive(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         return NGX_CONF_ERROR;
     }
 
-    if (shm_zone == NULL) {
+    if (zone.len == 0) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                            "\"%V\" must have \"zone\" parameter",
                            &cmd->name);
         return NGX_CONF_ERROR;
     }
 
-    limit = ngx_http_weir_add_limit(cf, &wlcf->req_limits, shm_zone);
-
-    if (limit == NULL) {
-        return NGX_CONF_ERROR;
+    if (delay > burst) {
+        /* nginx lets a delay beyond the burst mean nodelay */
+        delay = -1;
     }
 
-    if (limit == NGX_CONF_UNSET_PTR) {
-        return "is duplicate";
-    }
-
-    limit->burst = burst;
-    limit->delay = delay;
-
-    return NGX_CONF_OK;
+    return ngx_http_weir_add_limit(cf, &wlcf->req_limits, &zone, burst, delay,
+                                   0);
 }
 
 
@@ -576,15 +386,8 @@ ngx_http_weir_conn_directive(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
     ngx_int_t                  n;
     ngx_str_t                 *value;
-    ngx_shm_zone_t            *shm_zone;
-    ngx_http_weir_limit_t     *limit;
 
     value = cf->args->elts;
-
-    shm_zone = ngx_shared_memory_add(cf, &value[1], 0, &ngx_http_weir_module);
-    if (shm_zone == NULL) {
-        return NGX_CONF_ERROR;
-    }
 
     n = ngx_atoi(value[2].data, value[2].len);
     if (n <= 0) {
@@ -599,97 +402,227 @@ ngx_http_weir_conn_directive(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         return NGX_CONF_ERROR;
     }
 
-    limit = ngx_http_weir_add_limit(cf, &wlcf->conn_limits, shm_zone);
+    return ngx_http_weir_add_limit(cf, &wlcf->conn_limits, &value[1], 0, 0,
+                                   n);
+}
 
-    if (limit == NULL) {
+
+/*
+ * The engine limits of a location's directives: one per directive and
+ * dry-run and status setting, shared by the locations that agree on them.
+ */
+
+char *
+ngx_http_weir_select(ngx_conf_t *cf, ngx_array_t *limits, ngx_flag_t dry_run,
+    ngx_uint_t status, ngx_http_weir_sel_t *sel)
+{
+    u_char                      *key;
+    uint16_t                     index;
+    ngx_uint_t                   i, k;
+    weir_limit_spec              ls;
+    ngx_http_weir_limit_t      **lim;
+    ngx_http_weir_elimit_t      *el;
+    ngx_http_weir_main_conf_t   *wmcf;
+
+    wmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_weir_module);
+
+    lim = limits->elts;
+    k = lim[0]->conn ? WEIR_MAX_PERMITS : NGX_HTTP_WEIR_MAX_SELECTED;
+
+    if (limits->nelts > k) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "more than %ui zones of this kind limit "
+                           "one location", k);
         return NGX_CONF_ERROR;
     }
 
-    if (limit == NGX_CONF_UNSET_PTR) {
-        return "is duplicate";
+    sel->n = limits->nelts;
+    sel->index = ngx_palloc(cf->pool, sel->n * sizeof(uint16_t));
+    if (sel->index == NULL) {
+        return NGX_CONF_ERROR;
     }
 
-    limit->conn = n;
+    for (i = 0; i < limits->nelts; i++) {
+        el = wmcf->elimits.elts;
+
+        for (k = 0; k < wmcf->elimits.nelts; k++) {
+            if (el[k].limit == lim[i] && el[k].dry_run == dry_run
+                && el[k].status == status)
+            {
+                break;
+            }
+        }
+
+        if (k < wmcf->elimits.nelts) {
+            sel->index[i] = (uint16_t) k;
+            continue;
+        }
+
+        key = ngx_pnalloc(cf->pool, lim[i]->zone.len + 4);
+        el = ngx_array_push(&wmcf->elimits);
+        if (key == NULL || el == NULL) {
+            return NGX_CONF_ERROR;
+        }
+
+        el->limit = lim[i];
+        el->dry_run = dry_run;
+        el->status = status;
+
+        ngx_memzero(&ls, sizeof(weir_limit_spec));
+
+        ls.zone = lim[i]->zone.data;
+        ls.zone_len = lim[i]->zone.len;
+        ls.key = key;
+        ls.key_len = ngx_sprintf(key, "var:%V", &lim[i]->zone) - key;
+        ls.ipv4_prefix = -1;
+        ls.ipv6_prefix = -1;
+        ls.burst = lim[i]->burst;
+        ls.delay = lim[i]->delay;
+        ls.dry_run = dry_run ? 1 : 0;
+        ls.status = status;
+        ls.log_level = 3;
+        ls.max = lim[i]->conn;
+
+        if (weir_host_limits_limit(wmcf->host, &ls, &index) != WEIR_OK
+            || index != wmcf->elimits.nelts - 1)
+        {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "invalid weir zone name \"%V\"",
+                               &lim[i]->zone);
+            return NGX_CONF_ERROR;
+        }
+
+        sel->index[i] = index;
+    }
 
     return NGX_CONF_OK;
 }
 
 
-/* limiters need the zone's parameters, known once the whole file is read */
+/*
+ * The engine of the directives, built once the whole file is read; its
+ * zones get their shared memory, where the engine is attached
+ */
 
 ngx_int_t
 ngx_http_weir_init_limits(ngx_conf_t *cf, ngx_http_weir_main_conf_t *wmcf)
 {
-    int                          rc;
-    ngx_uint_t                   i;
-    weir_error                  *err;
-    ngx_http_weir_limit_t      **limits, *lim;
-    ngx_http_weir_zone_ctx_t    *ctx;
+    char                    errors[4096];
+    size_t                  z;
+    ngx_uint_t              i;
+    weir_zone_info          zi;
+    ngx_http_weir_pzone_t **pz;
+    ngx_http_weir_dzone_t  *dz;
 
-    limits = wmcf->limits.elts;
+    if (wmcf->elimits.nelts == 0) {
+        /* zones no directive uses: nothing to build */
+        return NGX_OK;
+    }
 
-    for (i = 0; i < wmcf->limits.nelts; i++) {
-        lim = limits[i];
-        ctx = lim->shm_zone->data;
+    if (weir_host_limits_build(wmcf->host, &wmcf->dir.policy, errors,
+                               sizeof(errors))
+        != WEIR_OK)
+    {
+        ngx_http_weir_build_errors(cf, wmcf, errors);
+        return NGX_ERROR;
+    }
 
-        if (ctx == NULL) {
-            ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
-                          "unknown weir zone \"%V\" in %V:%ui",
-                          &lim->shm_zone->shm.name, &lim->file, lim->line);
+    ngx_str_set(&wmcf->dir.what, "weir zones");
+
+    if (ngx_http_weir_add_zones(cf, &wmcf->dir, "weir-directive") != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    /* a kept zone's key is compared with the running one's */
+
+    pz = wmcf->dir.pzones.elts;
+    dz = wmcf->dzones.elts;
+
+    for (z = 0; z < wmcf->dir.pzones.nelts; z++) {
+        if (weir_policy_zone(wmcf->dir.policy, z, &zi) != WEIR_OK) {
             return NGX_ERROR;
         }
 
-        err = NULL;
-
-        if (lim->conn) {
-            if (ctx->kind != NGX_HTTP_WEIR_CONCURRENCY) {
-                ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
-                              "weir_conn uses the weir_req_zone \"%V\" "
-                              "in %V:%ui", &lim->shm_zone->shm.name,
-                              &lim->file, lim->line);
-                return NGX_ERROR;
+        for (i = 0; i < wmcf->dzones.nelts; i++) {
+            if (dz[i].name.len == zi.name_len
+                && ngx_strncmp(dz[i].name.data, zi.name, zi.name_len) == 0)
+            {
+                pz[z]->name = dz[i].name;
+                pz[z]->key = dz[i].key.value;
             }
-
-            rc = weir_limiter_concurrency(lim->conn, ctx->lease_ns,
-                                          &lim->limiter, &err);
-
-        } else if (ctx->kind == NGX_HTTP_WEIR_CONCURRENCY) {
-            ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
-                          "weir_req uses the weir_conn_zone \"%V\" in %V:%ui",
-                          &lim->shm_zone->shm.name, &lim->file, lim->line);
-            return NGX_ERROR;
-
-        } else if (ctx->kind == NGX_HTTP_WEIR_SLIDING) {
-            if (lim->burst || lim->delay) {
-                ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
-                              "\"burst\", \"delay\" and \"nodelay\" do not "
-                              "apply to the sliding window zone \"%V\" "
-                              "in %V:%ui", &lim->shm_zone->shm.name,
-                              &lim->file, lim->line);
-                return NGX_ERROR;
-            }
-
-            rc = weir_limiter_sliding(ctx->count, ctx->period_ns,
-                                      &lim->limiter, &err);
-
-        } else {
-            if (lim->delay > lim->burst) {
-                /* nginx treats delay beyond the burst as nodelay */
-                lim->delay = -1;
-            }
-
-            rc = weir_limiter_gcra(ctx->count, ctx->period_ns, lim->burst,
-                                   lim->delay, &lim->limiter, &err);
-        }
-
-        if (rc != WEIR_OK) {
-            ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
-                          "weir: %s in %V:%ui", weir_error_message(err),
-                          &lim->file, lim->line);
-            weir_error_free(err);
-            return NGX_ERROR;
         }
     }
 
+    wmcf->vars = ngx_pcalloc(cf->pool, wmcf->dzones.nelts
+                                       * sizeof(ngx_http_weir_dzone_t *));
+    if (wmcf->vars == NULL) {
+        return NGX_ERROR;
+    }
+
     return NGX_OK;
+}
+
+
+/*
+ * The engine's build errors, one a line ("limit N (zone ...): ..." or
+ * "zone "NAME": ..."), each logged at its directive's file:line
+ */
+
+static void
+ngx_http_weir_build_errors(ngx_conf_t *cf, ngx_http_weir_main_conf_t *wmcf,
+    char *errors)
+{
+    u_char                  *p, *eol, *q;
+    ngx_str_t                file, msg;
+    ngx_int_t                n;
+    ngx_uint_t               line, i;
+    ngx_http_weir_dzone_t   *dz;
+    ngx_http_weir_elimit_t  *el;
+
+    file = cf->conf_file->file.name;
+    line = cf->conf_file->line;
+
+    el = wmcf->elimits.elts;
+    dz = wmcf->dzones.elts;
+
+    for (p = (u_char *) errors; *p; p = (*eol ? eol + 1 : eol)) {
+        eol = (u_char *) ngx_strchr(p, '\n');
+        if (eol == NULL) {
+            eol = p + ngx_strlen(p);
+        }
+
+        msg.data = p;
+        msg.len = eol - p;
+
+        if (ngx_strncmp(p, "limit ", 6) == 0) {
+            for (q = p + 6; q < eol && *q >= '0' && *q <= '9'; q++) {
+                /* void */
+            }
+
+            n = ngx_atoi(p + 6, q - (p + 6));
+
+            if (n >= 0 && (ngx_uint_t) n < wmcf->elimits.nelts) {
+                cf->conf_file->file.name = el[n].limit->file;
+                cf->conf_file->line = el[n].limit->line;
+            }
+
+        } else if (ngx_strncmp(p, "zone \"", 6) == 0) {
+            for (i = 0; i < wmcf->dzones.nelts; i++) {
+                if (p + 6 + dz[i].name.len < eol
+                    && ngx_strncmp(p + 6, dz[i].name.data, dz[i].name.len)
+                       == 0
+                    && p[6 + dz[i].name.len] == '"')
+                {
+                    cf->conf_file->file.name = dz[i].file;
+                    cf->conf_file->line = dz[i].line;
+                    break;
+                }
+            }
+        }
+
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "%V", &msg);
+
+        cf->conf_file->file.name = file;
+        cf->conf_file->line = line;
+    }
 }

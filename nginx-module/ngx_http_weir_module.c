@@ -46,7 +46,7 @@ static ngx_command_t  ngx_http_weir_commands[] = {
       NGX_HTTP_MAIN_CONF|NGX_CONF_2MORE,
       ngx_http_weir_zone,
       NGX_HTTP_MAIN_CONF_OFFSET,
-      NGX_HTTP_WEIR_GCRA,
+      WEIR_ALGORITHM_GCRA,
       NULL },
 
     { ngx_string("weir_req"),
@@ -81,7 +81,7 @@ static ngx_command_t  ngx_http_weir_commands[] = {
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE23,
       ngx_http_weir_zone,
       NGX_HTTP_MAIN_CONF_OFFSET,
-      NGX_HTTP_WEIR_CONCURRENCY,
+      WEIR_ALGORITHM_CONCURRENCY,
       NULL },
 
     { ngx_string("weir_conn"),
@@ -226,10 +226,12 @@ ngx_http_weir_handler(ngx_http_request_t *r)
     wlcf = ngx_http_get_module_loc_conf(r, ngx_http_weir_module);
     wmcf = ngx_http_get_module_main_conf(r, ngx_http_weir_module);
 
-    if (wlcf->req_limits == NULL && wlcf->conn_limits == NULL
-        && (wlcf->enable != 1 || wmcf->engine == NULL))
+    if ((wlcf->req_sel.n == 0 && wlcf->conn_sel.n == 0)
+        || wmcf->dir.engine == NULL)
     {
-        return NGX_DECLINED;
+        if (wlcf->enable != 1 || wmcf->pol.engine == NULL) {
+            return NGX_DECLINED;
+        }
     }
 
     st = ngx_http_weir_state(r, 1);
@@ -237,21 +239,21 @@ ngx_http_weir_handler(ngx_http_request_t *r)
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    if (wlcf->req_limits && st->req_status == 0) {
+    if (wlcf->req_sel.n && wmcf->dir.engine && st->req_status == 0) {
         rc = ngx_http_weir_req(r, wlcf, st);
         if (rc != NGX_DECLINED) {
             return rc;
         }
     }
 
-    if (wlcf->conn_limits && st->conn_status == 0) {
+    if (wlcf->conn_sel.n && wmcf->dir.engine && st->conn_status == 0) {
         rc = ngx_http_weir_conn(r, wlcf, st);
         if (rc != NGX_DECLINED) {
             return rc;
         }
     }
 
-    if (wlcf->enable == 1 && wmcf->engine && !st->policy_done) {
+    if (wlcf->enable == 1 && wmcf->pol.engine && !st->policy_done) {
         return ngx_http_weir_policy(r, wlcf, st);
     }
 
@@ -350,7 +352,9 @@ ngx_http_weir_cleanup(void *data)
 
     now = st->test_clock ? st->test_now : weir_now_ns();
 
-    ngx_http_weir_release_held(st, now);
+    if (st->conn_engine) {
+        (void) weir_engine_release(st->conn_engine, &st->conn_verdict, now);
+    }
 
     if (st->evaluated) {
         if (st->verdict.action == WEIR_QUEUE) {
@@ -432,18 +436,23 @@ ngx_http_weir_create_main_conf(ngx_conf_t *cf)
         return NULL;
     }
 
-    if (ngx_array_init(&wmcf->limits, cf->pool, 4,
-                       sizeof(ngx_http_weir_limit_t *))
+    if (ngx_array_init(&wmcf->dzones, cf->pool, 4,
+                       sizeof(ngx_http_weir_dzone_t))
         != NGX_OK
-        || ngx_array_init(&wmcf->zones, cf->pool, 4,
-                          sizeof(ngx_http_weir_zone_ctx_t *))
+        || ngx_array_init(&wmcf->elimits, cf->pool, 4,
+                          sizeof(ngx_http_weir_elimit_t))
            != NGX_OK
-        || ngx_array_init(&wmcf->pzones, cf->pool, 4,
+        || ngx_array_init(&wmcf->pol.pzones, cf->pool, 4,
+                          sizeof(ngx_http_weir_pzone_t *))
+           != NGX_OK
+        || ngx_array_init(&wmcf->dir.pzones, cf->pool, 4,
                           sizeof(ngx_http_weir_pzone_t *))
            != NGX_OK)
     {
         return NULL;
     }
+
+    wmcf->host = weir_host_limits_new();
 
     /* weir's handles are freed with the configuration's pool */
 
@@ -464,29 +473,18 @@ ngx_http_weir_free_conf(void *data)
 {
     ngx_http_weir_main_conf_t  *wmcf = data;
 
-    ngx_uint_t                  i;
-    ngx_http_weir_limit_t     **limits;
-    ngx_http_weir_zone_ctx_t  **zones;
+    weir_engine_free(wmcf->pol.engine);
+    weir_engine_free(wmcf->dir.engine);
+    wmcf->pol.engine = NULL;
+    wmcf->dir.engine = NULL;
 
-    limits = wmcf->limits.elts;
+    weir_policy_free(wmcf->pol.policy);
+    weir_policy_free(wmcf->dir.policy);
+    wmcf->pol.policy = NULL;
+    wmcf->dir.policy = NULL;
 
-    for (i = 0; i < wmcf->limits.nelts; i++) {
-        weir_limiter_free(limits[i]->limiter);
-        limits[i]->limiter = NULL;
-    }
-
-    zones = wmcf->zones.elts;
-
-    for (i = 0; i < wmcf->zones.nelts; i++) {
-        weir_zone_free(zones[i]->zone);
-        zones[i]->zone = NULL;
-    }
-
-    weir_engine_free(wmcf->engine);
-    wmcf->engine = NULL;
-
-    weir_policy_free(wmcf->policy);
-    wmcf->policy = NULL;
+    weir_host_limits_free(wmcf->host);
+    wmcf->host = NULL;
 }
 
 
@@ -557,12 +555,30 @@ ngx_http_weir_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
 
     ngx_conf_merge_value(conf->conn_dry_run, prev->conn_dry_run, 0);
 
+    /* the engine limits this block's weir_req and weir_conn select */
+
+    if (conf->req_limits
+        && ngx_http_weir_select(cf, conf->req_limits, conf->req_dry_run,
+                                conf->req_status_code, &conf->req_sel)
+           != NGX_CONF_OK)
+    {
+        return NGX_CONF_ERROR;
+    }
+
+    if (conf->conn_limits
+        && ngx_http_weir_select(cf, conf->conn_limits, conf->conn_dry_run,
+                                conf->conn_status_code, &conf->conn_sel)
+           != NGX_CONF_OK)
+    {
+        return NGX_CONF_ERROR;
+    }
+
     ngx_conf_merge_value(conf->enable, prev->enable, 0);
 
     if (conf->enable == 1) {
         wmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_weir_module);
 
-        if (wmcf->policy == NULL) {
+        if (wmcf->pol.policy == NULL) {
             ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                                "\"weir on\" needs a \"weir_policy\" "
                                "in the http block");

@@ -4,7 +4,8 @@
  *
  * ngx_http_weir_module.c      module, directives, configuration, handler,
  *                             the per-request state, delays
- * ngx_http_weir_zone.c        shared memory, policy zones, cluster syncers
+ * ngx_http_weir_zone.c        shared memory: the engines' zones and
+ *                             counters, cluster syncers
  * ngx_http_weir_policy.c      policy mode (weir_policy, weir on)
  * ngx_http_weir_limit.c       weir_req / weir_conn at request time
  * ngx_http_weir_limit_conf.c  weir_req_zone, weir_conn_zone, weir_req,
@@ -35,11 +36,6 @@
 #define NGX_HTTP_WEIR_CONN_REJECTED          2
 #define NGX_HTTP_WEIR_CONN_REJECTED_DRY_RUN  3
 
-#define NGX_HTTP_WEIR_GCRA              1
-#define NGX_HTTP_WEIR_SLIDING           2
-#define NGX_HTTP_WEIR_CONCURRENCY       3
-
-#define NGX_HTTP_WEIR_NS                1000000000ULL
 #define NGX_HTTP_WEIR_HEADER_BUF        1024
 
 /* nanoseconds to milliseconds, rounded up */
@@ -49,28 +45,41 @@
 /* a zone declared by weir_req_zone or weir_conn_zone */
 
 typedef struct {
+    ngx_str_t                    name;
     ngx_http_complex_value_t     key;
-    ngx_uint_t                   kind;
-    uint64_t                     count;
-    uint64_t                     period_ns;
-    uint64_t                     lease_ns;
-    uint64_t                     schema;
-    ngx_shm_zone_t              *shm_zone;
-    weir_zone                   *zone;
-} ngx_http_weir_zone_ctx_t;
+    size_t                       max_key;    /* longer keys are not limited */
+    ngx_str_t                    file;
+    ngx_uint_t                   line;
+} ngx_http_weir_dzone_t;
 
 
 /* one weir_req or weir_conn directive */
 
 typedef struct {
-    ngx_shm_zone_t              *shm_zone;
+    ngx_str_t                    zone;
     ngx_int_t                    burst;
     ngx_int_t                    delay;      /* 0 default, -1 nodelay, N */
-    ngx_uint_t                   conn;
-    ngx_uint_t                   line;
+    ngx_uint_t                   conn;       /* weir_conn's number */
     ngx_str_t                    file;
-    weir_limiter                *limiter;
+    ngx_uint_t                   line;
 } ngx_http_weir_limit_t;
+
+
+/* the engine limit of a directive with a location's dry run and status */
+
+typedef struct {
+    ngx_http_weir_limit_t       *limit;
+    ngx_flag_t                   dry_run;
+    ngx_uint_t                   status;
+} ngx_http_weir_elimit_t;
+
+
+/* the engine limits a location selects */
+
+typedef struct {
+    uint16_t                    *index;
+    ngx_uint_t                   n;
+} ngx_http_weir_sel_t;
 
 
 /* a policy zone placed in shared memory */
@@ -82,23 +91,38 @@ struct ngx_http_weir_pzone_s {
     void                        *region;
     ngx_str_t                    layout;     /* for the reload notice */
 
-    /* the counters zone: its init attaches the engine of this conf */
-    void                        *conf;
+    /* a directive zone: its key, compared on reload */
+    ngx_str_t                    key;
+    ngx_str_t                    name;
+
+    /* the counters zone: its init attaches this engine */
+    void                        *eng;
 
     /* a cluster zone's shared remote counts, sync health and stats */
     ngx_http_weir_pzone_t       *cluster;
 };
 
 
-typedef struct {
-    ngx_array_t                  limits;     /* ngx_http_weir_limit_t * */
-    ngx_array_t                  zones;      /* ngx_http_weir_zone_ctx_t * */
+/* an engine over zones in nginx's shared memory */
 
-    ngx_str_t                    policy_file;
-    ngx_str_t                    policy_conf;  /* "nginx.conf:LINE" */
+typedef struct {
     weir_policy                 *policy;
     weir_engine                 *engine;
     ngx_array_t                  pzones;     /* ngx_http_weir_pzone_t * */
+    ngx_str_t                    what;       /* in errors: "what: msg" */
+    ngx_str_t                    where;      /* " in nginx.conf:LINE" */
+} ngx_http_weir_eng_t;
+
+
+typedef struct {
+    ngx_http_weir_eng_t          pol;        /* weir_policy */
+    ngx_str_t                    policy_file;
+
+    ngx_http_weir_eng_t          dir;        /* the directives' zones */
+    weir_host_limits            *host;
+    ngx_array_t                  dzones;     /* ngx_http_weir_dzone_t */
+    ngx_array_t                  elimits;    /* ngx_http_weir_elimit_t */
+    ngx_http_weir_dzone_t      **vars;       /* by the engine's var index */
 
 #if (WEIR_TEST_HOOKS)
     ngx_http_complex_value_t    *test_now;
@@ -109,12 +133,14 @@ typedef struct {
 
 typedef struct {
     ngx_array_t                 *req_limits;   /* ngx_http_weir_limit_t * */
+    ngx_http_weir_sel_t          req_sel;
     ngx_uint_t                   req_log_level;
     ngx_uint_t                   req_delay_log_level;
     ngx_uint_t                   req_status_code;
     ngx_flag_t                   req_dry_run;
 
     ngx_array_t                 *conn_limits;  /* ngx_http_weir_limit_t * */
+    ngx_http_weir_sel_t          conn_sel;
     ngx_uint_t                   conn_log_level;
     ngx_uint_t                   conn_status_code;
     ngx_flag_t                   conn_dry_run;
@@ -134,7 +160,8 @@ typedef struct {
 typedef struct {
     ngx_uint_t                   req_status;
     ngx_uint_t                   conn_status;
-    ngx_array_t                 *held;         /* weir_conn permits */
+    weir_engine                 *conn_engine;  /* holds conn_verdict's */
+    weir_verdict                 conn_verdict; /* permits */
 
     ngx_http_request_t          *request;
     weir_engine                 *engine;
@@ -162,15 +189,8 @@ void ngx_http_weir_delay_handler(ngx_http_request_t *r);
 
 /* ngx_http_weir_zone.c */
 
-void *ngx_http_weir_shm_region(ngx_shm_zone_t *shm_zone, ngx_uint_t reuse,
-    size_t *len);
-ngx_shm_zone_t *ngx_http_weir_old_zone(ngx_conf_t *cf, ngx_str_t *name,
-    size_t prefix);
-ngx_shm_zone_t *ngx_http_weir_add_pzone(ngx_conf_t *cf,
-    ngx_http_weir_pzone_t *pz, char *prefix, u_char *name, size_t len,
-    uint64_t id, size_t spare, ngx_http_weir_pzone_t **prev);
-ngx_int_t ngx_http_weir_init_counters_zone(ngx_shm_zone_t *shm_zone,
-    void *data);
+ngx_int_t ngx_http_weir_add_zones(ngx_conf_t *cf, ngx_http_weir_eng_t *eng,
+    char *prefix);
 ngx_int_t ngx_http_weir_init_process(ngx_cycle_t *cycle);
 void ngx_http_weir_exit_process(ngx_cycle_t *cycle);
 
@@ -187,7 +207,6 @@ ngx_int_t ngx_http_weir_req(ngx_http_request_t *r,
     ngx_http_weir_loc_conf_t *wlcf, ngx_http_weir_state_t *st);
 ngx_int_t ngx_http_weir_conn(ngx_http_request_t *r,
     ngx_http_weir_loc_conf_t *wlcf, ngx_http_weir_state_t *st);
-void ngx_http_weir_release_held(ngx_http_weir_state_t *st, uint64_t now);
 ngx_int_t ngx_http_weir_status_variable(ngx_http_request_t *r,
     ngx_http_variable_value_t *v, uintptr_t data);
 
@@ -198,6 +217,8 @@ char *ngx_http_weir_req_directive(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 char *ngx_http_weir_conn_directive(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
+char *ngx_http_weir_select(ngx_conf_t *cf, ngx_array_t *limits,
+    ngx_flag_t dry_run, ngx_uint_t status, ngx_http_weir_sel_t *sel);
 ngx_int_t ngx_http_weir_init_limits(ngx_conf_t *cf,
     ngx_http_weir_main_conf_t *wmcf);
 

@@ -386,7 +386,7 @@ ngx_http_weir_policy(ngx_http_request_t *r, ngx_http_weir_loc_conf_t *wlcf,
 
     ngx_http_weir_request(r, &wr);
 
-    st->engine = wmcf->engine;
+    st->engine = wmcf->pol.engine;
     st->evaluated = 1;
 
     wrc = weir_engine_evaluate(st->engine, &wr, ngx_http_weir_now(r),
@@ -470,12 +470,9 @@ ngx_http_weir_policy_directive(ngx_conf_t *cf, ngx_command_t *cmd,
 {
     ngx_http_weir_main_conf_t  *wmcf = conf;
 
-    size_t                  i, n;
+    u_char                 *p;
     ngx_str_t              *value;
     weir_error             *err;
-    weir_zone_info          zi;
-    ngx_shm_zone_t         *shm_zone;
-    ngx_http_weir_pzone_t  *pz, **ppz, *prev;
 
     if (wmcf->policy_file.data) {
         return "is duplicate";
@@ -492,7 +489,7 @@ ngx_http_weir_policy_directive(ngx_conf_t *cf, ngx_command_t *cmd,
     err = NULL;
 
     if (weir_policy_load((const char *) wmcf->policy_file.data,
-                         &wmcf->policy, &err)
+                         &wmcf->pol.policy, &err)
         != WEIR_OK)
     {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "weir policy: %s",
@@ -501,115 +498,27 @@ ngx_http_weir_policy_directive(ngx_conf_t *cf, ngx_command_t *cmd,
         return NGX_CONF_ERROR;
     }
 
-    wmcf->policy_conf.len = cf->conf_file->file.name.len + NGX_INT_T_LEN + 1;
-    wmcf->policy_conf.data = ngx_pnalloc(cf->pool, wmcf->policy_conf.len);
-    if (wmcf->policy_conf.data == NULL) {
+    /* for errors: "weir policy "FILE"" and " in nginx.conf:LINE" */
+
+    p = ngx_pnalloc(cf->pool, wmcf->policy_file.len
+                              + cf->conf_file->file.name.len
+                              + NGX_INT_T_LEN + 32);
+    if (p == NULL) {
         return NGX_CONF_ERROR;
     }
 
-    wmcf->policy_conf.len = ngx_sprintf(wmcf->policy_conf.data, "%V:%ui",
-                                        &cf->conf_file->file.name,
-                                        cf->conf_file->line)
-                            - wmcf->policy_conf.data;
+    wmcf->pol.what.data = p;
+    p = ngx_sprintf(p, "weir policy \"%V\"", &wmcf->policy_file);
+    wmcf->pol.what.len = p - wmcf->pol.what.data;
 
-    n = weir_policy_zone_count(wmcf->policy);
+    wmcf->pol.where.data = p;
+    wmcf->pol.where.len = ngx_sprintf(p, " in %V:%ui",
+                                      &cf->conf_file->file.name,
+                                      cf->conf_file->line) - p;
 
-    for (i = 0; i < n; i++) {
-
-        if (weir_policy_zone(wmcf->policy, i, &zi) != WEIR_OK) {
-            return NGX_CONF_ERROR;
-        }
-
-        pz = ngx_pcalloc(cf->pool, sizeof(ngx_http_weir_pzone_t));
-        ppz = ngx_array_push(&wmcf->pzones);
-        if (pz == NULL || ppz == NULL) {
-            return NGX_CONF_ERROR;
-        }
-
-        *ppz = pz;
-        pz->bytes = zi.bytes;
-
-        pz->layout.len = weir_policy_zone_layout(wmcf->policy, i, NULL, 0);
-        pz->layout.data = ngx_pnalloc(cf->pool, pz->layout.len);
-        if (pz->layout.data == NULL) {
-            return NGX_CONF_ERROR;
-        }
-
-        weir_policy_zone_layout(wmcf->policy, i, pz->layout.data,
-                                pz->layout.len);
-
-        if (ngx_http_weir_add_pzone(cf, pz, "weir:", (u_char *) zi.name,
-                                    zi.name_len, zi.schema, zi.bytes / 32,
-                                    &prev)
-            == NULL)
-        {
-            return NGX_CONF_ERROR;
-        }
-
-        if (prev) {
-            ngx_conf_log_error(NGX_LOG_NOTICE, cf, 0,
-                               "weir zone \"%*s\" starts with fresh state: "
-                               "its layout changed from \"%V\" to \"%V\"",
-                               zi.name_len, zi.name, &prev->layout,
-                               &pz->layout);
-        }
-
-        if (zi.cluster_bytes == 0) {
-            continue;
-        }
-
-        /*
-         * a cluster zone's second region: the other nodes' counts, what
-         * this node pushed and the sync health, read by every worker
-         */
-
-        pz->cluster = ngx_pcalloc(cf->pool, sizeof(ngx_http_weir_pzone_t));
-        if (pz->cluster == NULL) {
-            return NGX_CONF_ERROR;
-        }
-
-        pz->cluster->bytes = zi.cluster_bytes;
-
-        if (ngx_http_weir_add_pzone(cf, pz->cluster, "weir-cluster:",
-                                    (u_char *) zi.name, zi.name_len,
-                                    zi.schema, zi.cluster_bytes / 32,
-                                    &prev)
-            == NULL)
-        {
-            return NGX_CONF_ERROR;
-        }
-    }
-
-    /*
-     * the engine's counters, in shared memory so that every worker adds to
-     * and weir_status reports the same numbers; added last, so that its
-     * init, which attaches the engine, runs after every policy zone's
-     */
-
-    pz = ngx_pcalloc(cf->pool, sizeof(ngx_http_weir_pzone_t));
-    if (pz == NULL) {
+    if (ngx_http_weir_add_zones(cf, &wmcf->pol, "weir") != NGX_OK) {
         return NGX_CONF_ERROR;
     }
-
-    pz->bytes = weir_policy_counters_bytes(wmcf->policy);
-    pz->conf = wmcf;
-
-    shm_zone = ngx_http_weir_add_pzone(cf, pz, "weir-counters",
-                                       (u_char *) "", 0,
-                                       weir_policy_counters_fingerprint(
-                                           wmcf->policy),
-                                       0, &prev);
-    if (shm_zone == NULL) {
-        return NGX_CONF_ERROR;
-    }
-
-    if (prev) {
-        ngx_conf_log_error(NGX_LOG_NOTICE, cf, 0,
-                           "weir counters start from zero: "
-                           "the policy's limits changed");
-    }
-
-    shm_zone->init = ngx_http_weir_init_counters_zone;
 
     return NGX_CONF_OK;
 }

@@ -1,7 +1,7 @@
 
 /*
- * weir: nginx module, weir_status: the policy's counters and the directive
- * zones' statistics as Prometheus text.
+ * weir: nginx module, weir_status: the counters of the policy's engine and
+ * of the directives' as Prometheus text.
  */
 
 
@@ -16,10 +16,9 @@ ngx_http_weir_status_handler(ngx_http_request_t *r)
     u_char                      dummy[1];
     ngx_int_t                   rc;
     ngx_buf_t                  *b;
-    ngx_uint_t                  i, n;
+    ngx_uint_t                  n;
     ngx_chain_t                 out;
-    weir_named_zone            *named;
-    ngx_http_weir_zone_ctx_t  **zones;
+    const weir_engine          *engines[2];
     ngx_http_weir_main_conf_t  *wmcf;
 
     if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
@@ -33,30 +32,16 @@ ngx_http_weir_status_handler(ngx_http_request_t *r)
 
     wmcf = ngx_http_get_module_main_conf(r, ngx_http_weir_module);
 
-    /*
-     * the policy's counters and the directive zones' in one text:
-     * each metric family once, zones of both kinds in weir_zone_*
-     */
+    /* both engines in one text: each metric family once */
 
-    zones = wmcf->zones.elts;
-    named = ngx_pcalloc(r->pool,
-                        (wmcf->zones.nelts + 1) * sizeof(weir_named_zone));
-    if (named == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    for (i = 0; i < wmcf->zones.nelts; i++) {
-        named[i].zone = zones[i]->zone;
-        named[i].name = zones[i]->shm_zone->shm.name.data;
-        named[i].name_len = zones[i]->shm_zone->shm.name.len;
-    }
+    engines[0] = wmcf->pol.engine;
+    engines[1] = wmcf->dir.engine;
 
     /* counters may gain digits between the calls: room to spare, retry */
 
     b = NULL;
     need = 0;
-    wrc = weir_prometheus(wmcf->engine, named, wmcf->zones.nelts, dummy, 0,
-                          &need);
+    wrc = weir_prometheus(engines, 2, dummy, 0, &need);
 
     for (n = 0; n < 3 && wrc == WEIR_ERR_BUFFER_TOO_SMALL; n++) {
         cap = need + need / 8 + 256;
@@ -66,8 +51,7 @@ ngx_http_weir_status_handler(ngx_http_request_t *r)
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
         }
 
-        wrc = weir_prometheus(wmcf->engine, named, wmcf->zones.nelts,
-                              b->last, cap, &need);
+        wrc = weir_prometheus(engines, 2, b->last, cap, &need);
     }
 
     if (wrc != WEIR_OK) {

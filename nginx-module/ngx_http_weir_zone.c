@@ -1,8 +1,8 @@
 
 /*
- * weir: nginx module, shared memory: the regions of weir's tables inside
- * nginx's zones, the policy zones and their counters (whose init attaches
- * the engine), and the cluster syncers of each worker.
+ * weir: nginx module, shared memory: the regions of an engine's zones
+ * (the policy's or the directives') inside nginx's zones, its counters
+ * (whose init attaches the engine), and the cluster syncers of each worker.
  */
 
 
@@ -12,100 +12,100 @@
 
 static ngx_int_t ngx_http_weir_init_policy_zone(ngx_shm_zone_t *shm_zone,
     void *data);
+static ngx_int_t ngx_http_weir_init_counters_zone(ngx_shm_zone_t *shm_zone,
+    void *data);
+static ngx_shm_zone_t *ngx_http_weir_add_pzone(ngx_conf_t *cf,
+    ngx_http_weir_pzone_t *pz, u_char *prefix, u_char *name, size_t len,
+    uint64_t id, size_t spare, ngx_http_weir_pzone_t **prev);
+static ngx_shm_zone_t *ngx_http_weir_old_zone(ngx_conf_t *cf,
+    ngx_str_t *name, size_t prefix);
 static void ngx_http_weir_cluster_log(ngx_event_t *ev);
-
-
-/*
- * The zone's slab pool keeps its header at the start of the segment; weir's
- * table goes into one page-aligned allocation from it, found again through
- * shpool->data when the segment outlives a reload.
- */
-
-void *
-ngx_http_weir_shm_region(ngx_shm_zone_t *shm_zone, ngx_uint_t reuse,
-    size_t *len)
-{
-    size_t            size;
-    ngx_slab_pool_t  *shpool;
-
-    shpool = (ngx_slab_pool_t *) shm_zone->shm.addr;
-
-    if ((reuse || shm_zone->shm.exists) && shpool->data) {
-        *len = *(size_t *) shpool->data;
-        return (u_char *) shpool->data + ngx_pagesize;
-    }
-
-    if (*len == 0) {
-        size = shpool->pfree << ngx_pagesize_shift;
-        if (size <= ngx_pagesize) {
-            return NULL;
-        }
-
-        *len = size - ngx_pagesize;
-    }
-
-    /* one page in front of the region records its length */
-
-    shpool->data = ngx_slab_alloc(shpool, *len + ngx_pagesize);
-    if (shpool->data == NULL) {
-        return NULL;
-    }
-
-    *(size_t *) shpool->data = *len;
-
-    return (u_char *) shpool->data + ngx_pagesize;
-}
 
 
 static ngx_int_t
 ngx_http_weir_init_policy_zone(ngx_shm_zone_t *shm_zone, void *data)
 {
-    ngx_http_weir_pzone_t  *pz;
+    ngx_http_weir_pzone_t  *opz = data;
 
-    size_t  len;
+    size_t                  len;
+    ngx_slab_pool_t        *shpool;
+    ngx_http_weir_pzone_t  *pz;
 
     pz = shm_zone->data;
 
-    len = pz->bytes;
-    pz->region = ngx_http_weir_shm_region(shm_zone, data != NULL, &len);
+    /* a directive zone kept across a reload: a changed key is refused */
 
-    if (pz->region == NULL || len != pz->bytes) {
+    if (opz && pz->key.data
+        && (pz->key.len != opz->key.len
+            || ngx_strncmp(pz->key.data, opz->key.data, pz->key.len) != 0))
+    {
         ngx_log_error(NGX_LOG_EMERG, shm_zone->shm.log, 0,
-                      "could not place weir policy zone \"%V\" "
+                      "weir zone \"%V\" uses the \"%V\" key "
+                      "while previously it used the \"%V\" key",
+                      &pz->name, &pz->key, &opz->key);
+        return NGX_ERROR;
+    }
+
+    /*
+     * The zone's slab pool keeps its header at the start of the segment;
+     * the region is one page-aligned allocation from it, found again through
+     * shpool->data when the segment outlives a reload; the page in front of
+     * it records its length.
+     */
+
+    shpool = (ngx_slab_pool_t *) shm_zone->shm.addr;
+
+    if ((opz || shm_zone->shm.exists) && shpool->data) {
+        len = *(size_t *) shpool->data;
+
+    } else {
+        len = pz->bytes;
+
+        shpool->data = ngx_slab_alloc(shpool, len + ngx_pagesize);
+        if (shpool->data) {
+            *(size_t *) shpool->data = len;
+        }
+    }
+
+    if (shpool->data == NULL || len != pz->bytes) {
+        ngx_log_error(NGX_LOG_EMERG, shm_zone->shm.log, 0,
+                      "could not place weir zone \"%V\" "
                       "(%uz bytes) in shared memory",
                       &shm_zone->shm.name, pz->bytes);
         return NGX_ERROR;
     }
+
+    pz->region = (u_char *) shpool->data + ngx_pagesize;
 
     return NGX_OK;
 }
 
 
 /*
- * The counters zone is the last weir zone nginx initializes: by then every
- * policy zone has its region, and the engine is attached here, in the
- * master, before the workers fork.  A failure here fails the reload (the
- * running configuration stays), unlike one in the init module handler,
- * which is fatal to the master.
+ * The counters zone is the last zone of its engine nginx initializes: by
+ * then every zone of the engine has its region, and the engine is attached
+ * here, in the master, before the workers fork.  A failure here fails the
+ * reload (the running configuration stays), unlike one in the init module
+ * handler, which is fatal to the master.
  */
 
-ngx_int_t
+static ngx_int_t
 ngx_http_weir_init_counters_zone(ngx_shm_zone_t *shm_zone, void *data)
 {
-    ngx_int_t                   rc;
-    ngx_uint_t                  i, n;
-    weir_error                 *err;
-    weir_region                *regions, *cluster, counters;
-    ngx_http_weir_pzone_t      *cz, **pz;
-    ngx_http_weir_main_conf_t  *wmcf;
+    ngx_int_t                rc;
+    ngx_uint_t               i, n;
+    weir_error              *err;
+    weir_region             *regions, *cluster, counters;
+    ngx_http_weir_eng_t     *eng;
+    ngx_http_weir_pzone_t   *cz, **pz;
 
     if (ngx_http_weir_init_policy_zone(shm_zone, data) != NGX_OK) {
         return NGX_ERROR;
     }
 
     cz = shm_zone->data;
-    wmcf = cz->conf;
-    n = wmcf->pzones.nelts;
+    eng = cz->eng;
+    n = eng->pzones.nelts;
 
     regions = ngx_calloc(2 * (n + 1) * sizeof(weir_region), shm_zone->shm.log);
     if (regions == NULL) {
@@ -114,7 +114,7 @@ ngx_http_weir_init_counters_zone(ngx_shm_zone_t *shm_zone, void *data)
 
     cluster = regions + n + 1;
 
-    pz = wmcf->pzones.elts;
+    pz = eng->pzones.elts;
 
     for (i = 0; i < n; i++) {
         regions[i].ptr = pz[i]->region;
@@ -140,15 +140,14 @@ ngx_http_weir_init_counters_zone(ngx_shm_zone_t *shm_zone, void *data)
      * its header is written and a large zone costs nothing until used
      */
 
-    if (weir_engine_attach_shared(wmcf->policy, regions, n, cluster,
+    if (weir_engine_attach_shared(eng->policy, regions, n, cluster,
                                   &counters, 0,
                                   WEIR_ATTACH_DEFER_SYNC|WEIR_ATTACH_ZEROED,
-                                  &wmcf->engine, &err)
+                                  &eng->engine, &err)
         != WEIR_OK)
     {
-        ngx_log_error(NGX_LOG_EMERG, shm_zone->shm.log, 0,
-                      "weir policy \"%V\": %s in %V", &wmcf->policy_file,
-                      weir_error_message(err), &wmcf->policy_conf);
+        ngx_log_error(NGX_LOG_EMERG, shm_zone->shm.log, 0, "%V: %s%V",
+                      &eng->what, weir_error_message(err), &eng->where);
         weir_error_free(err);
         rc = NGX_ERROR;
     }
@@ -156,6 +155,128 @@ ngx_http_weir_init_counters_zone(ngx_shm_zone_t *shm_zone, void *data)
     ngx_free(regions);
 
     return rc;
+}
+
+
+/*
+ * Adds the shared memory zones of the engine's zones ("PREFIX:NAME:ID"), of
+ * their cluster regions ("PREFIX-cluster:NAME:ID") and of its counters
+ * ("PREFIX-counters:ID"); the counters' is added last, so that its init,
+ * which attaches the engine, runs after every zone's.
+ */
+
+ngx_int_t
+ngx_http_weir_add_zones(ngx_conf_t *cf, ngx_http_weir_eng_t *eng,
+    char *prefix)
+{
+    u_char                  zp[64], cp[64];
+    size_t                  i, n;
+    weir_zone_info          zi;
+    ngx_shm_zone_t         *shm_zone;
+    ngx_http_weir_pzone_t  *pz, **ppz, *prev;
+
+    ngx_sprintf(zp, "%s:%Z", prefix);
+    ngx_sprintf(cp, "%s-cluster:%Z", prefix);
+
+    n = weir_policy_zone_count(eng->policy);
+
+    for (i = 0; i < n; i++) {
+
+        if (weir_policy_zone(eng->policy, i, &zi) != WEIR_OK) {
+            return NGX_ERROR;
+        }
+
+        pz = ngx_pcalloc(cf->pool, sizeof(ngx_http_weir_pzone_t));
+        ppz = ngx_array_push(&eng->pzones);
+        if (pz == NULL || ppz == NULL) {
+            return NGX_ERROR;
+        }
+
+        *ppz = pz;
+        pz->bytes = zi.bytes;
+
+        pz->layout.len = weir_policy_zone_layout(eng->policy, i, NULL, 0);
+        pz->layout.data = ngx_pnalloc(cf->pool, pz->layout.len);
+        if (pz->layout.data == NULL) {
+            return NGX_ERROR;
+        }
+
+        weir_policy_zone_layout(eng->policy, i, pz->layout.data,
+                                pz->layout.len);
+
+        if (ngx_http_weir_add_pzone(cf, pz, zp, (u_char *) zi.name,
+                                    zi.name_len, zi.schema, zi.bytes / 32,
+                                    &prev)
+            == NULL)
+        {
+            return NGX_ERROR;
+        }
+
+        if (prev) {
+            ngx_conf_log_error(NGX_LOG_NOTICE, cf, 0,
+                               "weir zone \"%*s\" starts with fresh state: "
+                               "its layout changed from \"%V\" to \"%V\"",
+                               zi.name_len, zi.name, &prev->layout,
+                               &pz->layout);
+        }
+
+        if (zi.cluster_bytes == 0) {
+            continue;
+        }
+
+        /*
+         * a cluster zone's second region: the other nodes' counts, what
+         * this node pushed and the sync health, read by every worker
+         */
+
+        pz->cluster = ngx_pcalloc(cf->pool, sizeof(ngx_http_weir_pzone_t));
+        if (pz->cluster == NULL) {
+            return NGX_ERROR;
+        }
+
+        pz->cluster->bytes = zi.cluster_bytes;
+
+        if (ngx_http_weir_add_pzone(cf, pz->cluster, cp, (u_char *) zi.name,
+                                    zi.name_len, zi.schema,
+                                    zi.cluster_bytes / 32, &prev)
+            == NULL)
+        {
+            return NGX_ERROR;
+        }
+    }
+
+    /*
+     * the engine's counters, in shared memory so that every worker adds to
+     * and weir_status reports the same numbers
+     */
+
+    pz = ngx_pcalloc(cf->pool, sizeof(ngx_http_weir_pzone_t));
+    if (pz == NULL) {
+        return NGX_ERROR;
+    }
+
+    pz->bytes = weir_policy_counters_bytes(eng->policy);
+    pz->eng = eng;
+
+    ngx_sprintf(zp, "%s-counters%Z", prefix);
+
+    shm_zone = ngx_http_weir_add_pzone(cf, pz, zp, (u_char *) "", 0,
+                                       weir_policy_counters_fingerprint(
+                                           eng->policy),
+                                       0, &prev);
+    if (shm_zone == NULL) {
+        return NGX_ERROR;
+    }
+
+    if (prev) {
+        ngx_conf_log_error(NGX_LOG_NOTICE, cf, 0,
+                           "weir counters start from zero: "
+                           "the policy's limits changed");
+    }
+
+    shm_zone->init = ngx_http_weir_init_counters_zone;
+
+    return NGX_OK;
 }
 
 
@@ -170,9 +291,9 @@ ngx_http_weir_init_counters_zone(ngx_shm_zone_t *shm_zone, void *data)
  * otherwise.
  */
 
-ngx_shm_zone_t *
+static ngx_shm_zone_t *
 ngx_http_weir_add_pzone(ngx_conf_t *cf, ngx_http_weir_pzone_t *pz,
-    char *prefix, u_char *name, size_t len, uint64_t id, size_t spare,
+    u_char *prefix, u_char *name, size_t len, uint64_t id, size_t spare,
     ngx_http_weir_pzone_t **prev)
 {
     size_t           size;
@@ -223,7 +344,7 @@ ngx_http_weir_add_pzone(ngx_conf_t *cf, ngx_http_weir_pzone_t *pz,
 
 /* the running configuration's weir zone whose name starts the same */
 
-ngx_shm_zone_t *
+static ngx_shm_zone_t *
 ngx_http_weir_old_zone(ngx_conf_t *cf, ngx_str_t *name, size_t prefix)
 {
     ngx_uint_t        i;
@@ -278,19 +399,19 @@ ngx_http_weir_init_process(ngx_cycle_t *cycle)
 
     wmcf = ngx_http_cycle_get_module_main_conf(cycle, ngx_http_weir_module);
 
-    if (wmcf == NULL || wmcf->engine == NULL) {
+    if (wmcf == NULL || wmcf->pol.engine == NULL) {
         return NGX_OK;
     }
 
-    pz = wmcf->pzones.elts;
+    pz = wmcf->pol.pzones.elts;
 
-    for (i = 0; i < wmcf->pzones.nelts; i++) {
+    for (i = 0; i < wmcf->pol.pzones.nelts; i++) {
         if (pz[i]->cluster) {
             break;
         }
     }
 
-    if (i == wmcf->pzones.nelts) {
+    if (i == wmcf->pol.pzones.nelts) {
         return NGX_OK;
     }
 
@@ -308,7 +429,7 @@ ngx_http_weir_init_process(ngx_cycle_t *cycle)
     }
 
     err = NULL;
-    rc = weir_engine_start_sync(wmcf->engine, &err);
+    rc = weir_engine_start_sync(wmcf->pol.engine, &err);
 
     (void) pthread_sigmask(SIG_SETMASK, &old, NULL);
 
@@ -345,9 +466,9 @@ ngx_http_weir_exit_process(ngx_cycle_t *cycle)
 
     wmcf = ngx_http_cycle_get_module_main_conf(cycle, ngx_http_weir_module);
 
-    if (wmcf && wmcf->engine) {
+    if (wmcf && wmcf->pol.engine) {
         /* the leader resigns: another worker takes over at once */
-        weir_engine_stop_sync(wmcf->engine);
+        weir_engine_stop_sync(wmcf->pol.engine);
     }
 
     ngx_http_weir_syncing = 0;

@@ -44,9 +44,9 @@ fn policy_and_outside_zones_share_one_set_of_families() {
     let mut alone = String::new();
     engine.render_prometheus(&mut alone).unwrap();
     let mut both = String::new();
-    render_prometheus(Some(&engine), &[("rz", outside.stats())], &mut both).unwrap();
+    render_prometheus(&[&engine], &[("rz", outside.stats())], &mut both).unwrap();
     let mut zones_only = String::new();
-    render_prometheus(None, &[("rz", outside.stats())], &mut zones_only).unwrap();
+    render_prometheus(&[], &[("rz", outside.stats())], &mut zones_only).unwrap();
 
     let zone_families: Vec<String> = families(&zones_only);
     assert_eq!(zone_families.len(), 9, "{zones_only}");
@@ -60,6 +60,32 @@ fn policy_and_outside_zones_share_one_set_of_families() {
     assert!(!both.contains("evicted_"), "{both}");
 
     let mut nothing = String::new();
-    render_prometheus(None, &[], &mut nothing).unwrap();
+    render_prometheus(&[], &[], &mut nothing).unwrap();
     assert_eq!(nothing, "");
+}
+
+#[test]
+fn several_engines_share_one_set_of_families() {
+    // nginx's weir_status: the policy's engine and the directives' engine in one text.
+    let policy = Engine::new(parse_policy(POLICY, None).unwrap()).unwrap();
+    let other = POLICY.replace("pz", "rz");
+    let directives = Engine::new(parse_policy(&other, None).unwrap()).unwrap();
+    let req = weir::policy::OwnedRequest::new("GET", "/", "192.0.2.1".parse().unwrap());
+    policy.evaluate(&req, 1).unwrap();
+    directives.evaluate(&req, 1).unwrap();
+    directives.evaluate(&req, 2).unwrap();
+    let mut both = String::new();
+    render_prometheus(&[&policy, &directives], &[], &mut both).unwrap();
+    let mut alone = String::new();
+    policy.render_prometheus(&mut alone).unwrap();
+    assert_eq!(families(&both), families(&alone));
+    assert!(both.contains("weir_requests_total 3\n"), "{both}");
+    for zone in ["pz", "rz"] {
+        assert!(
+            both.contains(&format!("weir_zone_capacity{{zone=\"{zone}\"}} ")),
+            "{both}"
+        );
+        let limit = format!("weir_limit_requests_total{{limit=\"*/{zone}\",verdict=\"passed\"}} 1");
+        assert!(both.contains(&limit), "{both}");
+    }
 }

@@ -9,7 +9,7 @@ use weir::policy::counters::Counters;
 use weir::policy::Engine;
 use weir::table::Table;
 
-use crate::{bytes, fail, give, guard, take_back, weir_error, weir_policy, weir_zone};
+use crate::{fail, give, guard, take_back, weir_error, weir_policy};
 use crate::{WEIR_ERR_BUFFER_TOO_SMALL, WEIR_ERR_INVALID, WEIR_ERR_NULL, WEIR_ERR_ZONE, WEIR_OK};
 
 /// A policy with its zones' tables: evaluates requests. Thread-safe.
@@ -419,51 +419,36 @@ pub unsafe extern "C" fn weir_engine_prometheus(
     })
 }
 
-/// A zone outside the policy (nginx's `weir_req_zone`) for weir_prometheus, and the name its
-/// samples carry (`zone="…"`). A NULL `zone` is skipped.
-#[repr(C)]
-pub struct weir_named_zone {
-    pub zone: *const weir_zone,
-    pub name: *const u8,
-    pub name_len: usize,
-}
-
-/// Renders the counters of engine `e` (may be NULL) and of `zones[0..n]` as one Prometheus
-/// text, each metric family once (one HELP and one TYPE line, all its samples under them):
-/// the zones join the policy's zones in the `weir_zone_*` families. Buffer protocol as
+/// Renders the counters of `engines[0..n]` (NULL entries are skipped; nginx: the policy's
+/// engine and its directives') as one Prometheus text, each metric family once (one HELP and
+/// one TYPE line, all its samples under them, the engines' totals summed). Buffer protocol as
 /// weir_engine_prometheus.
 #[no_mangle]
 pub unsafe extern "C" fn weir_prometheus(
-    e: *const weir_engine,
-    zones: *const weir_named_zone,
+    engines: *const *const weir_engine,
     n: usize,
     buf: *mut u8,
     cap: usize,
     written: *mut usize,
 ) -> c_int {
     guard(|| {
-        if written.is_null() || (buf.is_null() && cap > 0) || (zones.is_null() && n > 0) {
+        if written.is_null() || (buf.is_null() && cap > 0) || (engines.is_null() && n > 0) {
             return WEIR_ERR_NULL;
         }
-        let named: &[weir_named_zone] = if n == 0 {
+        let handles: &[*const weir_engine] = if n == 0 {
             &[]
         } else {
             // SAFETY: the caller passes n readable entries (checked non-NULL above).
-            std::slice::from_raw_parts(zones, n)
+            std::slice::from_raw_parts(engines, n)
         };
-        let mut stats = Vec::with_capacity(n);
-        for z in named.iter().filter(|z| !z.zone.is_null()) {
-            let name = match bytes(z.name, z.name_len) {
-                Ok(b) => String::from_utf8_lossy(b),
-                Err(rc) => return rc,
-            };
-            // SAFETY: a non-NULL zone is a live handle from weir_zone_new / weir_zone_attach.
-            stats.push((name, (*z.zone).table.stats()));
-        }
-        let stats: Vec<(&str, _)> = stats.iter().map(|(n, s)| (n.as_ref(), *s)).collect();
+        // SAFETY: a non-NULL entry is a live engine handle.
+        let list: Vec<_> = handles
+            .iter()
+            .filter_map(|e| e.as_ref())
+            .map(|e| &e.engine)
+            .collect();
         let mut text = String::new();
-        let engine = e.as_ref().map(|e| &e.engine);
-        let _ = weir::policy::metrics::render_prometheus(engine, &stats, &mut text);
+        let _ = weir::policy::metrics::render_prometheus(&list, &[], &mut text);
         *written = text.len();
         if text.len() > cap {
             return WEIR_ERR_BUFFER_TOO_SMALL;

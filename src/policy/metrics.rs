@@ -23,36 +23,46 @@ fn label(out: &mut impl Write, v: &str) -> fmt::Result {
 impl Engine {
     /// Writes every counter in the Prometheus text format (version 0.0.4).
     pub fn render_prometheus(&self, out: &mut impl Write) -> fmt::Result {
-        render_prometheus(Some(self), &[], out)
+        render_prometheus(&[self], &[], out)
     }
 }
 
-/// Writes the counters of `engine` (if any) and of `zones` — tables outside the policy, named
-/// (nginx's `weir_req_zone` / `weir_conn_zone`) — as one Prometheus text (version 0.0.4): each
-/// metric family once, with one `# HELP` and one `# TYPE` line and all its samples under them,
-/// policy zones and `zones` alike in the `weir_zone_*` families (left out when there are no
-/// zones at all).
+/// Writes the counters of `engines` (nginx: the policy's and the directives') and of `zones` —
+/// tables outside any engine, named — as one Prometheus text (version 0.0.4): each metric family
+/// once, with one `# HELP` and one `# TYPE` line and all its samples under them, the engines'
+/// totals summed, every zone in the `weir_zone_*` families (left out when there are no zones
+/// at all).
 pub fn render_prometheus(
-    engine: Option<&Engine>,
+    engines: &[&Engine],
     zones: &[(&str, TableStats)],
     out: &mut impl Write,
 ) -> fmt::Result {
     let mut all: Vec<(&str, TableStats)> = Vec::new();
-    if let Some(e) = engine {
-        render_engine(e, out)?;
+    if !engines.is_empty() {
+        render_engines(engines, out)?;
+    }
+    for e in engines {
         let pz = &e.policy().zones;
         all.extend((0..pz.len()).map(|z| (pz[z].name.as_str(), e.zone_stats(z))));
     }
     all.extend_from_slice(zones);
     render_zones(&all, out)?;
-    if let Some(e) = engine {
-        crate::cluster::render_prometheus(e.clusters(), crate::clock::monotonic_ns(), out)?;
+    if !engines.is_empty() {
+        let clusters = engines.iter().flat_map(|e| e.clusters());
+        crate::cluster::render_prometheus(clusters, crate::clock::monotonic_ns(), out)?;
     }
     Ok(())
 }
 
-fn render_engine(e: &Engine, out: &mut impl Write) -> fmt::Result {
-    let t = e.totals();
+fn render_engines(engines: &[&Engine], out: &mut impl Write) -> fmt::Result {
+    let mut t = engines[0].totals();
+    for e in &engines[1..] {
+        let u = e.totals();
+        t.requests += u.requests;
+        t.exempt += u.exempt;
+        t.unmatched += u.unmatched;
+        t.bad_target += u.bad_target;
+    }
     for (name, help, v) in [
         ("weir_requests_total", "Requests evaluated.", t.requests),
         (
@@ -80,7 +90,10 @@ fn render_engine(e: &Engine, out: &mut impl Write) -> fmt::Result {
         "# HELP weir_limit_requests_total Requests per limit and verdict."
     )?;
     writeln!(out, "# TYPE weir_limit_requests_total counter")?;
-    for i in 0..e.policy().limits.len() {
+    for (e, i) in engines
+        .iter()
+        .flat_map(|e| (0..e.policy().limits.len()).map(move |i| (e, i)))
+    {
         let c = e.counters(i);
         for (verdict, v) in [
             ("passed", c.passed),

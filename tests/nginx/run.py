@@ -678,7 +678,11 @@ def test_bad_configs(module):
          [r'nope']),
         ("burst on sliding", "weir_req_zone $remote_addr zone=s:1m events=10 window=1m;\n"
          "    server { listen 127.0.0.1:%PORT%; location / { weir_req zone=s burst=5; } }",
-         [r'do not apply to the sliding window zone "s" in .*nginx\.conf:\d+']),
+         [r'`burst` applies only to gcra zones; zone "s" is sliding in .*nginx\.conf:\d+']),
+        # zone names are policy names, checked by the engine's build with its words
+        ("bad zone name", "weir_req_zone $remote_addr zone=a!b:1m rate=1r/s;\n"
+         "    server { listen 127.0.0.1:%PORT%; location / { weir_req zone=a!b; } }",
+         [r'invalid zone name "a!b"; use 1-64 letters, digits.* in .*nginx\.conf:\d+']),
         ("missing policy", "weir_policy %DIR%/missing.toml;", [r"missing\.toml", r"nginx\.conf:\d+"]),
         ("weir on without policy", "server { listen 127.0.0.1:%PORT%; weir on; }",
          [r'"weir on" needs a "weir_policy" in the http block in .*nginx\.conf:\d+']),
@@ -765,13 +769,14 @@ log_level = "warn"
 
 
 def test_directive_extras(module, env=None):
-    """Sliding windows, r/h rates, empty and oversized keys."""
+    """Sliding windows, r/h rates, empty and oversized keys; lease= is still accepted (and
+    ignored: the engine's lease applies since weir_conn went through it)."""
     long_key = "$http_x_k" * 10
     http = f"""
     weir_req_zone $http_x_k zone=win:1m events=3 window=1m;
     weir_req_zone $http_x_k zone=hourly:1m rate=2r/h;
     weir_req_zone {long_key} zone=long:1m rate=1r/m;
-    weir_conn_zone $http_x_k zone=cz:1m;
+    weir_conn_zone $http_x_k zone=cz:1m lease=1s;
     server {{
         listen 127.0.0.1:%PORT%;
         root %DIR%/html;
