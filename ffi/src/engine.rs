@@ -9,8 +9,8 @@ use weir::policy::counters::Counters;
 use weir::policy::Engine;
 use weir::table::Table;
 
-use crate::{bytes, fail, give, guard, take_back, weir_error, weir_policy, weir_zone};
-use crate::{WEIR_ERR_BUFFER_TOO_SMALL, WEIR_ERR_INVALID, WEIR_ERR_NULL, WEIR_ERR_ZONE, WEIR_OK};
+use crate::{fail, give, guard, take_back, weir_error, weir_policy};
+use crate::{WEIR_ERR_INVALID, WEIR_ERR_NULL, WEIR_ERR_ZONE, WEIR_OK};
 
 /// A policy with its zones' tables: evaluates requests. Thread-safe.
 pub struct weir_engine {
@@ -390,88 +390,6 @@ pub unsafe extern "C" fn weir_engine_limit_counters(
             dry_run_delayed: c.dry_run_delayed,
             dry_run_rejected: c.dry_run_rejected,
         };
-        WEIR_OK
-    })
-}
-
-/// Renders every counter as Prometheus text into `buf`. `*written` receives the length; when
-/// `cap` is too small, WEIR_ERR_BUFFER_TOO_SMALL is returned, nothing is written and
-/// `*written` is the size needed.
-#[no_mangle]
-pub unsafe extern "C" fn weir_engine_prometheus(
-    e: *const weir_engine,
-    buf: *mut u8,
-    cap: usize,
-    written: *mut usize,
-) -> c_int {
-    guard(|| {
-        if e.is_null() || written.is_null() || (buf.is_null() && cap > 0) {
-            return WEIR_ERR_NULL;
-        }
-        let mut text = String::new();
-        let _ = (*e).engine.render_prometheus(&mut text);
-        *written = text.len();
-        if text.len() > cap {
-            return WEIR_ERR_BUFFER_TOO_SMALL;
-        }
-        ptr::copy_nonoverlapping(text.as_ptr(), buf, text.len());
-        WEIR_OK
-    })
-}
-
-/// A zone outside the policy (nginx's `weir_req_zone`) for weir_prometheus, and the name its
-/// samples carry (`zone="…"`). A NULL `zone` is skipped.
-#[repr(C)]
-pub struct weir_named_zone {
-    pub zone: *const weir_zone,
-    pub name: *const u8,
-    pub name_len: usize,
-}
-
-/// Renders the counters of engine `e` (may be NULL) and of `zones[0..n]` as one Prometheus
-/// text, each metric family once (one HELP and one TYPE line, all its samples under them):
-/// the zones join the policy's zones in the `weir_zone_*` families. Buffer protocol as
-/// weir_engine_prometheus.
-#[no_mangle]
-pub unsafe extern "C" fn weir_prometheus(
-    e: *const weir_engine,
-    zones: *const weir_named_zone,
-    n: usize,
-    buf: *mut u8,
-    cap: usize,
-    written: *mut usize,
-) -> c_int {
-    guard(|| {
-        if written.is_null() || (buf.is_null() && cap > 0) || (zones.is_null() && n > 0) {
-            return WEIR_ERR_NULL;
-        }
-        let named: &[weir_named_zone] = if n == 0 {
-            &[]
-        } else {
-            // SAFETY: the caller passes n readable entries (checked non-NULL above).
-            std::slice::from_raw_parts(zones, n)
-        };
-        let mut stats = Vec::with_capacity(n);
-        for z in named.iter().filter(|z| !z.zone.is_null()) {
-            let name = match bytes(z.name, z.name_len) {
-                Ok(b) => String::from_utf8_lossy(b),
-                Err(rc) => return rc,
-            };
-            // SAFETY: a non-NULL zone is a live handle from weir_zone_new / weir_zone_attach.
-            stats.push((name, (*z.zone).table.stats()));
-        }
-        let stats: Vec<(&str, _)> = stats.iter().map(|(n, s)| (n.as_ref(), *s)).collect();
-        let mut text = String::new();
-        let engine = e.as_ref().map(|e| &e.engine);
-        let _ = weir::policy::metrics::render_prometheus(engine, &stats, &mut text);
-        *written = text.len();
-        if text.len() > cap {
-            return WEIR_ERR_BUFFER_TOO_SMALL;
-        }
-        if !text.is_empty() {
-            // SAFETY: buf holds cap >= text.len() > 0 bytes, so it is not NULL.
-            ptr::copy_nonoverlapping(text.as_ptr(), buf, text.len());
-        }
         WEIR_OK
     })
 }
