@@ -122,6 +122,16 @@
 #define WEIR_ALGORITHM_SLIDING_LOG 4
 
 /*
+ Prometheus text format 0.0.4 (`Content-Type: text/plain; version=0.0.4; charset=utf-8`).
+ */
+#define WEIR_FORMAT_PROMETHEUS 0
+
+/*
+ The JSON status, schema version 1 (`Content-Type: application/json`).
+ */
+#define WEIR_FORMAT_JSON 1
+
+/*
  A policy with its zones' tables: evaluates requests. Thread-safe.
  */
 typedef struct weir_engine weir_engine;
@@ -649,25 +659,6 @@ int weir_engine_limit_counters(const struct weir_engine *e,
                                struct weir_limit_counters *out);
 
 /*
- Renders every counter as Prometheus text into `buf`. `*written` receives the length; when
- `cap` is too small, WEIR_ERR_BUFFER_TOO_SMALL is returned, nothing is written and
- `*written` is the size needed.
- */
-int weir_engine_prometheus(const struct weir_engine *e, uint8_t *buf, size_t cap, size_t *written);
-
-/*
- Renders the counters of `engines[0..n]` (NULL entries are skipped; nginx: the policy's
- engine and its directives') as one Prometheus text, each metric family once (one HELP and
- one TYPE line, all its samples under them, the engines' totals summed). Buffer protocol as
- weir_engine_prometheus.
- */
-int weir_prometheus(const struct weir_engine *const *engines,
-                    size_t n,
-                    uint8_t *buf,
-                    size_t cap,
-                    size_t *written);
-
-/*
  Evaluates a request at `now` (CLOCK_MONOTONIC ns). Fills `*out`; response header lines
  ("Retry-After: 3\r\n", and RateLimit fields when the policy enables them) are written to
  `header_buf` (may be NULL when `header_cap` is 0). A target nginx would answer 400, or more
@@ -869,6 +860,45 @@ int weir_log_zone_refund(const struct weir_log_zone *z,
  A log zone's counters.
  */
 int weir_log_zone_get_stats(const struct weir_log_zone *z, struct weir_zone_stats *out);
+
+/*
+ Renders the counters of `engines[0..n]` (NULL entries are skipped; nginx: the policy's
+ engine and its directives') in `format` (WEIR_FORMAT_PROMETHEUS or WEIR_FORMAT_JSON;
+ another value is WEIR_ERR_INVALID): the engines' totals summed, their limits and zones
+ listed in turn. In Prometheus text each metric family appears once (one HELP and one TYPE
+ line, all its samples under them).
+
+ Buffer contract: `*written` receives the length (no NUL is added); when `cap` is too small,
+ WEIR_ERR_BUFFER_TOO_SMALL is returned, nothing is written and `*written` is the size
+ needed. Counters may gain digits between two calls: leave room to spare.
+ */
+int weir_metrics(const struct weir_engine *const *engines,
+                 size_t n,
+                 int format,
+                 uint8_t *buf,
+                 size_t cap,
+                 size_t *written);
+
+/*
+ weir_metrics in Prometheus text (WEIR_FORMAT_PROMETHEUS).
+ */
+int weir_prometheus(const struct weir_engine *const *engines,
+                    size_t n,
+                    uint8_t *buf,
+                    size_t cap,
+                    size_t *written);
+
+/*
+ Renders every counter of engine `e` (not NULL) as Prometheus text into `buf` (buffer
+ contract: weir_metrics).
+ */
+int weir_engine_prometheus(const struct weir_engine *e, uint8_t *buf, size_t cap, size_t *written);
+
+/*
+ Renders every counter of engine `e` (not NULL) as the JSON status into `buf` (buffer
+ contract: weir_metrics).
+ */
+int weir_engine_json(const struct weir_engine *e, uint8_t *buf, size_t cap, size_t *written);
 
 /*
  Parses a rate as a policy's `rate` does: `10r/s`, `30r/m`, `100r/h` or `1000r/d` (so every

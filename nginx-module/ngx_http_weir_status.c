@@ -1,7 +1,7 @@
 
 /*
  * weir: nginx module, weir_status: the counters of the policy's engine and
- * of the directives' as Prometheus text.
+ * of the directives' as Prometheus text, or as the JSON status (?format=json).
  */
 
 
@@ -11,10 +11,11 @@
 static ngx_int_t
 ngx_http_weir_status_handler(ngx_http_request_t *r)
 {
-    int                         wrc;
+    int                         wrc, format;
     size_t                      len, cap, need;
     u_char                      dummy[1];
     ngx_int_t                   rc;
+    ngx_str_t                   arg;
     ngx_buf_t                  *b;
     ngx_uint_t                  n;
     ngx_chain_t                 out;
@@ -30,6 +31,20 @@ ngx_http_weir_status_handler(ngx_http_request_t *r)
         return rc;
     }
 
+    format = WEIR_FORMAT_PROMETHEUS;
+
+    if (ngx_http_arg(r, (u_char *) "format", 6, &arg) == NGX_OK) {
+
+        if (arg.len == 4 && ngx_strncmp(arg.data, "json", 4) == 0) {
+            format = WEIR_FORMAT_JSON;
+
+        } else if (arg.len != 10
+                   || ngx_strncmp(arg.data, "prometheus", 10) != 0)
+        {
+            return NGX_HTTP_BAD_REQUEST;
+        }
+    }
+
     wmcf = ngx_http_get_module_main_conf(r, ngx_http_weir_module);
 
     /* both engines in one text: each metric family once */
@@ -41,7 +56,7 @@ ngx_http_weir_status_handler(ngx_http_request_t *r)
 
     b = NULL;
     need = 0;
-    wrc = weir_prometheus(engines, 2, dummy, 0, &need);
+    wrc = weir_metrics(engines, 2, format, dummy, 0, &need);
 
     for (n = 0; n < 3 && wrc == WEIR_ERR_BUFFER_TOO_SMALL; n++) {
         cap = need + need / 8 + 256;
@@ -51,7 +66,7 @@ ngx_http_weir_status_handler(ngx_http_request_t *r)
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
         }
 
-        wrc = weir_prometheus(engines, 2, b->last, cap, &need);
+        wrc = weir_metrics(engines, 2, format, b->last, cap, &need);
     }
 
     if (wrc != WEIR_OK) {
@@ -70,8 +85,15 @@ ngx_http_weir_status_handler(ngx_http_request_t *r)
 
     r->headers_out.status = NGX_HTTP_OK;
     r->headers_out.content_length_n = len;
-    ngx_str_set(&r->headers_out.content_type,
-                "text/plain; version=0.0.4; charset=utf-8");
+
+    if (format == WEIR_FORMAT_JSON) {
+        ngx_str_set(&r->headers_out.content_type, "application/json");
+
+    } else {
+        ngx_str_set(&r->headers_out.content_type,
+                    "text/plain; version=0.0.4; charset=utf-8");
+    }
+
     r->headers_out.content_type_len = r->headers_out.content_type.len;
 
     if (r->method == NGX_HTTP_HEAD || len == 0) {

@@ -10,7 +10,7 @@ use weir::policy::Engine;
 use weir::table::Table;
 
 use crate::{fail, give, guard, take_back, weir_error, weir_policy};
-use crate::{WEIR_ERR_BUFFER_TOO_SMALL, WEIR_ERR_INVALID, WEIR_ERR_NULL, WEIR_ERR_ZONE, WEIR_OK};
+use crate::{WEIR_ERR_INVALID, WEIR_ERR_NULL, WEIR_ERR_ZONE, WEIR_OK};
 
 /// A policy with its zones' tables: evaluates requests. Thread-safe.
 pub struct weir_engine {
@@ -390,73 +390,6 @@ pub unsafe extern "C" fn weir_engine_limit_counters(
             dry_run_delayed: c.dry_run_delayed,
             dry_run_rejected: c.dry_run_rejected,
         };
-        WEIR_OK
-    })
-}
-
-/// Renders every counter as Prometheus text into `buf`. `*written` receives the length; when
-/// `cap` is too small, WEIR_ERR_BUFFER_TOO_SMALL is returned, nothing is written and
-/// `*written` is the size needed.
-#[no_mangle]
-pub unsafe extern "C" fn weir_engine_prometheus(
-    e: *const weir_engine,
-    buf: *mut u8,
-    cap: usize,
-    written: *mut usize,
-) -> c_int {
-    guard(|| {
-        if e.is_null() || written.is_null() || (buf.is_null() && cap > 0) {
-            return WEIR_ERR_NULL;
-        }
-        let mut text = String::new();
-        let _ = (*e).engine.render_prometheus(&mut text);
-        *written = text.len();
-        if text.len() > cap {
-            return WEIR_ERR_BUFFER_TOO_SMALL;
-        }
-        ptr::copy_nonoverlapping(text.as_ptr(), buf, text.len());
-        WEIR_OK
-    })
-}
-
-/// Renders the counters of `engines[0..n]` (NULL entries are skipped; nginx: the policy's
-/// engine and its directives') as one Prometheus text, each metric family once (one HELP and
-/// one TYPE line, all its samples under them, the engines' totals summed). Buffer protocol as
-/// weir_engine_prometheus.
-#[no_mangle]
-pub unsafe extern "C" fn weir_prometheus(
-    engines: *const *const weir_engine,
-    n: usize,
-    buf: *mut u8,
-    cap: usize,
-    written: *mut usize,
-) -> c_int {
-    guard(|| {
-        if written.is_null() || (buf.is_null() && cap > 0) || (engines.is_null() && n > 0) {
-            return WEIR_ERR_NULL;
-        }
-        let handles: &[*const weir_engine] = if n == 0 {
-            &[]
-        } else {
-            // SAFETY: the caller passes n readable entries (checked non-NULL above).
-            std::slice::from_raw_parts(engines, n)
-        };
-        // SAFETY: a non-NULL entry is a live engine handle.
-        let list: Vec<_> = handles
-            .iter()
-            .filter_map(|e| e.as_ref())
-            .map(|e| &e.engine)
-            .collect();
-        let mut text = String::new();
-        let _ = weir::policy::metrics::render_prometheus(&list, &[], &mut text);
-        *written = text.len();
-        if text.len() > cap {
-            return WEIR_ERR_BUFFER_TOO_SMALL;
-        }
-        if !text.is_empty() {
-            // SAFETY: buf holds cap >= text.len() > 0 bytes, so it is not NULL.
-            ptr::copy_nonoverlapping(text.as_ptr(), buf, text.len());
-        }
         WEIR_OK
     })
 }

@@ -12,7 +12,7 @@
 //!
 //! This file holds the rules' plumbing (`guard`, `fail`, `bytes`, `give`, `take_back`), the
 //! error codes and the error object; each surface has its module: `policy`, `engine`,
-//! `evaluate` (requests and verdicts), `cluster`, `parse` (the policy's value syntaxes), `zone` and `limiter` (zones outside a
+//! `evaluate` (requests and verdicts), `metrics` (Prometheus text, JSON status), `cluster`, `parse` (the policy's value syntaxes), `zone` and `limiter` (zones outside a
 //! policy), `reload`.
 
 #![allow(clippy::missing_safety_doc)] // The safety contract of every function is in weir.h.
@@ -24,6 +24,7 @@ mod evaluate;
 mod host_limits;
 mod limiter;
 mod log_zone;
+mod metrics;
 mod parse;
 mod policy;
 mod reload;
@@ -38,6 +39,7 @@ pub use evaluate::*;
 pub use host_limits::*;
 pub use limiter::*;
 pub use log_zone::*;
+pub use metrics::*;
 pub use parse::*;
 pub use policy::*;
 pub use reload::*;

@@ -53,7 +53,7 @@ pub enum Fallback {
 /// Default `sync_interval`.
 pub const DEFAULT_SYNC_INTERVAL: Duration = Duration::from_millis(100);
 
-/// Counters of one cluster zone (also rendered as Prometheus text). In a zone's shared region
+/// Counters of one cluster zone (rendered through [`ClusterZone::counts`]). In a zone's shared region
 /// (nginx: one per cluster zone, every worker reads and adds to the same words) or in the
 /// process (`#[repr(C)]`: its layout is part of the shared region's, see [`ClusterShared`]).
 #[derive(Debug, Default)]
@@ -512,71 +512,39 @@ impl RateStep for WithRemote<'_> {
     }
 }
 
-/// Prometheus text for the cluster zones (appended to the engine's).
-pub fn render_prometheus<'a>(
-    zones: impl Iterator<Item = &'a ClusterZone> + Clone,
-    now: u64,
-    out: &mut impl std::fmt::Write,
-) -> std::fmt::Result {
-    type Field = fn(&ClusterZone, u64) -> u64;
-    let series: [(&str, &str, &str, Field); 8] = [
-        (
-            "weir_cluster_syncs_total",
-            "counter",
-            "Successful syncs with Redis.",
-            |z, _| z.stats.syncs_ok.load(Relaxed),
-        ),
-        (
-            "weir_cluster_sync_errors_total",
-            "counter",
-            "Failed sync or connection attempts.",
-            |z, _| z.stats.sync_errors.load(Relaxed),
-        ),
-        (
-            "weir_cluster_fallback_decisions_total",
-            "counter",
-            "Requests decided on the local share while Redis was away.",
-            |z, _| z.stats.fallback_decisions.load(Relaxed),
-        ),
-        (
-            "weir_cluster_pushed_units_total",
-            "counter",
-            "Admitted cost units pushed to Redis.",
-            |z, _| z.stats.pushed_units.load(Relaxed),
-        ),
-        (
-            "weir_cluster_remote_evictions_active_total",
-            "counter",
-            "Remote counts evicted for lack of room (remote table overflow).",
-            |z, _| z.remote.stats().evicted_active,
-        ),
-        (
-            "weir_cluster_leader",
-            "gauge",
-            "1 while this process's syncer is the zone's elected syncer.",
-            |z, _| u64::from(z.is_leader()),
-        ),
-        (
-            "weir_cluster_leader_pid",
-            "gauge",
-            "Process id of the syncer that synced last.",
-            |z, _| z.stats.leader_pid.load(Relaxed),
-        ),
-        (
-            "weir_cluster_fallback_active",
-            "gauge",
-            "1 while the zone decides on the local fallback share.",
-            |z, now| u64::from(!z.healthy(now)),
-        ),
-    ];
-    for (name, kind, help, f) in series {
-        writeln!(out, "# HELP {name} {help}")?;
-        writeln!(out, "# TYPE {name} {kind}")?;
-        for z in zones.clone() {
-            writeln!(out, "{name}{{zone=\"{}\"}} {}", z.name, f(z, now))?;
+/// One cluster zone's counters at one instant, as plain numbers (the metrics snapshot,
+/// `policy::metrics`, renders them).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClusterCounts {
+    pub syncs: u64,
+    pub sync_errors: u64,
+    pub fallback_decisions: u64,
+    pub pushed_units: u64,
+    /// Remote counts evicted for lack of room (remote table overflow).
+    pub remote_evictions_active: u64,
+    /// 1 while this process's syncer is the zone's elected syncer.
+    pub leader: u64,
+    /// Process id of the syncer that synced last.
+    pub leader_pid: u64,
+    /// 1 while the zone decides on the local fallback share (not [`ClusterZone::healthy`]).
+    pub fallback_active: u64,
+}
+
+impl ClusterZone {
+    /// The zone's counters at `now` (CLOCK_MONOTONIC ns).
+    pub fn counts(&self, now: u64) -> ClusterCounts {
+        let s = &self.stats;
+        ClusterCounts {
+            syncs: s.syncs_ok.load(Relaxed),
+            sync_errors: s.sync_errors.load(Relaxed),
+            fallback_decisions: s.fallback_decisions.load(Relaxed),
+            pushed_units: s.pushed_units.load(Relaxed),
+            remote_evictions_active: self.remote.stats().evicted_active,
+            leader: u64::from(self.is_leader()),
+            leader_pid: s.leader_pid.load(Relaxed),
+            fallback_active: u64::from(!self.healthy(now)),
         }
     }
-    Ok(())
 }
 
 #[cfg(test)]

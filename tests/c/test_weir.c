@@ -590,6 +590,22 @@ test_bad_inputs(void)
         CHECK(strstr(text, "weir_limit_requests_total{limit=") != NULL, "metrics text");
         free(text);
     }
+    CHECK(weir_engine_json(NULL, NULL, 0, &written) == WEIR_ERR_NULL, "NULL json");
+    {
+        const weir_engine *one[1] = { e };
+        CHECK(weir_metrics(one, 1, 7, NULL, 0, &written) == WEIR_ERR_INVALID, "format 7");
+    }
+    CHECK(weir_engine_json(e, (uint8_t *) buf, 8, &written) == WEIR_ERR_BUFFER_TOO_SMALL
+          && written > 8, "json too small");
+    {
+        char *text = malloc(written + 1);
+        CHECK(weir_engine_json(e, (uint8_t *) text, written, &written) == WEIR_OK, "json");
+        text[written] = '\0';
+        CHECK(strncmp(text, "{\"version\":1,\"engine\":{\"requests\":", 32) == 0
+              && strstr(text, "\"limits\":[{\"name\":") != NULL
+              && text[written - 1] == '}', "json status: %s", text);
+        free(text);
+    }
     CHECK(weir_engine_header_count(e) == 0, "GOOD_POLICY reads no header");
     CHECK(weir_engine_header_count(NULL) == 0, "NULL header count");
     CHECK(weir_engine_header_name(NULL, 0, NULL, NULL) == WEIR_ERR_NULL, "header name NULL");

@@ -1319,6 +1319,7 @@ def main():
     sys.modules["run"] = sys.modules[__name__]
     import hosts
     import reload_edits
+    import status_json
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--module", required=True)
@@ -1345,6 +1346,7 @@ def main():
         ("reload-edits", lambda: reload_edits.test_reload_edits(args.module)),
         ("reload-rates", lambda: reload_edits.test_reload_rates(args.module)),
         ("metrics", lambda: test_metrics(args.module, args.promcheck)),
+        ("status-json", lambda: status_json.test_status_json(args.module, args.promcheck)),
         ("hosts", lambda: hosts.test_hosts(args.test_module, args.hosts, args.promcheck)),
         ("repeated-headers", lambda: test_repeated_headers(args.module)),
     ]

@@ -7,6 +7,8 @@
 //! curl -i http://127.0.0.1:3000/healthz     # exempt
 //! curl -N http://127.0.0.1:3000/download    # 3 s stream; two at once, four more queue (5 s),
 //!                                           # the rest get 503
+//! curl http://127.0.0.1:3000/metrics        # the counters (Prometheus text; not limited)
+//! curl http://127.0.0.1:3000/metrics?format=json
 //! ```
 
 use std::net::SocketAddr;
@@ -19,7 +21,7 @@ use axum::routing::get;
 use axum::{Extension, Router};
 use bytes::Bytes;
 use weir::policy::{load_policy, Engine};
-use weir_tower::{Verdict, WeirLayer};
+use weir_tower::{StatusService, Verdict, WeirLayer};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -35,7 +37,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/download", get(download))
         // Everything above is limited; the Verdict extension is for the handlers' logging.
-        .layer(WeirLayer::new(engine).expose_verdict(true));
+        .layer(WeirLayer::new(engine.clone()).expose_verdict(true))
+        // Added after the layer, so not limited: the counters (docs/METRICS.md).
+        .route_service("/metrics", StatusService::new(engine));
 
     let listener = tokio::net::TcpListener::bind(&addr).await?;
     println!("listening on http://{}", listener.local_addr()?);

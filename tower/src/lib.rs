@@ -43,6 +43,11 @@
 //! # Ok(()) }
 //! ```
 //!
+//! # Metrics
+//!
+//! [`StatusService`] serves the engine's counters on a route the application mounts: Prometheus
+//! text, or the JSON status with `?format=json` (docs/METRICS.md).
+//!
 //! # The client address
 //!
 //! The layer gives the engine the address of the directly connected peer; the engine itself
@@ -77,6 +82,7 @@
 //! response's (for outer layers: access logs, metrics). Off by default: it costs an allocation.
 
 mod body;
+mod status;
 mod view;
 
 use std::future::Future;
@@ -97,6 +103,7 @@ use weir::policy::{Action, Engine, Outcome};
 
 pub use body::WeirBody;
 use body::{PermitGuard, TicketGuard};
+pub use status::{status_response, StatusService};
 use view::View;
 
 /// The peer address to give the engine for this request, overriding the connection's.

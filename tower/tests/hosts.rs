@@ -6,12 +6,12 @@
 //! unit` does).
 
 mod common;
+#[path = "../../tests/common/promcheck.rs"]
+mod promcheck;
 
 use std::collections::HashMap;
-use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,6 +20,7 @@ use axum::extract::{Request, State};
 use axum::response::Response;
 use axum::Router;
 use common::{held_response, serve, Conn, End, Held};
+use promcheck::promcheck;
 use tokio::net::UnixListener;
 use toml::{Table, Value};
 use weir::policy::{CompiledPolicy, Engine};
@@ -146,28 +147,7 @@ fn check_response(at: &str, conn: &Conn, expect: &Table) {
 fn limit_counts(engine: &Engine) -> HashMap<(String, String), u64> {
     let mut text = String::new();
     engine.render_prometheus(&mut text).unwrap();
-    match std::env::var_os("WEIR_PROMCHECK") {
-        Some(bin) => {
-            let mut child = Command::new(bin)
-                .stdin(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap();
-            child
-                .stdin
-                .take()
-                .unwrap()
-                .write_all(text.as_bytes())
-                .unwrap();
-            let out = child.wait_with_output().unwrap();
-            assert!(
-                out.status.success(),
-                "not valid Prometheus text: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        None => eprintln!("WEIR_PROMCHECK is not set: metrics not checked by promcheck"),
-    }
+    promcheck(&text);
     let mut out = HashMap::new();
     for line in text.lines() {
         let Some(rest) = line.strip_prefix("weir_limit_requests_total{limit=\"") else {

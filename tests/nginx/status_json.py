@@ -1,0 +1,139 @@
+"""weir_status's formats (run by run.py: status-json): after known traffic, `?format=json`
+answers the JSON status (application/json) with the counts that traffic must give, the same
+numbers as the default Prometheus text under the same names; an unknown format is 400."""
+
+import http.client
+import json
+import subprocess
+
+from run import Nginx, check, request
+
+POLICY = """[zones.pz]
+size = "64k"
+algorithm = "gcra"
+rate = "1r/m"
+[exempt.health]
+match = [{ path = "/health" }]
+[[limit]]
+name = "per-ip"
+class = "*"
+zone = "pz"
+"""
+
+HTTP = """
+    weir_req_zone $binary_remote_addr zone=rz:1m rate=1r/m;
+%POLICY%
+    server {
+        listen 127.0.0.1:%PORT%;
+        root %DIR%/html;
+        location = /metrics { weir_status; }
+        location / { %WEIR% try_files /f =404; }
+        location /d { weir_req zone=rz; try_files /f =404; }
+    }
+"""
+
+
+def fetch(port, method, target):
+    """(status, Content-Type, body text)."""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        c.request(method, target)
+        r = c.getresponse()
+        return r.status, r.getheader("Content-Type"), r.read().decode()
+    finally:
+        c.close()
+
+
+def prometheus_samples(text):
+    """{'family{labels}': value} of the sample lines."""
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            series, value = line.rsplit(" ", 1)
+            check(series not in out, f"{series} twice:\n{text}")
+            out[series] = int(value)
+    return out
+
+
+def json_samples(status, text):
+    """The JSON status's numbers under the Prometheus series docs/METRICS.md maps them to."""
+    def family(prefix, key):
+        total = f"{prefix}{key}_total"
+        return total if f"# TYPE {total} counter" in text else prefix + key
+
+    out = {}
+    for k, v in (status["engine"] or {}).items():
+        out[f"weir_{k}_total"] = v
+    for lim in status["limits"]:
+        for k, v in lim.items():
+            if k != "name":
+                out[f'weir_limit_requests_total{{limit="{lim["name"]}",verdict="{k}"}}'] = v
+    for group, prefix in (("zones", "weir_zone_"), ("clusters", "weir_cluster_")):
+        for z in status[group]:
+            for k, v in z.items():
+                if k != "name":
+                    out[f'{family(prefix, k)}{{zone="{z["name"]}"}}'] = v
+    return out
+
+
+def status_json(ngx, promcheck):
+    """The JSON status, checked against the Prometheus text served next to it."""
+    st, ctype, body = fetch(ngx.port, "GET", "/metrics?format=json")
+    check(st == 200 and ctype == "application/json", f"?format=json: {st} {ctype}")
+    status = json.loads(body)
+    st, ctype, text = fetch(ngx.port, "GET", "/metrics")
+    check(st == 200 and ctype.startswith("text/plain; version=0.0.4"), f"default: {st} {ctype}")
+    p = subprocess.run([promcheck], input=text, capture_output=True, text=True, timeout=60)
+    check(p.returncode == 0, f"not valid Prometheus text: {p.stderr.strip()}\n{text}")
+    check(json_samples(status, text) == prometheus_samples(text),
+          f"JSON and Prometheus text differ:\n{body}\n{text}")
+    return status
+
+
+def test_status_json(module, promcheck):
+    both = Nginx(module, HTTP.replace("%POLICY%", "    weir_policy %DIR%/policy.toml;")
+                 .replace("%WEIR%", "weir on;"), files={"policy.toml": POLICY, "html/f": "x"})
+    try:
+        both.start()
+        got = [request(both.port, "GET", t)[0] for t in ("/", "/", "/", "/health", "/health",
+                                                         "/d", "/d")]
+        check(got == [200, 429, 429, 200, 200, 200, 503], f"traffic: {got}")
+        status = status_json(both, promcheck)
+        check(status["version"] == 1, f"version: {status['version']}")
+        check(status["engine"] == {"requests": 5, "exempt": 2, "unmatched": 0, "bad_target": 0},
+              f"engine: {status['engine']}")
+        check(status["limits"] == [{"name": "per-ip", "passed": 1, "delayed": 0, "rejected": 2,
+                                    "queued": 0, "dry_run_delayed": 0, "dry_run_rejected": 0}],
+              f"limits: {status['limits']}")
+        zones = {z["name"]: z for z in status["zones"]}
+        check(list(zones) == ["pz", "rz"], f"zones: {list(zones)}")
+        for name, passed, rejected in (("pz", 1, 2), ("rz", 1, 1)):
+            z = zones[name]
+            check((z["occupancy"], z["passed"], z["rejected"]) == (1, passed, rejected)
+                  and z["capacity"] > 0, f"zone {name}: {z}")
+        check(status["clusters"] == [], f"clusters: {status['clusters']}")
+
+        check(fetch(both.port, "GET", "/metrics?format=prometheus")[0] == 200, "format=prometheus")
+        for bad in ("xml", "JSON", "", "jsonx"):
+            st = fetch(both.port, "GET", f"/metrics?format={bad}")[0]
+            check(st == 400, f"?format={bad}: {st}")
+        st, ctype, body = fetch(both.port, "HEAD", "/metrics?format=json")
+        check((st, ctype, body) == (200, "application/json", ""), f"HEAD: {st} {ctype} {body!r}")
+        both.check_log()
+    finally:
+        both.cleanup()
+
+    zones_only = Nginx(module, HTTP.replace("%POLICY%", "").replace("%WEIR%", ""),
+                       files={"html/f": "x"})
+    try:
+        zones_only.start()
+        check(request(zones_only.port, "GET", "/d")[0] == 200, "directive zone")
+        status = status_json(zones_only, promcheck)
+        check(status["engine"] is None and status["limits"] == [], f"no policy: {status}")
+        check([(z["name"], z["passed"]) for z in status["zones"]] == [("rz", 1)],
+              f"no policy: {status['zones']}")
+        zones_only.check_log()
+    finally:
+        zones_only.cleanup()
+    return ("?format=json: the counts of known traffic, the same numbers as the Prometheus "
+            "text under the same names, with a policy and without; unknown formats 400")

@@ -1,0 +1,103 @@
+//! The engine's counters over HTTP: [`StatusService`] answers the route the application mounts
+//! it on with the Prometheus text, or the JSON status (docs/METRICS.md) for `?format=json`.
+
+use std::convert::Infallible;
+use std::future::{ready, Ready};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use http::header::{HeaderValue, ALLOW, CONTENT_TYPE};
+use http::{Method, Request, Response, StatusCode};
+use tower_service::Service;
+use weir::policy::metrics::Format;
+use weir::policy::Engine;
+
+/// A tower service that serves an engine's counters, as nginx's `weir_status` does:
+///
+/// | request | response |
+/// |---|---|
+/// | `GET` (or `HEAD`), no `format` or `?format=prometheus` | 200, Prometheus text (format 0.0.4) |
+/// | `GET ?format=json` | 200, `application/json`: the JSON status, schema version 1 |
+/// | another `format` | 400 |
+/// | another method | 405 with `Allow: GET, HEAD` |
+///
+/// Mount it on a route of its own (and keep that route from the public, as any metrics
+/// endpoint); other query parameters are ignored.
+///
+/// ```no_run
+/// use std::sync::Arc;
+/// use axum::{routing::get, Router};
+/// use weir::policy::{load_policy, Engine};
+/// use weir_tower::{StatusService, WeirLayer};
+///
+/// # fn app() -> Result<Router, Box<dyn std::error::Error>> {
+/// let engine = Arc::new(Engine::new(load_policy("policy.toml".as_ref())?)?);
+/// let app = Router::new()
+///     .route("/", get(|| async { "hello" }))
+///     .layer(WeirLayer::new(engine.clone()))
+///     // Mounted after the layer: scraping is not rate limited.
+///     .route_service("/metrics", StatusService::new(engine));
+/// # Ok(app) }
+/// ```
+#[derive(Clone)]
+pub struct StatusService {
+    engine: Arc<Engine>,
+}
+
+impl StatusService {
+    pub fn new(engine: Arc<Engine>) -> StatusService {
+        StatusService { engine }
+    }
+}
+
+impl<B> Service<Request<B>> for StatusService {
+    type Response = Response<String>;
+    type Error = Infallible;
+    type Future = Ready<Result<Response<String>, Infallible>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request<B>) -> Self::Future {
+        ready(Ok(status_response(&self.engine, &req)))
+    }
+}
+
+/// The response [`StatusService`] gives `req`, for applications that route it themselves.
+pub fn status_response<B>(engine: &Engine, req: &Request<B>) -> Response<String> {
+    if req.method() != Method::GET && req.method() != Method::HEAD {
+        let mut r = plain(StatusCode::METHOD_NOT_ALLOWED, "GET or HEAD only\n");
+        r.headers_mut()
+            .insert(ALLOW, HeaderValue::from_static("GET, HEAD"));
+        return r;
+    }
+    let format = match format_arg(req.uri().query().unwrap_or("")) {
+        None => Format::Prometheus,
+        Some(name) => match Format::from_name(name) {
+            Some(f) => f,
+            None => return plain(StatusCode::BAD_REQUEST, "format: prometheus or json\n"),
+        },
+    };
+    let mut r = Response::new(engine.snapshot().render(format));
+    r.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static(format.content_type()),
+    );
+    r
+}
+
+/// The first `format=` parameter of a query string.
+fn format_arg(query: &str) -> Option<&str> {
+    query.split('&').find_map(|p| p.strip_prefix("format="))
+}
+
+fn plain(status: StatusCode, body: &str) -> Response<String> {
+    let mut r = Response::new(body.to_owned());
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    r
+}

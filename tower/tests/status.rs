@@ -1,0 +1,97 @@
+//! `StatusService` on a real axum server (127.0.0.1): after known traffic through the layer,
+//! the Prometheus text and the JSON status report the same counts; unknown formats and other
+//! methods are refused.
+
+mod common;
+#[path = "../../tests/common/promcheck.rs"]
+mod promcheck;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::routing::get;
+use axum::Router;
+use common::{serve, Conn};
+use promcheck::promcheck;
+use serde_json::Value;
+use weir::policy::{CompiledPolicy, Engine};
+use weir_tower::{StatusService, WeirLayer};
+
+const POLICY: &str = "[zones.ip]\nsize = \"64k\"\nalgorithm = \"gcra\"\nrate = \"1r/m\"\n\
+                      [[limit]]\nname = \"per-ip\"\nclass = \"*\"\nzone = \"ip\"\n";
+const WAIT: Duration = Duration::from_secs(10);
+
+/// (status, content type, body) of one request.
+async fn get_status(
+    addr: std::net::SocketAddr,
+    method: &str,
+    target: &str,
+) -> (u16, String, String) {
+    let mut c = Conn::send(addr, method, target, &[]).await;
+    let head = c.head(WAIT).await.expect("no response head");
+    let (status, ct) = (
+        head.status,
+        head.get("content-type").unwrap_or("").to_owned(),
+    );
+    let body = if method == "HEAD" {
+        Vec::new()
+    } else {
+        c.body(WAIT).await.expect("no response body")
+    };
+    (status, ct, String::from_utf8(body).unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serves_the_same_counts_as_prometheus_text_and_json() {
+    let engine = Arc::new(Engine::new(CompiledPolicy::parse(POLICY, None).unwrap()).unwrap());
+    let app = Router::new()
+        .route("/", get(|| async { "hello" }))
+        .layer(WeirLayer::new(engine.clone()))
+        .route_service("/metrics", StatusService::new(engine));
+    let (addr, _server) = serve(app).await;
+
+    let mut got = Vec::new();
+    for _ in 0..3 {
+        got.push(get_status(addr, "GET", "/").await.0);
+    }
+    assert_eq!(got, [200, 429, 429]);
+
+    for target in ["/metrics", "/metrics?format=prometheus"] {
+        let (status, ct, text) = get_status(addr, "GET", target).await;
+        assert_eq!(
+            (status, ct.as_str()),
+            (200, "text/plain; version=0.0.4; charset=utf-8")
+        );
+        promcheck(&text);
+        for line in [
+            "weir_requests_total 3\n",
+            "weir_limit_requests_total{limit=\"per-ip\",verdict=\"passed\"} 1\n",
+            "weir_limit_requests_total{limit=\"per-ip\",verdict=\"rejected\"} 2\n",
+            "weir_zone_occupancy{zone=\"ip\"} 1\n",
+        ] {
+            assert!(text.contains(line), "{target} lacks {line:?}:\n{text}");
+        }
+    }
+
+    let (status, ct, body) = get_status(addr, "GET", "/metrics?x=1&format=json").await;
+    assert_eq!((status, ct.as_str()), (200, "application/json"));
+    let json: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(json["version"], 1);
+    assert_eq!(json["engine"]["requests"], 3);
+    let limit = &json["limits"][0];
+    assert_eq!(limit["name"], "per-ip");
+    assert_eq!(
+        (&limit["passed"], &limit["rejected"]),
+        (&Value::from(1), &Value::from(2))
+    );
+    assert_eq!(json["zones"][0]["name"], "ip");
+    assert_eq!(json["zones"][0]["occupancy"], 1);
+    assert_eq!(json["zones"][0]["rejected"], 2);
+
+    let (status, ct, _) = get_status(addr, "HEAD", "/metrics?format=json").await;
+    assert_eq!((status, ct.as_str()), (200, "application/json"));
+    assert_eq!(get_status(addr, "GET", "/metrics?format=xml").await.0, 400);
+    let mut post = Conn::send(addr, "POST", "/metrics", &[("content-length", "0")]).await;
+    let head = post.head(WAIT).await.unwrap();
+    assert_eq!((head.status, head.get("allow")), (405, Some("GET, HEAD")));
+}
