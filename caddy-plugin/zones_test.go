@@ -97,12 +97,12 @@ func TestZonesSharedAcrossConfigs(t *testing.T) {
 		return map[string]*Zone{"s": {Key: "k", MaxEvents: 1, Window: window}}
 	}
 	h1 := &Handler{RateLimits: zones(hour)}
-	defer provisioned(t, h1)()
+	cleanup1 := provisioned(t, h1)
 	if s, _, _ := serveZone(t, h1, nextOK); s != 200 {
 		t.Fatalf("first: %d", s)
 	}
 	h2 := &Handler{RateLimits: zones(hour)}
-	defer provisioned(t, h2)()
+	cleanup2 := provisioned(t, h2)
 	if h1.zoneEng != h2.zoneEng {
 		t.Fatal("the same zones got another engine")
 	}
@@ -124,6 +124,15 @@ func TestZonesSharedAcrossConfigs(t *testing.T) {
 	}
 	if s, ph, _ := serveZone(t, h4, nextOK); s != 429 || ph != "reject/s" {
 		t.Fatalf("the unchanged zone beside a new one: %d %s, want 429 reject/s (state kept)", s, ph)
+	}
+	// The old configs end (their engine is freed): the table lives on with the new engine.
+	cleanup1()
+	cleanup2()
+	if h1.zoneEng.eng != nil {
+		t.Fatal("the old engine outlived its configs")
+	}
+	if s, _, _ := serveZone(t, h4, nextOK); s != 429 {
+		t.Fatalf("after the old configs ended: %d, want 429 (the table kept)", s)
 	}
 	delete(h4.RateLimits, "s")
 	h5 := &Handler{RateLimits: h4.RateLimits}
