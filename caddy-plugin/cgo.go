@@ -22,9 +22,12 @@ __attribute__((used)) static const char wgo_lib_sha[] = WGO_STR(WEIR_LIB_SHA);
 // The engine reads the lines of one name in order (nth 0, 1, 2, ...): a lookup of nth right
 // after nth - 1 of the same name resumes after that line (at `next`), so n repeated lines
 // cost O(n), not O(n^2). `last_nth` is SIZE_MAX while no line was found.
+// Variables (inline zones' keys) are packed the same way without names, one [u32 len][value]
+// per variable index.
 typedef struct {
 	const uint8_t *buf; size_t len;
 	size_t last_nth, last_name, last_name_len, next;
+	const uint8_t *vars; size_t vars_len;
 } wgo_headers;
 
 static int wgo_header(void *ctx, const uint8_t *lname, size_t lname_len, size_t nth,
@@ -56,29 +59,51 @@ static int wgo_header(void *ctx, const uint8_t *lname, size_t lname_len, size_t 
 	return 0;
 }
 
-static weir_request wgo_request(const uint8_t *m, size_t ml, const uint8_t *t, size_t tl,
-                                const uint8_t *p, size_t pl, wgo_headers *h) {
+static int wgo_var(void *ctx, size_t index, const uint8_t **value, size_t *value_len) {
+	wgo_headers *h = (wgo_headers *) ctx;
+	size_t off = 0;
+	for (size_t i = 0; off + 4 <= h->vars_len; i++) {
+		uint32_t n;
+		memcpy(&n, h->vars + off, 4); off += 4;
+		if (off + n > h->vars_len) return 0;
+		if (i == index) {
+			*value = h->vars + off; *value_len = n;
+			return 1;
+		}
+		off += n;
+	}
+	return 0;
+}
+
+// wgo_evaluate runs one evaluation (one cgo call): the policy's, or the limits at sel (nsel
+// of them, the inline zones a request matches) when sel is not NULL; first, or again for a
+// queued verdict. (Go pointers only as arguments: cgo forbids Go memory holding them.)
+static int wgo_evaluate(const weir_engine *e, const uint8_t *m, size_t ml, const uint8_t *t,
+                        size_t tl, const uint8_t *p, size_t pl, const uint8_t *hb, size_t hl,
+                        const uint8_t *vb, size_t vl, const uint16_t *sel, size_t nsel, int queued,
+                        uint64_t now, weir_verdict *v, uint8_t *buf, size_t cap) {
+	wgo_headers h = { hb, hl, SIZE_MAX, 0, 0, 0, vb, vl };
 	weir_request r = {0};
 	r.method = m; r.method_len = ml; r.target = t; r.target_len = tl;
 	r.peer = p; r.peer_len = pl;
-	r.header = h->len ? wgo_header : NULL; r.header_ctx = h;
-	return r;
+	r.header = hl ? wgo_header : NULL; r.header_ctx = &h;
+	r.var = vl ? wgo_var : NULL;
+	if (sel != NULL) {
+		v->headers_len = 0;
+		return queued ? weir_engine_evaluate_selected_queued(e, &r, sel, nsel, now, v)
+		              : weir_engine_evaluate_selected(e, &r, sel, nsel, now, v);
+	}
+	return queued ? weir_engine_evaluate_queued(e, &r, now, v, buf, cap)
+	              : weir_engine_evaluate(e, &r, now, v, buf, cap);
 }
 
-static int wgo_evaluate(const weir_engine *e, const uint8_t *m, size_t ml, const uint8_t *t, size_t tl,
-                        const uint8_t *p, size_t pl, const uint8_t *hb, size_t hl, uint64_t now,
-                        weir_verdict *out, uint8_t *buf, size_t cap) {
-	wgo_headers h = { hb, hl, SIZE_MAX, 0, 0, 0 };
-	weir_request r = wgo_request(m, ml, t, tl, p, pl, &h);
-	return weir_engine_evaluate(e, &r, now, out, buf, cap);
-}
-
-static int wgo_evaluate_queued(const weir_engine *e, const uint8_t *m, size_t ml, const uint8_t *t,
-                               size_t tl, const uint8_t *p, size_t pl, const uint8_t *hb, size_t hl,
-                               uint64_t now, weir_verdict *v, uint8_t *buf, size_t cap) {
-	wgo_headers h = { hb, hl, SIZE_MAX, 0, 0, 0 };
-	weir_request r = wgo_request(m, ml, t, tl, p, pl, &h);
-	return weir_engine_evaluate_queued(e, &r, now, v, buf, cap);
+// wgo_name reads the name of limit (kind 0), header (1) or variable (2) i of engine e.
+static int wgo_name(const weir_engine *e, int kind, size_t i, const uint8_t **p, size_t *l) {
+	switch (kind) {
+	case 0: return weir_engine_limit_name(e, i, p, l);
+	case 1: return weir_engine_header_name(e, i, p, l);
+	default: return weir_engine_var_name(e, i, p, l);
+	}
 }
 */
 import "C"
@@ -146,6 +171,8 @@ type engine struct {
 	limits []string
 	// headers the policy reads; the engine asks for no other, so only these are copied.
 	headers []policyHeader
+	// vars are the variables (`var:NAME` key parts) the engine asks for, by index.
+	vars []string
 }
 
 // policyHeader is a header the policy reads: its key in Go's http.Header and weir's name.
@@ -167,29 +194,54 @@ func newEngine(text []byte, name string) (*engine, error) {
 	if rc := C.weir_engine_new(pol, &e, &cerr); rc != C.WEIR_OK {
 		return nil, takeError(cerr, rc)
 	}
+	return describe(e), nil
+}
+
+// Kinds of names an engine hands out (wgo_name).
+const (
+	nameLimit = iota
+	nameHeader
+	nameVar
+)
+
+// cName is the name of the engine's limit, header or variable i; ok false past the end.
+func cName(e *C.weir_engine, kind, i int) (string, bool) {
+	var p *C.uint8_t
+	var l C.size_t
+	if C.wgo_name(e, C.int(kind), C.size_t(i), &p, &l) != C.WEIR_OK {
+		return "", false
+	}
+	return C.GoStringN((*C.char)(unsafe.Pointer(p)), C.int(l)), true
+}
+
+// describe wraps e, reading the names of its limits, headers and variables once.
+func describe(e *C.weir_engine) *engine {
 	eng := &engine{p: e}
 	n := int(C.weir_engine_limit_count(e))
 	for i := 0; i < n; i++ {
-		var p *C.uint8_t
-		var l C.size_t
-		if C.weir_engine_limit_name(e, C.size_t(i), &p, &l) == C.WEIR_OK {
-			eng.limits = append(eng.limits, C.GoStringN((*C.char)(unsafe.Pointer(p)), C.int(l)))
-		} else {
-			eng.limits = append(eng.limits, fmt.Sprintf("limit%d", i))
+		name, ok := cName(e, nameLimit, i)
+		if !ok {
+			name = fmt.Sprintf("limit%d", i)
 		}
+		eng.limits = append(eng.limits, name)
 	}
 	for i := 0; ; i++ {
-		var p *C.uint8_t
-		var l C.size_t
-		if C.weir_engine_header_name(e, C.size_t(i), &p, &l) != C.WEIR_OK {
+		name, ok := cName(e, nameHeader, i)
+		if !ok {
 			break
 		}
-		name := C.GoStringN((*C.char)(unsafe.Pointer(p)), C.int(l))
 		if !isTestHeader(name) { // the test harness's own headers are never the request's
 			eng.headers = append(eng.headers, policyHeader{textproto.CanonicalMIMEHeaderKey(name), name})
 		}
 	}
-	return eng, nil
+	for i := 0; ; i++ {
+		name, ok := cName(e, nameVar, i)
+		if !ok {
+			break
+		}
+		eng.vars = append(eng.vars, name)
+	}
+	return eng
 }
 
 // checkPolicy parses policy text without creating tables.
@@ -244,17 +296,14 @@ func (e *engine) free() {
 	}
 }
 
-func (e *engine) limitName(i int) string {
-	if i >= 0 && i < len(e.limits) {
-		return e.limits[i]
-	}
-	return ""
-}
-
 // reqView is what the engine needs of one request.
 type reqView struct {
 	method, target, peer string
 	headers              []byte // packed, see wgo_header
+	// Inline zones: the limits the request's zones select (nil: the policy's evaluation of
+	// all its limits) and the variables their keys read, packed by index (see wgo_var).
+	sel  []uint16
+	vars []byte
 }
 
 // verdict is a weir_verdict plus the response header lines the engine wrote.
@@ -299,16 +348,19 @@ func (v *verdict) headerLines() [][2]string {
 	return out
 }
 
-func (e *engine) evaluate(r *reqView, now uint64, v *verdict) {
+// evaluate evaluates r (queued: again, with the WEIR_QUEUE verdict in v) into v.
+func (e *engine) evaluate(r *reqView, now uint64, v *verdict, queued bool) {
+	var sel *C.uint16_t
+	if r.sel != nil {
+		sel = (*C.uint16_t)(unsafe.Pointer(unsafe.SliceData(r.sel)))
+	}
+	q := C.int(0)
+	if queued {
+		q = 1
+	}
 	rc := C.wgo_evaluate(e.p, sptr(r.method), C.size_t(len(r.method)), sptr(r.target), C.size_t(len(r.target)),
-		sptr(r.peer), C.size_t(len(r.peer)), bptr(r.headers), C.size_t(len(r.headers)), C.uint64_t(now),
-		&v.v, (*C.uint8_t)(unsafe.Pointer(&v.hbuf[0])), headerCap)
-	v.rc = int(rc)
-}
-
-func (e *engine) evaluateQueued(r *reqView, now uint64, v *verdict) {
-	rc := C.wgo_evaluate_queued(e.p, sptr(r.method), C.size_t(len(r.method)), sptr(r.target), C.size_t(len(r.target)),
-		sptr(r.peer), C.size_t(len(r.peer)), bptr(r.headers), C.size_t(len(r.headers)), C.uint64_t(now),
+		sptr(r.peer), C.size_t(len(r.peer)), bptr(r.headers), C.size_t(len(r.headers)),
+		bptr(r.vars), C.size_t(len(r.vars)), sel, C.size_t(len(r.sel)), q, C.uint64_t(now),
 		&v.v, (*C.uint8_t)(unsafe.Pointer(&v.hbuf[0])), headerCap)
 	v.rc = int(rc)
 }
@@ -379,33 +431,6 @@ func packHeaders(dst []byte, name, value string) []byte {
 
 var headerPool = sync.Pool{New: func() any { b := make([]byte, 0, 2048); return &b }}
 
-// zone is a low-level weir table with one algorithm (inline zones).
-type zone struct {
-	z  *C.weir_zone
-	l  *C.weir_limiter
-	lz *C.weir_log_zone // kindLog: the exact sliding log (z and l are nil)
-}
-
-const (
-	kindSliding = iota
-	kindGCRA
-	kindConcurrency
-	kindLog
-)
-
-// zoneParams describe a low-level zone; equal params share state across reloads.
-type zoneParams struct {
-	kind     int
-	bytes    uint64
-	events   uint64 // sliding
-	windowNS uint64 // sliding
-	count    uint64 // gcra: count per periodNS
-	periodNS uint64
-	burst    uint64
-	delay    int64 // gcra: -1 nodelay, N
-	max      uint64
-}
-
 // logZoneBytes is what a log zone of `events` needs for `keys` keys.
 func logZoneBytes(events, keys uint64) uint64 {
 	return uint64(C.weir_log_zone_bytes(C.uint64_t(events), C.size_t(keys)))
@@ -413,98 +438,3 @@ func logZoneBytes(events, keys uint64) uint64 {
 
 // zoneMinBytes is the smallest table a GCRA, sliding or concurrency zone can have.
 func zoneMinBytes() uint64 { return uint64(C.weir_zone_min_bytes()) }
-
-func newZone(p zoneParams) (*zone, error) {
-	var cerr *C.weir_error
-	if p.kind == kindLog {
-		var lz *C.weir_log_zone
-		if rc := C.weir_log_zone_new(C.size_t(p.bytes), C.uint64_t(p.events), C.uint64_t(p.windowNS), &lz, &cerr); rc != C.WEIR_OK {
-			return nil, takeError(cerr, rc)
-		}
-		return &zone{lz: lz}, nil
-	}
-	var l *C.weir_limiter
-	var rc C.int
-	switch p.kind {
-	case kindSliding:
-		rc = C.weir_limiter_sliding(C.uint64_t(p.events), C.uint64_t(p.windowNS), &l, &cerr)
-	case kindGCRA:
-		rc = C.weir_limiter_gcra(C.uint64_t(p.count), C.uint64_t(p.periodNS), C.uint64_t(p.burst), C.int64_t(p.delay), &l, &cerr)
-	default:
-		rc = C.weir_limiter_concurrency(C.uint64_t(p.max), 0, &l, &cerr)
-	}
-	if rc != C.WEIR_OK {
-		return nil, takeError(cerr, rc)
-	}
-	bytes := p.bytes
-	if min := uint64(C.weir_zone_min_bytes()); bytes < min {
-		bytes = min
-	}
-	var z *C.weir_zone
-	if rc := C.weir_zone_new(C.size_t(bytes), C.uint64_t(1+p.kind), &z, &cerr); rc != C.WEIR_OK {
-		C.weir_limiter_free(l)
-		return nil, takeError(cerr, rc)
-	}
-	return &zone{z: z, l: l}, nil
-}
-
-func (z *zone) free() {
-	C.weir_log_zone_free(z.lz)
-	C.weir_zone_free(z.z)
-	C.weir_limiter_free(z.l)
-}
-
-// check is one weir_check result.
-type check struct {
-	action                  int
-	waitNS, retryNS         uint64
-	limit, remaining, reset uint64
-}
-
-func fromCheck(c *C.weir_check) check {
-	return check{int(c.action), uint64(c.wait_ns), uint64(c.retry_after_ns), uint64(c.limit), uint64(c.remaining), uint64(c.reset_ns)}
-}
-
-// cCheck is the C result of one zone check, kept in pooled per-request memory (reqState): a
-// local handed to C would be moved to the heap on every call.
-type cCheck struct{ c C.weir_check }
-
-func (z *zone) check(key string, now uint64, out *cCheck) (check, error) {
-	c := &out.c
-	if z.lz != nil {
-		if rc := C.weir_log_zone_check(z.lz, sptr(key), C.size_t(len(key)), C.uint64_t(now), c); rc != C.WEIR_OK {
-			return check{}, fmt.Errorf("weir_log_zone_check: %d", int(rc))
-		}
-		return fromCheck(c), nil
-	}
-	if rc := C.weir_zone_check(z.z, z.l, sptr(key), C.size_t(len(key)), 1, C.uint64_t(now), c); rc != C.WEIR_OK {
-		return check{}, fmt.Errorf("weir_zone_check: %d", int(rc))
-	}
-	return fromCheck(c), nil
-}
-
-func (z *zone) refund(key string, now uint64) {
-	if z.lz != nil {
-		C.weir_log_zone_refund(z.lz, sptr(key), C.size_t(len(key)), C.uint64_t(now))
-		return
-	}
-	C.weir_zone_refund(z.z, z.l, sptr(key), C.size_t(len(key)), 1, C.uint64_t(now))
-}
-
-type permit = C.weir_permit
-
-func (z *zone) acquire(key string, now uint64, p *permit, out *cCheck) (check, error) {
-	c := &out.c
-	if rc := C.weir_zone_acquire(z.z, z.l, sptr(key), C.size_t(len(key)), C.uint64_t(now), c, p); rc != C.WEIR_OK {
-		return check{}, fmt.Errorf("weir_zone_acquire: %d", int(rc))
-	}
-	return fromCheck(c), nil
-}
-
-func (z *zone) releasePermit(p *permit, now uint64) {
-	C.weir_zone_release(z.z, z.l, p, C.uint64_t(now))
-}
-
-func permitHeld(p *permit) bool { return p.limit >= 0 }
-
-func emptyPermit() permit { return permit{limit: -1} }

@@ -37,7 +37,7 @@ func costPerLine(t *testing.T, e *engine, name, value string, n int) float64 {
 	once := func() {
 		hb = e.packPolicyHeaders(hb[:0], r)
 		rv := reqView{method: "GET", target: "/x", peer: "10.0.0.1", headers: hb}
-		e.evaluate(&rv, nowNS(), v)
+		e.evaluate(&rv, nowNS(), v, false)
 		if v.rc != 0 || v.action() != actPass {
 			t.Fatalf("rc %d action %d", v.rc, v.action())
 		}

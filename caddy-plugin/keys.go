@@ -96,3 +96,9 @@ func (k *zoneKey) expand(r *http.Request, repl *caddy.Replacer) string {
 	}
 	return repl.ReplaceAll(k.tmpl, "")
 }
+
+// isClientIP reports a key that is exactly the client address Caddy resolved ({client_ip}
+// in a Caddyfile), which the engine reads as its own `ip` key part.
+func (k *zoneKey) isClientIP() bool {
+	return k.kind == keyVar && k.arg == caddyhttp.ClientIPVarKey
+}

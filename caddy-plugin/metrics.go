@@ -13,9 +13,12 @@ import (
 const metricName = "caddy_http_weir_requests_total"
 const metricHelp = "Requests weir decided on, by source (policy file or inline zone), limit and outcome."
 
+// engineCollector reports limits first … first+n-1 of an engine (a policy's: all of them; an
+// inline zone's: its one limit, under its own source label).
 type engineCollector struct {
-	s    *engineState
-	desc *prometheus.Desc
+	s        *engineState
+	first, n int
+	desc     *prometheus.Desc
 }
 
 func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
@@ -26,7 +29,8 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 	if c.s.eng == nil {
 		return
 	}
-	for i, name := range c.s.eng.limits {
+	for i := c.first; i < c.first+c.n; i++ {
+		name := c.s.name(i)
 		lc, ok := c.s.eng.counters(i)
 		if !ok {
 			continue
@@ -38,23 +42,6 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 			{"dry_run_delayed", lc.dryRunDelayed}, {"dry_run_rejected", lc.dryRunRejected}} {
 			ch <- prometheus.MustNewConstMetric(c.desc, prometheus.CounterValue, float64(o.v), name, o.outcome)
 		}
-	}
-}
-
-type zoneCollector struct {
-	s    *zoneState
-	desc *prometheus.Desc
-}
-
-func (c *zoneCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
-
-func (c *zoneCollector) Collect(ch chan<- prometheus.Metric) {
-	for _, o := range []struct {
-		outcome string
-		v       uint64
-	}{{"passed", c.s.passed.Load()}, {"rejected", c.s.rejected.Load()}, {"queued", c.s.queued.Load()},
-		{"queue_timeout", c.s.timedOut.Load()}} {
-		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.CounterValue, float64(o.v), c.s.name, o.outcome)
 	}
 }
 
@@ -77,9 +64,9 @@ func registerMetrics(ctx caddy.Context, h *Handler) {
 		return
 	}
 	if h.policy != nil {
-		register(reg, &engineCollector{s: h.policy, desc: newDesc("policy:" + h.policy.source)})
+		register(reg, &engineCollector{s: h.policy, n: len(h.policy.names), desc: newDesc("policy:" + h.policy.source)})
 	}
-	for _, z := range h.zones {
-		register(reg, &zoneCollector{s: z.state, desc: newDesc("zone:" + z.name)})
+	for i, z := range h.zones {
+		register(reg, &engineCollector{s: h.zoneEng, first: i, n: 1, desc: newDesc("zone:" + z.name)})
 	}
 }

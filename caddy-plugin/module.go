@@ -9,17 +9,13 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"net/http"
-	"net/netip"
 	"os"
 	"sort"
-	"strconv"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 )
 
 func init() {
@@ -46,7 +42,12 @@ type Handler struct {
 	answerRejections bool
 	policyKey        string
 	policy           *engineState
-	zones            []*inlineZone
+	// Inline zones, rate zones first: zone i is limit i of zoneEng.
+	zones      []*inlineZone
+	zonesKey   string
+	zoneEng    *engineState
+	zonesUseIP bool  // a zone is keyed by the client address (the engine's `ip` part)
+	varZones   []int // the zone whose key is the engine's variable i
 }
 
 // Zone is one inline zone. Exactly one algorithm's parameters must be given:
@@ -79,17 +80,13 @@ type Zone struct {
 	LogLevel string `json:"log_level,omitempty"`
 }
 
+// inlineZone is a provisioned inline zone: limit `limit` of the handler's zone engine.
 type inlineZone struct {
 	name     string
-	cfg      *Zone
-	key      zoneKey
 	params   zoneParams
-	poolKey  string
-	state    *zoneState
+	key      zoneKey
 	matchers caddyhttp.MatcherSets
-	status   int
-	timeout  time.Duration
-	logLevel zapcore.Level
+	limit    uint16
 }
 
 // CaddyModule returns the Caddy module information.
@@ -103,9 +100,17 @@ func (Handler) CaddyModule() caddy.ModuleInfo {
 // maxLogEvents is the most events per key an exact sliding-log zone keeps.
 const maxLogEvents = 4096
 
-// zoneParamsOf validates a zone and returns its weir parameters.
+// Inline zones are evaluated by weir_engine_evaluate_selected, which takes at most this many
+// limits, of which at most maxConcZones concurrency limits (weir.h: WEIR_MAX_PERMITS).
+const (
+	maxZones     = 32
+	maxConcZones = 4
+)
+
+// zoneParamsOf validates a zone and returns its weir zone and limit (the engine's zone and
+// its one limit; equal params share state across reloads).
 func zoneParamsOf(name string, z *Zone) (zoneParams, error) {
-	p := zoneParams{bytes: 1 << 20}
+	p := zoneParams{engName: engineName(name), bytes: 1 << 20, v4: -1, v6: -1}
 	if z.Size != 0 {
 		if err := checkSize(z.Size, zoneMinBytes()); err != nil {
 			return p, fmt.Errorf("zone %s: %v", name, err)
@@ -117,6 +122,7 @@ func zoneParamsOf(name string, z *Zone) (zoneParams, error) {
 			return p, fmt.Errorf("zone %s: %v", name, err)
 		}
 	}
+	p.logLevel = engineLogLevel(cmp.Or(z.LogLevel, "info"))
 	sliding := z.MaxEvents != 0 || z.Window != 0
 	gcra := z.Rate != "" || z.Burst != 0
 	conc := z.Max != 0 || z.Queue != 0 || z.Timeout != 0
@@ -138,6 +144,18 @@ func zoneParamsOf(name string, z *Zone) (zoneParams, error) {
 	if z.Status != 0 && (z.Status < 400 || z.Status > 599) {
 		return p, fmt.Errorf("zone %s: status must be 400-599, got %d", name, z.Status)
 	}
+	p.status = z.Status
+	switch k := compileKey(z.Key); {
+	case k.isClientIP():
+		// The engine's own `ip` part (the peer is Caddy's client_ip); 0 keeps the whole address.
+		p.key, p.v4, p.v6 = "ip", cmp.Or(z.IPv4Prefix, 32), cmp.Or(z.IPv6Prefix, 128)
+	case z.IPv4Prefix != 0 || z.IPv6Prefix != 0:
+		return p, fmt.Errorf("zone %s: ipv4_prefix and ipv6_prefix apply to the client address: they need key {client_ip}", name)
+	case k.kind == keyConst:
+		p.key = "global"
+	default:
+		p.key = "var:" + p.engName
+	}
 	switch {
 	case sliding:
 		if z.Window <= 0 {
@@ -146,11 +164,11 @@ func zoneParamsOf(name string, z *Zone) (zoneParams, error) {
 		if z.MaxEvents <= 0 {
 			return p, fmt.Errorf("zone %s: a sliding zone requires both a window and events (events >= 1)", name)
 		}
-		p.kind, p.events, p.windowNS = kindSliding, uint64(z.MaxEvents), uint64(z.Window)
+		p.algorithm, p.events, p.windowNS = algSliding, uint64(z.MaxEvents), uint64(z.Window)
 		// caddy-ratelimit's exact sliding log when it fits (up to 4096 events per key, a
 		// window of at least 1 ms); beyond, the sliding-window estimate.
 		if z.MaxEvents <= maxLogEvents && z.Window >= caddy.Duration(time.Millisecond) {
-			p.kind = kindLog
+			p.algorithm = algSlidingLog
 			// Without a size: 1 MiB, or room for 1024 keys when their logs need more.
 			if min := logZoneBytes(p.events, 1024); z.Size == 0 && p.bytes < min {
 				p.bytes = min
@@ -170,7 +188,7 @@ func zoneParamsOf(name string, z *Zone) (zoneParams, error) {
 		if z.Burst < 0 {
 			return p, fmt.Errorf("zone %s: burst must be >= 0", name)
 		}
-		p.kind, p.count, p.periodNS, p.burst, p.delay = kindGCRA, count, period, uint64(z.Burst), -1
+		p.algorithm, p.count, p.periodNS, p.burst, p.delay = algGCRA, count, period, uint64(z.Burst), -1
 	default:
 		if z.Max <= 0 {
 			return p, fmt.Errorf("zone %s: a concurrency zone requires max >= 1", name)
@@ -181,9 +199,26 @@ func zoneParamsOf(name string, z *Zone) (zoneParams, error) {
 		if z.Timeout < 0 || (z.Timeout != 0 && z.Queue == 0) {
 			return p, fmt.Errorf("zone %s: timeout has no effect without queue", name)
 		}
-		p.kind, p.max = kindConcurrency, uint64(z.Max)
+		p.algorithm, p.max, p.queue, p.timeoutNS = algConcurrency, uint64(z.Max), uint64(z.Queue), uint64(z.Timeout)
 	}
 	return p, nil
+}
+
+// engineName is the name a zone has in the engine: its own when the policy's names allow it
+// (1-64 letters, digits, '-', '_' or '.', starting with a letter or digit), else one made
+// from its hash. Caddy shows the zone's own name everywhere.
+func engineName(name string) string {
+	ok := len(name) >= 1 && len(name) <= 64
+	for i := 0; ok && i < len(name); i++ {
+		c := name[i]
+		alnum := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+		ok = alnum || i > 0 && (c == '-' || c == '_' || c == '.')
+	}
+	if ok {
+		return name
+	}
+	sum := sha256.Sum256([]byte(name))
+	return "zone-" + hex.EncodeToString(sum[:8])
 }
 
 // Validate checks the configuration without allocating tables.
@@ -191,10 +226,18 @@ func (h *Handler) Validate() error {
 	if h.Policy == "" && len(h.RateLimits) == 0 {
 		return fmt.Errorf("weir: give a policy file or at least one zone")
 	}
+	conc := 0
 	for name, z := range h.RateLimits {
-		if _, err := zoneParamsOf(name, z); err != nil {
+		p, err := zoneParamsOf(name, z)
+		if err != nil {
 			return fmt.Errorf("weir: %v", err)
 		}
+		if p.algorithm == algConcurrency {
+			conc++
+		}
+	}
+	if len(h.RateLimits) > maxZones || conc > maxConcZones {
+		return fmt.Errorf("weir: at most %d zones, of them %d concurrency zones, in one weir handler", maxZones, maxConcZones)
 	}
 	return nil
 }
@@ -222,12 +265,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 			if err != nil {
 				return nil, err
 			}
-			s := &engineState{eng: eng, source: h.Policy}
-			for i := range eng.limits {
-				s.timeouts = append(s.timeouts, eng.queueTimeout(i))
-				s.logLevels = append(s.logLevels, policyLogLevel(eng.logLevel(i)))
-			}
-			return s, nil
+			return newEngineState(eng, h.Policy, eng.limits), nil
 		})
 		if err != nil {
 			// The message starts with file:line:col (weir's policy errors).
@@ -235,6 +273,20 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		}
 		h.policy = v.(*engineState)
 	}
+	if len(h.RateLimits) > 0 {
+		if err := h.provisionZones(ctx); err != nil {
+			return err
+		}
+	}
+	registerMetrics(ctx, h)
+	return nil
+}
+
+// provisionZones makes the inline zones one engine (a zone and one host-selected limit per
+// inline zone), shared by every config with the same zones: a reload that changes none of
+// them keeps their state and counters. A reload that changes some gets a new engine, over
+// the tables of the unchanged ones (which keep their state; the counters start afresh).
+func (h *Handler) provisionZones(ctx caddy.Context) error {
 	names := make([]string, 0, len(h.RateLimits))
 	for name := range h.RateLimits {
 		names = append(names, name)
@@ -243,15 +295,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	for _, name := range names {
 		z := h.RateLimits[name]
 		p, _ := zoneParamsOf(name, z)
-		iz := &inlineZone{name: name, cfg: z, key: compileKey(z.Key), params: p, status: z.Status}
-		if iz.status == 0 {
-			iz.status = http.StatusTooManyRequests
-		}
-		iz.logLevel, _ = parseLogLevel(cmp.Or(z.LogLevel, "info"))
-		iz.timeout = time.Duration(z.Timeout)
-		if iz.timeout == 0 {
-			iz.timeout = 5 * time.Second
-		}
+		iz := &inlineZone{name: name, params: p, key: compileKey(z.Key)}
 		if len(z.MatcherSetsRaw) > 0 {
 			m, err := ctx.LoadModule(z, "MatcherSetsRaw")
 			if err != nil {
@@ -261,69 +305,58 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 				return fmt.Errorf("weir: zone %s: %v", name, err)
 			}
 		}
-		iz.poolKey = fmt.Sprintf("zone|%s|%+v", name, p)
-		v, _, err := pool.LoadOrNew(iz.poolKey, func() (caddy.Destructor, error) {
-			zz, err := newZone(p)
-			if err != nil {
-				return nil, err
-			}
-			return &zoneState{z: zz, name: name, params: p}, nil
-		})
-		if err != nil {
-			return fmt.Errorf("weir: zone %s: %v", name, err)
-		}
-		iz.state = v.(*zoneState)
 		h.zones = append(h.zones, iz)
 	}
 	// Rate zones first, concurrency zones last, so that a request refused by a rate zone
-	// never occupies a concurrency slot.
+	// never occupies a concurrency slot (the engine charges the limits in this order).
 	sort.SliceStable(h.zones, func(i, j int) bool {
-		return h.zones[i].params.kind != kindConcurrency && h.zones[j].params.kind == kindConcurrency
+		return h.zones[i].params.algorithm != algConcurrency && h.zones[j].params.algorithm == algConcurrency
 	})
-	registerMetrics(ctx, h)
+	key := "zones"
+	for i, z := range h.zones {
+		z.limit = uint16(i)
+		key += fmt.Sprintf("|%q=%+v", z.name, z.params)
+	}
+	v, _, err := pool.LoadOrNew(key, func() (caddy.Destructor, error) {
+		eng, regionKeys, err := newZonesEngine(h.zones)
+		if err != nil {
+			return nil, err
+		}
+		names := make([]string, len(h.zones))
+		for i, z := range h.zones {
+			names[i] = z.name
+		}
+		s := newEngineState(eng, "inline zones", names)
+		s.freed = func() { releaseRegions(regionKeys) }
+		return s, nil
+	})
+	if err != nil {
+		return fmt.Errorf("weir: inline zones: %v", err)
+	}
+	h.zonesKey, h.zoneEng = key, v.(*engineState)
+	// The engine asks for its variables by index: varZones[i] is the zone of variable i.
+	for _, name := range h.zoneEng.eng.vars {
+		for zi, z := range h.zones {
+			if z.params.key == "var:"+name {
+				h.varZones = append(h.varZones, zi)
+			}
+		}
+	}
+	for _, z := range h.zones {
+		h.zonesUseIP = h.zonesUseIP || z.params.key == "ip"
+	}
 	return nil
 }
 
-// Cleanup drops this config's references; the last user frees the tables.
+// Cleanup drops this config's references; the last user frees the engines.
 func (h *Handler) Cleanup() error {
 	if h.policyKey != "" {
 		_, _ = pool.Delete(h.policyKey)
 	}
-	for _, z := range h.zones {
-		_, _ = pool.Delete(z.poolKey)
+	if h.zonesKey != "" {
+		_, _ = pool.Delete(h.zonesKey)
 	}
 	return nil
-}
-
-// applyPrefix masks an IP-address key to the configured prefix (caddy-ratelimit's
-// ipv4_prefix / ipv6_prefix): "192.0.2.7" with 24 → "192.0.2.0/24". Other keys are unchanged.
-func applyPrefix(key string, v4, v6 int) string {
-	if v4 == 0 && v6 == 0 {
-		return key
-	}
-	a, err := netip.ParseAddr(key)
-	if err != nil {
-		return key
-	}
-	a = a.WithZone("")
-	bits := v6
-	if a.Is4() || a.Is4In6() {
-		a = a.Unmap()
-		bits = v4
-	}
-	if bits == 0 {
-		return key
-	}
-	p, err := a.Prefix(bits)
-	if err != nil {
-		return key
-	}
-	return p.String()
-}
-
-// retryAfter formats a wait like caddy-ratelimit: seconds + 0.5, printed without decimals.
-func retryAfter(wait time.Duration) string {
-	return strconv.FormatFloat(wait.Seconds()+0.5, 'f', 0, 64)
 }
 
 // sleepCtx waits d or until ctx is done; false when ctx ended first.

@@ -1,10 +1,11 @@
 package weir
 
 import (
-	"context"
+	"encoding/binary"
 	"errors"
 	"net"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 
@@ -20,7 +21,7 @@ const (
 	phLimit  = "http.weir.limit"  // the deciding limit (policy) or zone (inline), else ""
 )
 
-// queuePoll is how often a queued request looks for a free slot.
+// queuePoll is how often a queued request asks the engine again for a free slot.
 const queuePoll = 2 * time.Millisecond
 
 // reqEnv is the time and peer one request is evaluated with.
@@ -28,7 +29,6 @@ type reqEnv struct {
 	now  uint64
 	peer string
 	test *testCtl // non-nil only in weirtest builds, when the request carries test headers
-	ctx  context.Context
 }
 
 // clientIP is the client address Caddy resolved (honours the server's trusted_proxies), else
@@ -46,29 +46,23 @@ func (e *reqEnv) clientIP(r *http.Request) string {
 	return e.peer
 }
 
-// maxHeld is how many zone charges and permits a request keeps in its pooled state before
-// spilling into a larger slice (more zones than that in one handler is unusual).
-const maxHeld = 4
+// Engines a request may go through, in this order: the inline zones', then the policy's.
+const (
+	engZones = iota
+	engPolicy
+	nEngines
+)
 
 // reqState is one request's scratch memory, pooled so that a request that passes allocates
-// nothing here: the C structs the engine writes into, the rate zones charged so far (refunded
-// if a later zone rejects) and the permits to release once the response is complete.
+// nothing here: the verdicts the engines write into (kept while they hold permits, released
+// once the response is complete), the limits its inline zones select and their keys.
 type reqState struct {
-	check       cCheck
-	v           verdict
-	charged     []charge
-	permits     []permit // the C permits only (handed to C)
-	permitZones []*zoneState
-	policyHeld  *verdict // a policy verdict holding permits to release
-
-	chargedBuf     [maxHeld]charge
-	permitsBuf     [maxHeld]permit
-	permitZonesBuf [maxHeld]*zoneState
-}
-
-type charge struct {
-	z   *inlineZone
-	key string
+	v      [nEngines]verdict
+	held   [nEngines]*verdict // a verdict holding permits to release, by engine
+	heldBy [nEngines]*engineState
+	sel    []uint16
+	vars   []byte
+	selBuf [maxZones]uint16
 }
 
 var reqStates = sync.Pool{New: func() any {
@@ -78,66 +72,40 @@ var reqStates = sync.Pool{New: func() any {
 }}
 
 func (rs *reqState) reset() {
-	clear(rs.chargedBuf[:])
-	clear(rs.permitZonesBuf[:])
-	rs.charged = rs.chargedBuf[:0]
-	rs.permits = rs.permitsBuf[:0]
-	rs.permitZones = rs.permitZonesBuf[:0]
-	rs.policyHeld = nil
+	rs.held, rs.heldBy = [nEngines]*verdict{}, [nEngines]*engineState{}
+	rs.sel = rs.selBuf[:0]
+	rs.vars = rs.vars[:0]
 }
 
-// release gives back the request's permits, the policy's first, then the zones' in reverse.
-func (rs *reqState) release(h *Handler, now uint64) {
-	if v := rs.policyHeld; v != nil {
-		s := h.policy
-		s.mu.RLock()
-		if s.eng != nil {
-			s.eng.release(v, now)
-		}
-		s.mu.RUnlock()
+// releaseHeld gives v's permits back to s's engine (unless the engine is gone).
+func releaseHeld(s *engineState, v *verdict, now uint64) {
+	s.mu.RLock()
+	if s.eng != nil {
+		s.eng.release(v, now)
 	}
-	for i := len(rs.permits) - 1; i >= 0; i-- {
-		st := rs.permitZones[i]
-		st.mu.RLock()
-		if st.z != nil {
-			st.z.releasePermit(&rs.permits[i], now)
-		}
-		st.mu.RUnlock()
-	}
+	s.mu.RUnlock()
 }
 
 // detach hands the request's permits over as functions (test harness: held across steps);
 // the state then holds none.
-func (rs *reqState) detach(h *Handler) []func(uint64) {
+func (rs *reqState) detach() []func(uint64) {
 	var out []func(uint64)
-	for i := range rs.permits {
-		st, p := rs.permitZones[i], rs.permits[i]
-		out = append(out, func(now uint64) {
-			st.mu.RLock()
-			if st.z != nil {
-				st.z.releasePermit(&p, now)
-			}
-			st.mu.RUnlock()
-		})
-	}
-	if v := rs.policyHeld; v != nil {
-		s := h.policy
-		out = append(out, func(now uint64) {
-			s.mu.RLock()
-			if s.eng != nil {
-				s.eng.release(v, now)
-			}
-			s.mu.RUnlock()
-		})
+	for i, v := range rs.held {
+		if v != nil {
+			s := rs.heldBy[i]
+			out = append(out, func(now uint64) { releaseHeld(s, v, now) })
+		}
 	}
 	rs.reset()
 	return out
 }
 
-// done releases what the request holds and recycles its state.
+// done releases what the request holds, the policy's permits first, and recycles its state.
 func (h *Handler) done(rs *reqState) {
-	if len(rs.permits) > 0 || rs.policyHeld != nil {
-		rs.release(h, nowNS())
+	for i := nEngines - 1; i >= 0; i-- {
+		if v := rs.held[i]; v != nil {
+			releaseHeld(rs.heldBy[i], v, nowNS())
+		}
 	}
 	rs.reset()
 	reqStates.Put(rs)
@@ -146,22 +114,22 @@ func (h *Handler) done(rs *reqState) {
 // ServeHTTP implements caddyhttp.MiddlewareHandler.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
 	repl, _ := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
-	env := reqEnv{now: nowNS(), ctx: r.Context()}
+	env := reqEnv{now: nowNS()}
 	if done, err := testIntercept(h, w, r, &env); done {
 		return err
 	}
 	rs := reqStates.Get().(*reqState)
 	defer h.done(rs)
 	status, limit := "pass", ""
-	if len(h.zones) > 0 {
-		st, lim, err := h.serveZones(w, r, repl, &env, rs)
+	if h.zoneEng != nil {
+		st, lim, err := h.serveEngine(w, r, repl, &env, rs, engZones)
 		if err != nil {
 			return unlessAnswered(err)
 		}
 		status, limit = st, lim
 	}
 	if h.policy != nil {
-		st, lim, err := h.servePolicy(w, r, repl, &env, rs)
+		st, lim, err := h.serveEngine(w, r, repl, &env, rs, engPolicy)
 		if err != nil {
 			return unlessAnswered(err)
 		}
@@ -172,7 +140,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	setPlaceholders(r, repl, status, limit)
 	if env.test != nil && env.test.hold {
 		// Test harness: keep the permits until an explicit release step.
-		testHold(h, env.test, rs.detach(h))
+		testHold(env.test, rs.detach())
 	}
 	return next.ServeHTTP(w, r)
 }
@@ -273,121 +241,76 @@ func (h *Handler) dryRun(r *http.Request, env *reqEnv, limit string, action int,
 	}
 }
 
-// serveZones runs the inline zones: all-or-nothing across rate zones (a later rejection
-// refunds earlier charges), then concurrency zones (permits released after the response).
-func (h *Handler) serveZones(w http.ResponseWriter, r *http.Request, repl *caddy.Replacer, env *reqEnv,
-	rs *reqState) (string, string, error) {
-	refund := func() {
-		for _, c := range rs.charged {
-			c.z.state.mu.RLock()
-			if c.z.state.z != nil {
-				c.z.state.z.refund(c.key, env.now)
-			}
-			c.z.state.mu.RUnlock()
-		}
-		rs.charged = rs.charged[:0]
+// request is what engine `which` of h evaluates of r: for the policy, the headers it reads
+// (hb, a pooled buffer to hand back); for the inline zones, the limits of the zones r
+// matches and their keys. No limit selected: ok false, nothing to evaluate.
+func (h *Handler) request(eng *engine, r *http.Request, repl *caddy.Replacer, env *reqEnv, rs *reqState,
+	which int) (rv reqView, hb *[]byte, ok bool, err error) {
+	rv = reqView{method: r.Method, target: r.RequestURI}
+	if which == engPolicy {
+		hb = headerPool.Get().(*[]byte)
+		*hb = eng.packPolicyHeaders((*hb)[:0], r)
+		rv.peer, rv.headers = env.clientIP(r), *hb
+		return rv, hb, true, nil
 	}
-	for _, z := range h.zones {
+	rs.sel = rs.selBuf[:0]
+	var selected uint64 // bit i: zone i
+	for i, z := range h.zones {
 		if len(z.matchers) > 0 {
-			ok, err := z.matchers.AnyMatchWithError(r)
+			m, err := z.matchers.AnyMatchWithError(r)
 			if err != nil {
-				refund()
-				return "", "", caddyhttp.Error(http.StatusInternalServerError, err)
+				return rv, nil, false, caddyhttp.Error(http.StatusInternalServerError, err)
 			}
-			if !ok {
+			if !m {
 				continue
 			}
 		}
-		key := applyPrefix(z.key.expand(r, repl), z.cfg.IPv4Prefix, z.cfg.IPv6Prefix)
-		st := z.state
-		if z.params.kind != kindConcurrency {
-			st.mu.RLock()
-			if st.z == nil {
-				st.mu.RUnlock()
-				continue
-			}
-			c, err := st.z.check(key, env.now, &rs.check)
-			st.mu.RUnlock()
-			if err != nil {
-				h.logger.Error("weir zone check failed; letting the request through", zap.String("zone", z.name), zap.Error(err))
-				continue
-			}
-			if c.action == actReject {
-				refund()
-				st.rejected.Add(1)
-				return "", "", h.rejected(w, r, repl, env, z.status, z.name, z.logLevel, retryAfter(time.Duration(c.retryNS)), nil, key)
-			}
-			st.passed.Add(1)
-			rs.charged = append(rs.charged, charge{z, key})
-			continue
-		}
-		rs.permits = append(rs.permits, emptyPermit())
-		p := &rs.permits[len(rs.permits)-1]
-		admitted, err := h.acquire(z, key, env, p, &rs.check)
-		if err != nil || !admitted || !permitHeld(p) {
-			rs.permits = rs.permits[:len(rs.permits)-1]
-		} else {
-			rs.permitZones = append(rs.permitZones, st)
-		}
-		if err != nil {
-			refund()
-			return "", "", err
-		}
-		if !admitted {
-			refund()
-			st.rejected.Add(1)
-			return "", "", h.rejected(w, r, repl, env, z.status, z.name, z.logLevel, "1", nil, key)
-		}
-		if permitHeld(p) {
-			st.passed.Add(1)
-		}
+		rs.sel = append(rs.sel, z.limit)
+		selected |= 1 << i
 	}
-	return "pass", "", nil
+	if len(rs.sel) == 0 {
+		return rv, nil, false, nil
+	}
+	rs.vars = rs.vars[:0]
+	for _, z := range h.varZones {
+		key := ""
+		if selected&(1<<z) != 0 {
+			key = h.zones[z].keyOf(r, repl)
+		}
+		rs.vars = packVar(rs.vars, key)
+	}
+	rv.sel, rv.vars = rs.sel, rs.vars
+	if h.zonesUseIP {
+		rv.peer = env.clientIP(r)
+	}
+	return rv, nil, true, nil
 }
 
-// acquire takes a concurrency permit, waiting in the zone's bounded queue when full.
-func (h *Handler) acquire(z *inlineZone, key string, env *reqEnv, p *permit, out *cCheck) (bool, error) {
-	st := z.state
-	try := func(now uint64) (bool, bool) {
-		st.mu.RLock()
-		defer st.mu.RUnlock()
-		if st.z == nil {
-			return true, false // freed under us (old config draining): let it through
-		}
-		c, err := st.z.acquire(key, now, p, out)
-		if err != nil {
-			h.logger.Error("weir zone acquire failed; letting the request through", zap.String("zone", z.name), zap.Error(err))
-			return true, false
-		}
-		return c.action == actPass, true
-	}
-	if ok, _ := try(env.now); ok {
-		return true, nil
-	}
-	if z.cfg.Queue <= 0 || env.test != nil || !st.enqueue(key, z.cfg.Queue) {
-		return false, nil
-	}
-	defer st.dequeue(key)
-	st.queued.Add(1)
-	ctx := env.ctx
-	deadline := time.Now().Add(z.timeout)
-	for time.Now().Before(deadline) {
-		if !sleepCtx(ctx, queuePoll) {
-			return false, caddyhttp.Error(499, ctx.Err())
-		}
-		if ok, _ := try(nowNS()); ok {
-			return true, nil
-		}
-	}
-	st.timedOut.Add(1)
-	return false, nil
+// packVar appends one variable value in the format wgo_var reads.
+func packVar(dst []byte, value string) []byte {
+	dst = binary.NativeEndian.AppendUint32(dst, uint32(len(value)))
+	return append(dst, value...)
 }
 
-// servePolicy evaluates the request with the policy engine (one cgo call).
-func (h *Handler) servePolicy(w http.ResponseWriter, r *http.Request, repl *caddy.Replacer, env *reqEnv,
-	rs *reqState) (string, string, error) {
+// keyOf is the zone's variable value for r: its expanded key, never empty (an empty key is
+// one bucket, as in caddy-ratelimit, where the engine would leave the request uncounted).
+func (z *inlineZone) keyOf(r *http.Request, repl *caddy.Replacer) string {
+	if k := z.key.expand(r, repl); k != "" {
+		return k
+	}
+	return "\x00"
+}
+
+// serveEngine evaluates the request with engine `which` (one cgo call) and acts on the
+// verdict: it answers a rejection, serves a delay, waits in a queue, and keeps the permits
+// to release once the response is complete.
+func (h *Handler) serveEngine(w http.ResponseWriter, r *http.Request, repl *caddy.Replacer, env *reqEnv,
+	rs *reqState, which int) (string, string, error) {
 	s := h.policy
-	v := &rs.v
+	if which == engZones {
+		s = h.zoneEng
+	}
+	v := &rs.v[which]
 	if env.test != nil {
 		v = new(verdict) // the test harness may keep it beyond this request
 	}
@@ -397,14 +320,17 @@ func (h *Handler) servePolicy(w http.ResponseWriter, r *http.Request, repl *cadd
 		return "pass", "", nil
 	}
 	eng := s.eng // its Go fields (limit names) stay valid after a Destruct
-	bp := headerPool.Get().(*[]byte)
-	hb := eng.packPolicyHeaders((*bp)[:0], r)
-	rv := reqView{method: r.Method, target: r.RequestURI, peer: env.clientIP(r), headers: hb}
-	eng.evaluate(&rv, env.now, v)
+	rv, hb, ok, err := h.request(eng, r, repl, env, rs, which)
+	if hb != nil {
+		defer func() { *hb = (*hb)[:0]; headerPool.Put(hb) }()
+	}
+	if !ok {
+		s.mu.RUnlock()
+		return "pass", "", err
+	}
+	eng.evaluate(&rv, env.now, v, false)
 	closed := v.rc != 0 && eng.failsClosed()
 	s.mu.RUnlock()
-	*bp = hb[:0]
-	headerPool.Put(bp)
 	if v.rc == errBadTarget {
 		setPlaceholders(r, repl, "bad_request", "")
 		testReport(w, env, "bad_request", "", nil)
@@ -417,33 +343,48 @@ func (h *Handler) servePolicy(w http.ResponseWriter, r *http.Request, repl *cadd
 		}
 		return "error", "", nil
 	}
-	limit := eng.limitName(v.limit())
+	limit := s.name(v.limit())
 	if d := v.dryRunLimit(); d >= 0 {
-		h.dryRun(r, env, eng.limitName(d), v.dryRunAction(), s.logLevel(d))
+		h.dryRun(r, env, s.name(d), v.dryRunAction(), s.logLevel(d))
 	}
 	holdPermits := func() {
 		if v.holdsPermits() {
-			rs.policyHeld = v
+			rs.held[which], rs.heldBy[which] = v, s
 		}
+	}
+	reject := func(retry string, lines [][2]string) error {
+		key := ""
+		if h.LogKey && which == engZones {
+			key = h.zoneKeyLog(v.limit(), r, repl, env)
+		}
+		return h.rejected(w, r, repl, env, v.status(), limit, s.logLevel(v.limit()), retry, lines, key)
+	}
+	// The policy's verdict carries its response header lines (Retry-After among them); the
+	// zones' does not: Retry-After is written here.
+	retry := func() string {
+		if which == engZones {
+			return strconv.FormatUint(uint64(v.retryAfterS()), 10)
+		}
+		return ""
 	}
 	switch v.action() {
 	case actReject:
-		return "", "", h.rejected(w, r, repl, env, v.status(), limit, s.logLevel(v.limit()), "", v.headerLines(), "")
+		return "", "", reject(retry(), v.headerLines())
 	case actQueue:
 		if env.test != nil {
 			// Test harness: report the queue verdict and keep the ticket for a retry step.
-			testQueue(h, w, env, &rv, v, limit)
+			testQueue(s, w, env, &rv, v, limit)
 			return "", "", caddyhttp.Error(v.status(), errors.New("weir: queued (test)"))
 		}
-		ok, err := h.waitQueued(&rv, v, r, env)
+		ok, err := h.waitQueued(s, &rv, v, r)
 		if err != nil {
 			return "", "", err
 		}
 		if !ok {
 			if v.action() == actReject {
-				return "", "", h.rejected(w, r, repl, env, v.status(), limit, s.logLevel(v.limit()), "", v.headerLines(), "")
+				return "", "", reject(retry(), v.headerLines())
 			}
-			return "", "", h.rejected(w, r, repl, env, v.status(), limit, s.logLevel(v.limit()), "1", nil, "")
+			return "", "", reject("1", nil)
 		}
 		holdPermits()
 		h.passHeaders(w, v)
@@ -468,6 +409,18 @@ func (h *Handler) servePolicy(w http.ResponseWriter, r *http.Request, repl *cadd
 	return "pass", "", nil
 }
 
+// zoneKeyLog is the key of zone `limit` for the rejection log (log_key): the expanded
+// template, or the client address for a zone keyed by it.
+func (h *Handler) zoneKeyLog(limit int, r *http.Request, repl *caddy.Replacer, env *reqEnv) string {
+	if limit < 0 || limit >= len(h.zones) {
+		return ""
+	}
+	if z := h.zones[limit]; z.params.key != "ip" {
+		return z.key.expand(r, repl)
+	}
+	return env.clientIP(r)
+}
+
 // failed applies the policy's failure_mode to an evaluation that returned error code rc: it
 // logs, then lets the request through (nil; "open") or answers 503 ("closed").
 func (h *Handler) failed(rc int, closed bool) error {
@@ -488,10 +441,9 @@ func (h *Handler) passHeaders(w http.ResponseWriter, v *verdict) {
 	}
 }
 
-// waitQueued polls the engine with the queue ticket until a slot is free (true), the
-// limit's timeout passes or the engine rejects (false), or the client leaves (error).
-func (h *Handler) waitQueued(rv *reqView, v *verdict, r *http.Request, env *reqEnv) (bool, error) {
-	s := h.policy
+// waitQueued polls engine s with the queue ticket until a slot is free (true), the limit's
+// timeout passes or the engine rejects (false), or the client leaves (error).
+func (h *Handler) waitQueued(s *engineState, rv *reqView, v *verdict, r *http.Request) (bool, error) {
 	timeout := time.Duration(0)
 	if i := v.limit(); i >= 0 && i < len(s.timeouts) {
 		timeout = time.Duration(s.timeouts[i])
@@ -521,7 +473,7 @@ func (h *Handler) waitQueued(rv *reqView, v *verdict, r *http.Request, env *reqE
 			s.mu.RUnlock()
 			return true, nil
 		}
-		s.eng.evaluateQueued(rv, nowNS(), v)
+		s.eng.evaluate(rv, nowNS(), v, true)
 		closed := v.rc != 0 && s.eng.failsClosed()
 		s.mu.RUnlock()
 		if v.rc != 0 {

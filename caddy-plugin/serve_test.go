@@ -207,11 +207,11 @@ func TestRateOnlyPolicyHoldsNoPermits(t *testing.T) {
 	defer provisioned(t, h2)()
 	w := httptest.NewRecorder()
 	r, _ := caddyRequest(httptest.NewRequest("GET", "/x", nil), w)
-	env := reqEnv{now: nowNS(), ctx: r.Context()}
-	if _, _, err := h2.servePolicy(w, r, nil, &env, rs); err != nil {
+	env := reqEnv{now: nowNS()}
+	if _, _, err := h2.serveEngine(w, r, nil, &env, rs, engPolicy); err != nil {
 		t.Fatal(err)
 	}
-	if rs.policyHeld != nil {
+	if rs.held[engPolicy] != nil {
 		t.Fatal("a rate-only policy left permits to release")
 	}
 }

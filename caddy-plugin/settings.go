@@ -51,3 +51,17 @@ func policyLogLevel(v int) zapcore.Level {
 	}
 	return zapcore.ErrorLevel
 }
+
+// engineLogLevel maps a valid log_level to weir_limit_spec.log_level (0 info, 1 notice,
+// 2 warn, 3 error).
+func engineLogLevel(s string) int {
+	switch s {
+	case "notice":
+		return 1
+	case "warn":
+		return 2
+	case "error":
+		return 3
+	}
+	return 0
+}

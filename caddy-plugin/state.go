@@ -1,27 +1,49 @@
 package weir
 
 import (
+	"sync"
+
 	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap/zapcore"
-
-	"sync"
-	"sync/atomic"
 )
 
-// pool keeps engines and inline zones alive across config reloads: a new config that names
-// the same policy file with the same content, or the same zone with the same parameters,
-// gets the same tables (and so the same counts). The last config to stop using one frees it.
-var pool = newUsagePool()
+// pool keeps engines alive across config reloads: a new config that names the same policy
+// file with the same content, or the same inline zones with the same parameters, gets the
+// same engine (and so the same counts). The last config to stop using one frees it.
+var pool = caddy.NewUsagePool()
 
-// engineState is a pooled policy engine. mu guards the handle against Destruct while a
-// request (from an old config still draining) is inside a cgo call.
+// engineState is a pooled engine: a policy file's or a handler's inline zones'. mu guards the
+// handle against Destruct while a request (from an old config still draining) is inside a
+// cgo call.
 type engineState struct {
 	mu     sync.RWMutex
 	eng    *engine
 	source string
-	// Queue timeouts per limit (ns) and the log level of its rejections, read once.
+	// freed runs after the engine is freed (inline zones: give back their regions).
+	freed func()
+	// Per limit, read once: the name Caddy shows (logs, placeholders, metrics), the queue
+	// timeout (ns) and the level its rejections are logged at.
+	names     []string
 	timeouts  []uint64
 	logLevels []zapcore.Level
+}
+
+// newEngineState wraps eng; names are its limits' names as Caddy shows them.
+func newEngineState(eng *engine, source string, names []string) *engineState {
+	s := &engineState{eng: eng, source: source, names: names}
+	for i := range eng.limits {
+		s.timeouts = append(s.timeouts, eng.queueTimeout(i))
+		s.logLevels = append(s.logLevels, policyLogLevel(eng.logLevel(i)))
+	}
+	return s
+}
+
+// name is limit i's name ("" for none, e.g. -1).
+func (s *engineState) name(i int) string {
+	if i >= 0 && i < len(s.names) {
+		return s.names[i]
+	}
+	return ""
 }
 
 // logLevel is the level limit i's rejections are logged at.
@@ -39,59 +61,9 @@ func (s *engineState) Destruct() error {
 	if s.eng != nil {
 		s.eng.free()
 		s.eng = nil
+		if s.freed != nil {
+			s.freed()
+		}
 	}
 	return nil
 }
-
-// zoneState is a pooled inline zone.
-type zoneState struct {
-	mu     sync.RWMutex
-	z      *zone
-	name   string
-	params zoneParams
-
-	passed, rejected, queued, timedOut atomic.Uint64
-
-	// Concurrency queues: waiting requests per key (bounded by the zone's queue).
-	qmu     sync.Mutex
-	waiting map[string]int
-}
-
-// Destruct implements caddy.Destructor.
-func (s *zoneState) Destruct() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.z != nil {
-		s.z.free()
-		s.z = nil
-	}
-	return nil
-}
-
-// enqueue takes a queue place for key if fewer than max are waiting.
-func (s *zoneState) enqueue(key string, max int) bool {
-	s.qmu.Lock()
-	defer s.qmu.Unlock()
-	if s.waiting == nil {
-		s.waiting = map[string]int{}
-	}
-	if s.waiting[key] >= max {
-		return false
-	}
-	s.waiting[key]++
-	return true
-}
-
-func (s *zoneState) dequeue(key string) {
-	s.qmu.Lock()
-	defer s.qmu.Unlock()
-	if s.waiting[key] <= 1 {
-		delete(s.waiting, key)
-	} else {
-		s.waiting[key]--
-	}
-}
-
-func newUsagePool() *caddyUsagePool { return caddy.NewUsagePool() }
-
-type caddyUsagePool = caddy.UsagePool

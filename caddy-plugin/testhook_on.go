@@ -32,7 +32,7 @@ type testCtl struct {
 }
 
 type held struct {
-	h       *Handler
+	s       *engineState // the engine of v
 	release []func(uint64)
 	v       *verdict
 	rv      reqView
@@ -92,32 +92,31 @@ func testIntercept(h *Handler, w http.ResponseWriter, r *http.Request, env *reqE
 		return true, nil
 	}
 	if id := r.Header.Get("X-Weir-Test-Abandon"); id != "" {
-		if x := take(id); x != nil && x.v != nil && h.policy != nil {
-			h.policy.eng.abandon(x.v, env.now)
+		if x := take(id); x != nil && x.v != nil {
+			x.s.eng.abandon(x.v, env.now)
 		}
 		w.WriteHeader(http.StatusNoContent)
 		return true, nil
 	}
 	if id := r.Header.Get("X-Weir-Test-Retry"); id != "" {
 		x := take(id)
-		if x == nil || x.v == nil || h.policy == nil {
+		if x == nil || x.v == nil {
 			http.Error(w, "no ticket held under "+id, http.StatusConflict)
 			return true, nil
 		}
-		s := h.policy
-		v := x.v
-		s.eng.evaluateQueued(&x.rv, env.now, v)
-		limit := s.eng.limitName(v.limit())
+		s, v := x.s, x.v
+		s.eng.evaluate(&x.rv, env.now, v, true)
+		limit := s.name(v.limit())
 		switch v.action() {
 		case actQueue:
-			put(ctl.step, &held{h: h, v: v, rv: x.rv})
+			put(ctl.step, &held{s: s, v: v, rv: x.rv})
 			testReport(w, env, "queue", limit, v)
 			w.WriteHeader(v.status())
 		case actReject:
 			testReport(w, env, "reject", limit, v)
 			w.WriteHeader(v.status())
 		default:
-			put(ctl.step, &held{h: h, release: []func(uint64){func(now uint64) { s.eng.release(v, now) }}})
+			put(ctl.step, &held{release: []func(uint64){func(now uint64) { s.eng.release(v, now) }}})
 			testReport(w, env, "pass", "", v)
 			w.WriteHeader(http.StatusOK)
 		}
@@ -126,15 +125,19 @@ func testIntercept(h *Handler, w http.ResponseWriter, r *http.Request, env *reqE
 	return false, nil
 }
 
-func testHold(h *Handler, t *testCtl, release []func(uint64)) {
-	put(t.step, &held{h: h, release: release})
+func testHold(t *testCtl, release []func(uint64)) {
+	put(t.step, &held{release: release})
 }
 
-func testQueue(h *Handler, w http.ResponseWriter, env *reqEnv, rv *reqView, v *verdict, limit string) {
+func testQueue(s *engineState, w http.ResponseWriter, env *reqEnv, rv *reqView, v *verdict, limit string) {
 	c := *rv
 	c.headers = append([]byte(nil), rv.headers...)
+	c.vars = append([]byte(nil), rv.vars...)
+	if rv.sel != nil {
+		c.sel = append([]uint16(nil), rv.sel...)
+	}
 	if env.test.step != "" {
-		put(env.test.step, &held{h: h, v: v, rv: c})
+		put(env.test.step, &held{s: s, v: v, rv: c})
 	}
 	testReport(w, env, "queue", limit, v)
 }

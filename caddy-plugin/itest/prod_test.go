@@ -112,6 +112,55 @@ func TestReloadKeepsState(t *testing.T) {
 	}
 }
 
+// TestReloadKeepsUnchangedZone: a reload that changes one inline zone of a weir block gives
+// the block a new engine; the zone left unchanged keeps its state (its table outlives the old
+// config), the changed one starts afresh.
+func TestReloadKeepsUnchangedZone(t *testing.T) {
+	bin := binary(t, "WEIR_CADDY")
+	cfg := func(window string) string {
+		return strings.ReplaceAll(`%GLOBALS%
+:%PORT% {
+	weir {
+		zone same {
+			match {
+				path /same
+			}
+			key static
+			events 1
+			window 1h
+		}
+		zone edited {
+			match {
+				path /edited
+			}
+			key static
+			events 1
+			window %WINDOW%
+		}
+	}
+	respond "ok"
+}
+`, "%WINDOW%", window)
+	}
+	s := startCaddy(t, bin, "caddyfile", cfg("1h"))
+	for _, p := range []string{"/same", "/edited"} {
+		if r := get(t, s.port, p); r.status != 200 {
+			t.Fatalf("%s: %d", p, r.status)
+		}
+		if r := get(t, s.port, p); r.status != 429 {
+			t.Fatalf("%s again: %d, want 429", p, r.status)
+		}
+	}
+	s.reload("caddyfile", cfg("2h"))
+	if r := getAfterReload(t, s.port, "/same"); r.status != 429 {
+		t.Errorf("the unchanged zone after the reload: %d, want 429 (state kept)", r.status)
+	}
+	if r := get(t, s.port, "/edited"); r.status != 200 {
+		t.Errorf("the edited zone after the reload: %d, want 200 (fresh)", r.status)
+	}
+	s.assertAlive()
+}
+
 func grepLines(s, sub string) string {
 	var out []string
 	for _, l := range strings.Split(s, "\n") {
