@@ -191,6 +191,7 @@ impl ClusterShared {
 
 /// The zone's stats: in its shared region (after the identity words), or owned by the process.
 enum StatsRef {
+    #[cfg_attr(loom, allow(dead_code))]
     Shared(Region),
     Own(Box<ClusterStats>),
 }

@@ -21,7 +21,7 @@ pub(crate) mod owner;
 pub(crate) mod stripes;
 
 mod error;
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests;
 
 pub use attach::Fresh;

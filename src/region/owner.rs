@@ -9,7 +9,6 @@ pub(crate) enum Backing<M> {
     /// The caller owns the region (and keeps it for the handles' life: [`super::Region::new`]).
     Borrowed,
     /// An anonymous mapping of this process, unmapped with the last handle.
-    #[cfg(not(loom))]
     Mapped(#[allow(dead_code)] Arc<super::alloc::Mapping>),
     /// Loom's model objects (tables under loom are boxes of loom atomics).
     #[cfg_attr(not(loom), allow(dead_code))]
@@ -20,7 +19,6 @@ impl<M> Clone for Backing<M> {
     fn clone(&self) -> Self {
         match self {
             Backing::Borrowed => Backing::Borrowed,
-            #[cfg(not(loom))]
             Backing::Mapped(m) => Backing::Mapped(Arc::clone(m)),
             Backing::Model(m) => Backing::Model(Arc::clone(m)),
         }
@@ -31,9 +29,9 @@ impl<M> Backing<M> {
     /// The same memory's backing for a handle of another format kept inside it (the exact
     /// log in a table's slot area): a mapping is shared; a model is not (loom builds the log's
     /// own).
+    #[cfg_attr(loom, allow(dead_code))]
     pub fn share<N>(&self) -> Backing<N> {
         match self {
-            #[cfg(not(loom))]
             Backing::Mapped(m) => Backing::Mapped(Arc::clone(m)),
             _ => Backing::Borrowed,
         }

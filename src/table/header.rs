@@ -7,8 +7,12 @@
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
+#[cfg(not(loom))]
+use crate::region::attach::{self, Mismatch};
 use crate::region::header::{magic, Ident};
 use crate::region::stripes::{self as owner, STRIPES};
+#[cfg(not(loom))]
+use crate::region::{Fresh, Region, RegionError};
 
 /// "WEIRTBL" + layout version byte.
 pub(crate) const MAGIC: u64 = magic(b"WEIRTBL", 3);
@@ -76,7 +80,37 @@ pub(crate) struct TableIdent {
     pub schema: u64,
 }
 
+/// How a table-like region is opened.
+#[cfg(not(loom))]
+#[derive(Clone, Copy)]
+pub(crate) enum Open {
+    /// Attach; refused when the region holds no table.
+    Attach,
+    /// Attach, or create with this clock base when the region holds no table.
+    CreateOrAttach(Fresh, u64),
+    /// Create with this clock base, whatever the region holds.
+    Format(Fresh, u64),
+}
+
 impl TableIdent {
+    /// Opens the table whose header `h` starts `region`; returns whether its state was kept.
+    #[cfg(not(loom))]
+    pub fn open(&self, region: &Region, h: &Header, how: Open) -> Result<bool, RegionError> {
+        let word = |i| h.word(i);
+        self.with(|ident| match how {
+            Open::Attach => ident.check(word).map(|()| true),
+            Open::CreateOrAttach(fresh, clock_base) => {
+                let fill = || h.fill(super::random_seed(), clock_base);
+                attach::create_or_attach(region, word, ident, Mismatch::Refuse, fresh, fill)
+            }
+            Open::Format(fresh, clock_base) => {
+                let fill = || h.fill(super::random_seed(), clock_base);
+                attach::format(region, word, ident, fresh, fill);
+                Ok(false)
+            }
+        })
+    }
+
     /// Runs `f` on the identity words this table must hold.
     pub fn with<R>(&self, f: impl FnOnce(&Ident) -> R) -> R {
         let size = [

@@ -23,10 +23,11 @@ pub mod owner_model {
 pub use log::{LogTable, SlidingLog, LOG_PROBE_WINDOW, MAX_LOG_EVENTS};
 
 use crate::limiter::{Concurrency, Decision, Permit, RateStep, Verdict};
-#[cfg(not(loom))]
-use crate::region::attach::{self, Mismatch};
 use crate::region::owner::Backing;
+#[cfg(not(loom))]
 use crate::region::{Fresh, Region};
+#[cfg(not(loom))]
+use header::Open;
 use header::{Header, Stripe, TableIdent, HEADER_BYTES, MAGIC};
 use probe::*;
 use slot::{pack, SlotWord, EMPTY};
@@ -235,35 +236,14 @@ impl Table {
         clock_base: u64,
         fresh: Fresh,
     ) -> Result<(Table, bool), TableError> {
-        let (h, capacity) = table_header(&region)?;
-        let id = TableIdent {
-            magic: MAGIC,
-            versioned: true,
-            len: region.len(),
-            capacity,
-            schema,
-        };
-        let kept = id.with(|ident| {
-            let fill = || h.fill(random_seed(), clock_base);
-            attach::create_or_attach(&region, |i| h.word(i), ident, Mismatch::Refuse, fresh, fill)
-        })?;
-        Ok((Table::in_region(&region, capacity), kept))
+        Table::open(region, schema, Open::CreateOrAttach(fresh, clock_base))
     }
 
     /// Attaches to the table in `region` (refused as [`Table::create_or_attach_in`], and when
     /// the region holds no table).
     #[cfg(not(loom))]
     pub fn attach_in(region: Region, schema: u64) -> Result<Table, TableError> {
-        let (h, capacity) = table_header(&region)?;
-        let id = TableIdent {
-            magic: MAGIC,
-            versioned: true,
-            len: region.len(),
-            capacity,
-            schema,
-        };
-        id.with(|ident| ident.check(|i| h.word(i)))?;
-        Ok(Table::in_region(&region, capacity))
+        Table::open(region, schema, Open::Attach).map(|(t, _)| t)
     }
 
     /// Formats `region` as an empty table, whatever it held.
@@ -274,19 +254,22 @@ impl Table {
         clock_base: u64,
         fresh: Fresh,
     ) -> Result<Table, TableError> {
+        Table::open(region, schema, Open::Format(fresh, clock_base)).map(|(t, _)| t)
+    }
+
+    #[cfg(not(loom))]
+    fn open(region: Region, schema: u64, how: Open) -> Result<(Table, bool), TableError> {
         let (h, capacity) = table_header(&region)?;
+        let len = region.len();
         let id = TableIdent {
             magic: MAGIC,
             versioned: true,
-            len: region.len(),
+            len,
             capacity,
             schema,
         };
-        id.with(|ident| {
-            let fill = || h.fill(random_seed(), clock_base);
-            attach::format(&region, |i| h.word(i), ident, fresh, fill)
-        });
-        Ok(Table::in_region(&region, capacity))
+        let kept = id.open(&region, h, how)?;
+        Ok((Table::in_region(&region, capacity), kept))
     }
 
     /// A handle on the table formatted in `region` (a caller's: [`Backing::Borrowed`]).
@@ -346,6 +329,7 @@ impl Table {
     }
 
     /// The length of the table's region in bytes (recorded at creation).
+    #[cfg_attr(loom, allow(dead_code))]
     pub(crate) fn region_len(&self) -> usize {
         self.header().region_len.load(Relaxed) as usize
     }

@@ -17,14 +17,17 @@
 //! no event: never written, or refunded). The last N positions `[head − N, head)` are the log.
 //! Protocol and invariants: docs/ARCHITECTURE.md, "The exact sliding log".
 
+#[cfg(not(loom))]
+use super::header::Open;
 use super::header::{Header, Stripe, TableIdent, HEADER_BYTES};
 use super::slot::{pack, tag, SlotWord, EMPTY};
-use super::{TableError, TableStats, REGION_ALIGN};
-use crate::limiter::{Decision, ParamError, Remaining, Verdict};
 #[cfg(not(loom))]
-use crate::region::attach::{self, Mismatch};
+use super::REGION_ALIGN;
+use super::{TableError, TableStats};
+use crate::limiter::{Decision, ParamError, Remaining, Verdict};
 use crate::region::header::magic;
 use crate::region::owner::Backing;
+#[cfg(not(loom))]
 use crate::region::{Fresh, Region};
 use std::ptr::NonNull;
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed};
@@ -247,9 +250,7 @@ impl LogTable {
         log: SlidingLog,
     ) -> Result<LogTable, TableError> {
         let region = Region::new(ptr, len, REGION_ALIGN)?;
-        let (h, capacity) = log_header(&region, &log)?;
-        ident(&log, len, capacity).with(|ident| ident.check(|i| h.word(i)))?;
-        Ok(LogTable::in_region(&region, capacity, log))
+        LogTable::open(region, log, Open::Attach).map(|(t, _)| t)
     }
 
     /// Attaches when the region holds this log table, creates one otherwise; returns whether
@@ -293,12 +294,7 @@ impl LogTable {
         clock_base: u64,
         fresh: Fresh,
     ) -> Result<(LogTable, bool), TableError> {
-        let (h, capacity) = log_header(&region, &log)?;
-        let kept = ident(&log, region.len(), capacity).with(|ident| {
-            let fill = || h.fill(super::random_seed(), clock_base);
-            attach::create_or_attach(&region, |i| h.word(i), ident, Mismatch::Refuse, fresh, fill)
-        })?;
-        Ok((LogTable::in_region(&region, capacity, log), kept))
+        LogTable::open(region, log, Open::CreateOrAttach(fresh, clock_base))
     }
 
     #[cfg(not(loom))]
@@ -308,12 +304,14 @@ impl LogTable {
         clock_base: u64,
         fresh: Fresh,
     ) -> Result<LogTable, TableError> {
+        LogTable::open(region, log, Open::Format(fresh, clock_base)).map(|(t, _)| t)
+    }
+
+    #[cfg(not(loom))]
+    fn open(region: Region, log: SlidingLog, how: Open) -> Result<(LogTable, bool), TableError> {
         let (h, capacity) = log_header(&region, &log)?;
-        ident(&log, region.len(), capacity).with(|ident| {
-            let fill = || h.fill(super::random_seed(), clock_base);
-            attach::format(&region, |i| h.word(i), ident, fresh, fill)
-        });
-        Ok(LogTable::in_region(&region, capacity, log))
+        let kept = ident(&log, region.len(), capacity).open(&region, h, how)?;
+        Ok((LogTable::in_region(&region, capacity, log), kept))
     }
 
     /// A handle on the log table formatted in `region` (a caller's, until [`Self::sharing`]).
