@@ -162,27 +162,6 @@ impl Table {
         )
     }
 
-    /// [`Table::create`] for a region that holds only zero bytes (fresh `mmap` or shared
-    /// memory): only the header is written, so a slot's page is first touched when a key
-    /// lands there (an empty slot is all zero).
-    ///
-    /// # Safety
-    /// As [`Table::create`], and every byte of the region must be zero.
-    #[cfg(not(loom))]
-    pub unsafe fn create_zeroed(
-        ptr: *mut u8,
-        len: usize,
-        schema: u64,
-        clock_base: u64,
-    ) -> Result<Table, TableError> {
-        Table::format_in(
-            Region::new(ptr, len, REGION_ALIGN)?,
-            schema,
-            clock_base,
-            Fresh::Zeroed,
-        )
-    }
-
     /// Attaches to a region formatted by [`Table::create`], keeping its state. Refused when the
     /// region is not a table of this layout version, its size changed, or it was created with
     /// another `schema`.
@@ -208,22 +187,6 @@ impl Table {
     ) -> Result<(Table, bool), TableError> {
         let region = Region::new(ptr, len, REGION_ALIGN)?;
         Table::create_or_attach_in(region, schema, clock_base, Fresh::Unknown)
-    }
-
-    /// [`Table::create_or_attach`] where a region without a table holds only zero bytes
-    /// (fresh shared memory, as an nginx zone): only its header is written.
-    ///
-    /// # Safety
-    /// As [`Table::create_zeroed`] when the region holds no table.
-    #[cfg(not(loom))]
-    pub unsafe fn create_or_attach_zeroed(
-        ptr: *mut u8,
-        len: usize,
-        schema: u64,
-        clock_base: u64,
-    ) -> Result<(Table, bool), TableError> {
-        let region = Region::new(ptr, len, REGION_ALIGN)?;
-        Table::create_or_attach_in(region, schema, clock_base, Fresh::Zeroed)
     }
 
     /// Attaches to the table in `region`, or formats one there when it holds none (`fresh`

@@ -218,26 +218,6 @@ impl LogTable {
         )
     }
 
-    /// [`LogTable::create`] for a region that holds only zero bytes: only the header is
-    /// written (an empty record is all zero), so a page is first touched when a key lands there.
-    ///
-    /// # Safety
-    /// As [`LogTable::create`], and every byte of the region must be zero.
-    #[cfg(not(loom))]
-    pub unsafe fn create_zeroed(
-        ptr: *mut u8,
-        len: usize,
-        log: SlidingLog,
-        clock_base: u64,
-    ) -> Result<LogTable, TableError> {
-        LogTable::format_in(
-            Region::new(ptr, len, REGION_ALIGN)?,
-            log,
-            clock_base,
-            Fresh::Zeroed,
-        )
-    }
-
     /// Attaches to a region formatted by [`LogTable::create`] with the same size and
     /// parameters, keeping its state.
     ///
@@ -267,22 +247,6 @@ impl LogTable {
     ) -> Result<(LogTable, bool), TableError> {
         let region = Region::new(ptr, len, REGION_ALIGN)?;
         LogTable::create_or_attach_in(region, log, clock_base, Fresh::Unknown)
-    }
-
-    /// [`LogTable::create_or_attach`] where a region without a log table holds only zero bytes:
-    /// it is created with [`LogTable::create_zeroed`].
-    ///
-    /// # Safety
-    /// As [`LogTable::create_zeroed`] when the region holds no log table.
-    #[cfg(not(loom))]
-    pub unsafe fn create_or_attach_zeroed(
-        ptr: *mut u8,
-        len: usize,
-        log: SlidingLog,
-        clock_base: u64,
-    ) -> Result<(LogTable, bool), TableError> {
-        let region = Region::new(ptr, len, REGION_ALIGN)?;
-        LogTable::create_or_attach_in(region, log, clock_base, Fresh::Zeroed)
     }
 
     /// Attaches to the log table in `region`, or formats one there when it holds none;
