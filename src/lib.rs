@@ -16,4 +16,5 @@ pub mod clock;
 pub mod cluster;
 pub mod limiter;
 pub mod policy;
+pub mod region;
 pub mod table;

@@ -17,6 +17,7 @@ use weir::policy::config::{check_policy, CompiledPolicy};
 use weir::policy::counters::Counters;
 use weir::policy::engine::{Action, Engine};
 use weir::policy::request::OwnedRequest;
+use weir::region::{Fresh, Region};
 use weir::table::Table;
 
 mod common;
@@ -575,12 +576,18 @@ fn shared_region_one_view_and_handover() {
         common::SharedRegion::new(l.cluster_bytes),
     );
     let nlimits = p.limits.len();
-    // SAFETY: the mappings outlive both engines (dropped at the end of this function, after
-    // them); created before they are attached by the second engine.
-    let engine = |first: bool| unsafe {
-        let (t, _) = Table::create_or_attach(r.ptr, l.bytes, l.schema, 0).unwrap();
+    let engine = |first: bool| {
+        // SAFETY: the mappings outlive both engines (dropped at the end of this function,
+        // after them); created before they are attached by the second engine.
+        let (zone, cluster) = unsafe {
+            (
+                Region::new(r.ptr, l.bytes, 64).unwrap(),
+                Region::new(cr.ptr, l.cluster_bytes, 64).unwrap(),
+            )
+        };
+        let (t, _) = Table::create_or_attach_in(zone, l.schema, 0, Fresh::Unknown).unwrap();
         let (c, kept) =
-            ClusterShared::create_or_attach(cr.ptr, l.cluster_bytes, t.capacity(), l.schema, false)
+            ClusterShared::create_or_attach_in(cluster, t.capacity(), l.schema, Fresh::Unknown)
                 .unwrap();
         assert_eq!(kept, !first);
         Engine::with_shared(

@@ -4,10 +4,9 @@
 use std::ffi::{c_int, c_void};
 use std::ptr;
 
-use weir::cluster::ClusterShared;
-use weir::policy::counters::Counters;
+use weir::policy::engine::{AttachError, AttachOptions, HostRegions};
 use weir::policy::Engine;
-use weir::table::Table;
+use weir::region::{Fresh, Region};
 
 use crate::{fail, give, guard, take_back, weir_error, weir_policy};
 use crate::{WEIR_ERR_INVALID, WEIR_ERR_NULL, WEIR_ERR_ZONE, WEIR_OK};
@@ -115,100 +114,62 @@ pub unsafe extern "C" fn weir_engine_attach_shared(
         let policy = &(*p).policy;
         let layouts = Engine::layouts(policy);
         if n != layouts.len() {
+            let zones = layouts.len();
             return fail(
                 err,
                 WEIR_ERR_INVALID,
-                format_args!("{n} regions for {} zones", layouts.len()),
+                format_args!("{n} regions for {zones} zones"),
             );
         }
-        let regions = if n == 0 {
-            &[][..]
-        } else {
-            std::slice::from_raw_parts(regions, n)
+        // SAFETY (the slices and regions below): the caller's contract (weir.h): `n` regions,
+        // and `n` cluster regions unless NULL, each valid for its `len` bytes for the engine's
+        // life and formatted by one process before others use it.
+        let slice = |r: *const weir_region| {
+            if n == 0 {
+                &[][..]
+            } else {
+                std::slice::from_raw_parts(r, n)
+            }
         };
-        let mut tables = Vec::with_capacity(n);
-        for (r, l) in regions.iter().zip(&layouts) {
-            if r.ptr.is_null() {
+        let region = |r: &weir_region| Region::new(r.ptr.cast(), r.len, 1).ok();
+        let mut zones = Vec::with_capacity(n);
+        for (r, l) in slice(regions).iter().zip(&layouts) {
+            let Some(r) = region(r) else {
                 return fail(
                     err,
                     WEIR_ERR_NULL,
                     format_args!("zone {}: region is NULL", l.name),
                 );
-            }
-            if r.len < l.bytes {
-                return fail(
-                    err,
-                    WEIR_ERR_ZONE,
-                    format_args!(
-                        "zone {}: region of {} bytes, needs {}",
-                        l.name, r.len, l.bytes
-                    ),
-                );
-            }
-            let (ptr, bytes) = (r.ptr.cast(), l.bytes);
-            let made = if flags & WEIR_ATTACH_ZEROED != 0 {
-                Table::create_or_attach_zeroed(ptr, bytes, l.schema, clock_base)
-            } else {
-                Table::create_or_attach(ptr, bytes, l.schema, clock_base)
             };
-            match made {
-                Ok((t, _)) => tables.push(t),
-                Err(e) => return fail(err, WEIR_ERR_ZONE, format_args!("zone {}: {e}", l.name)),
-            }
+            zones.push(r);
         }
-        let mut shared = Vec::with_capacity(n);
-        for (i, (l, t)) in layouts.iter().zip(&tables).enumerate() {
-            let r = if cluster.is_null() {
-                None
-            } else {
-                Some(&*cluster.add(i))
-            };
-            match r {
-                Some(r) if l.cluster_bytes > 0 && !r.ptr.is_null() => {
-                    match ClusterShared::create_or_attach(
-                        r.ptr.cast(),
-                        r.len,
-                        t.capacity(),
-                        l.schema,
-                        flags & WEIR_ATTACH_ZEROED != 0,
-                    ) {
-                        Ok((s, _)) => shared.push(Some(s)),
-                        Err(e) => {
-                            return fail(err, WEIR_ERR_ZONE, format_args!("zone {}: {e}", l.name))
-                        }
-                    }
-                }
-                Some(r) if l.cluster_bytes > 0 || !r.ptr.is_null() => {
-                    return fail(
-                        err,
-                        WEIR_ERR_INVALID,
-                        format_args!(
-                            "zone {}: a cluster region is needed for cluster zones only",
-                            l.name
-                        ),
-                    )
-                }
-                _ => shared.push(None),
+        let cluster: Option<Vec<_>> =
+            (!cluster.is_null()).then(|| slice(cluster).iter().map(region).collect());
+        let counters = match counters.as_ref().map(region) {
+            Some(None) => {
+                let e = "counters: counters region must be non-NULL and 8-byte aligned";
+                return fail(err, WEIR_ERR_ZONE, e);
             }
-        }
-        let start = flags & WEIR_ATTACH_DEFER_SYNC == 0;
-        let block = if counters.is_null() {
-            Counters::new(policy.limits.len())
-        } else {
-            let (_, fp) = Engine::counters_layout(policy);
-            let c = &*counters;
-            match Counters::attach(c.ptr.cast(), c.len, policy.limits.len(), fp) {
-                Ok(block) => block,
-                Err(e) => return fail(err, WEIR_ERR_ZONE, format_args!("counters: {e}")),
-            }
+            c => c.flatten(),
         };
-        let made = Engine::with_shared(policy.clone(), tables, shared, block, start);
-        match made {
+        let regions = HostRegions {
+            zones: &zones,
+            cluster: cluster.as_deref(),
+            counters,
+        };
+        let opts = AttachOptions {
+            clock_base,
+            start_syncers: flags & WEIR_ATTACH_DEFER_SYNC == 0,
+            fresh: Fresh::from_zeroed(flags & WEIR_ATTACH_ZEROED != 0),
+        };
+        match Engine::attach(policy.clone(), regions, opts) {
             Ok(engine) => give(out, weir_engine { engine }),
-            Err(e) => fail(err, WEIR_ERR_ZONE, e),
+            Err(AttachError::Invalid(e)) => fail(err, WEIR_ERR_INVALID, e),
+            Err(AttachError::Zone(e)) => fail(err, WEIR_ERR_ZONE, e),
         }
     })
 }
+
 /// Frees an engine (NULL is ignored). Caller regions are left as they are.
 #[no_mangle]
 pub unsafe extern "C" fn weir_engine_free(e: *mut weir_engine) {

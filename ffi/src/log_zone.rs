@@ -3,6 +3,7 @@
 
 use std::ffi::{c_int, c_void};
 
+use weir::region::{Fresh, Region};
 use weir::table::{LogTable, SlidingLog, TableError, TableStats};
 
 use crate::zone::{check_out, zone_attach, zone_key, zone_new, zone_stats, ZoneTable};
@@ -127,18 +128,13 @@ impl ZoneTable for weir_log_zone {
     fn new(bytes: usize, log: SlidingLog) -> Result<Self, TableError> {
         LogTable::new(bytes, log, 0).map(|table| weir_log_zone { table })
     }
-    unsafe fn create_or_attach(
-        ptr: *mut u8,
-        len: usize,
+    fn create_or_attach(
+        region: Region,
         log: SlidingLog,
         clock_base: u64,
-        zeroed: bool,
+        fresh: Fresh,
     ) -> Result<(Self, bool), TableError> {
-        let made = if zeroed {
-            LogTable::create_or_attach_zeroed(ptr, len, log, clock_base)
-        } else {
-            LogTable::create_or_attach(ptr, len, log, clock_base)
-        };
+        let made = LogTable::create_or_attach_in(region, log, clock_base, fresh);
         made.map(|(table, kept)| (weir_log_zone { table }, kept))
     }
     fn stats(&self) -> TableStats {

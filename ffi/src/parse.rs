@@ -143,11 +143,13 @@ mod tests {
             period_ns: 0,
         };
         let mut buf = vec![1 as c_char; cap.max(1)];
+        // SAFETY: `text` and `buf` (of at least `cap` bytes) are live buffers of this frame.
         let rc =
             unsafe { weir_parse_rate(text.as_ptr(), text.len(), &mut out, buf.as_mut_ptr(), cap) };
         let msg = if cap == 0 {
             String::new()
         } else {
+            // SAFETY: with room, weir_parse_rate NUL-terminates what it wrote into `buf`.
             unsafe { CStr::from_ptr(buf.as_ptr()) }
                 .to_string_lossy()
                 .into_owned()
@@ -180,6 +182,7 @@ mod tests {
     fn sizes_and_durations() {
         let mut v = 0u64;
         let null = ptr::null_mut();
+        // SAFETY: every text is a static byte string of the length given; `v` is live.
         unsafe {
             assert_eq!(
                 weir_parse_size(b"10m".as_ptr(), 3, &mut v, null, 0),

@@ -137,6 +137,7 @@ mod tests {
 
     #[test]
     fn layouts_name_what_a_reload_cannot_keep() {
+        // SAFETY: `p` is a live policy until freed last; buffers are live arrays of their size.
         unsafe {
             let p = policy(
                 "[zones.a]\nsize = \"64k\"\nalgorithm = \"sliding\"\nevents = 5\nwindow = \"90s\"\n\
@@ -167,6 +168,7 @@ mod tests {
 
     #[test]
     fn setting_a_rate_checks_its_arguments() {
+        // SAFETY: `z` is a live zone until freed; out-pointers are live locals.
         unsafe {
             let mut z = ptr::null_mut();
             assert_eq!(weir_zone_new(64 << 10, 1, &mut z, ptr::null_mut()), WEIR_OK);

@@ -7,6 +7,7 @@ use std::ptr;
 
 use weir::limiter::{Decision, Permit};
 use weir::policy::ledger::Ledger;
+use weir::region::{Fresh, Region, REGION_ALIGN};
 use weir::table::{Table, TableError, TableStats};
 
 use crate::evaluate::NO_PERMIT;
@@ -85,17 +86,12 @@ pub(crate) trait ZoneTable: Sized {
     /// What fixes the table's layout besides its size.
     type Params: Copy;
     fn new(bytes: usize, params: Self::Params) -> Result<Self, TableError>;
-    /// Creates the table in `ptr[..len]` or attaches to the one there; `true` when it existed.
-    ///
-    /// # Safety
-    /// `ptr[..len]` is writable, 64-byte aligned and outlives the table; with `zeroed`, a
-    /// region without a table holds only zero bytes.
-    unsafe fn create_or_attach(
-        ptr: *mut u8,
-        len: usize,
+    /// Creates the table in `region` or attaches to the one there; `true` when it existed.
+    fn create_or_attach(
+        region: Region,
         params: Self::Params,
         clock_base: u64,
-        zeroed: bool,
+        fresh: Fresh,
     ) -> Result<(Self, bool), TableError>;
     fn stats(&self) -> TableStats;
     fn key_hash(&self, key: &[u8]) -> u64;
@@ -147,8 +143,12 @@ pub(crate) unsafe fn zone_attach<Z: ZoneTable>(
             Ok(p) => p,
             Err(e) => return fail(err, WEIR_ERR_INVALID, e),
         };
-        // SAFETY: the caller's contract for the region (weir.h); it is not NULL.
-        match Z::create_or_attach(region.cast(), len, params, clock_base, zeroed) {
+        // SAFETY: the caller's contract for the region (weir.h): writable for `len` bytes while
+        // the handle lives, formatted before other processes use it; with `zeroed`, a region
+        // without a table holds only zero bytes.
+        let made = Region::new(region.cast(), len, REGION_ALIGN)
+            .and_then(|r| Z::create_or_attach(r, params, clock_base, Fresh::from_zeroed(zeroed)));
+        match made {
             Ok((z, kept)) => {
                 if !existed.is_null() {
                     *existed = kept as c_int;
@@ -203,18 +203,13 @@ impl ZoneTable for weir_zone {
     fn new(bytes: usize, schema: u64) -> Result<Self, TableError> {
         Table::new(bytes, schema, 0).map(weir_zone::with)
     }
-    unsafe fn create_or_attach(
-        ptr: *mut u8,
-        len: usize,
+    fn create_or_attach(
+        region: Region,
         schema: u64,
         clock_base: u64,
-        zeroed: bool,
+        fresh: Fresh,
     ) -> Result<(Self, bool), TableError> {
-        let made = if zeroed {
-            Table::create_or_attach_zeroed(ptr, len, schema, clock_base)
-        } else {
-            Table::create_or_attach(ptr, len, schema, clock_base)
-        };
+        let made = Table::create_or_attach_in(region, schema, clock_base, fresh);
         made.map(|(t, kept)| (weir_zone::with(t), kept))
     }
     fn stats(&self) -> TableStats {

@@ -16,7 +16,6 @@
 
 mod sync;
 
-use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
@@ -26,6 +25,9 @@ use siphasher::sip::SipHasher13;
 
 use crate::limiter::packed::{self, Counts};
 use crate::limiter::{RateStep, SlidingWindow, Verdict, MAX_COUNT};
+use crate::region::Region;
+#[cfg(not(loom))]
+use crate::region::{attach, header::Ident, Fresh};
 use crate::table::Table;
 
 /// Redis/Valkey settings of a cluster-scope zone (`scope = "cluster"`).
@@ -53,34 +55,35 @@ pub enum Fallback {
 /// Default `sync_interval`.
 pub const DEFAULT_SYNC_INTERVAL: Duration = Duration::from_millis(100);
 
-/// Counters of one cluster zone (rendered through [`ClusterZone::counts`]). In a zone's shared region
-/// (nginx: one per cluster zone, every worker reads and adds to the same words) or in the
-/// process (`#[repr(C)]`: its layout is part of the shared region's, see [`ClusterShared`]).
-#[derive(Debug, Default)]
-#[repr(C)]
-pub struct ClusterStats {
-    /// CLOCK_MONOTONIC ns of the last successful sync (0 = never).
-    pub last_ok_ns: AtomicU64,
-    pub syncs_ok: AtomicU64,
-    pub sync_errors: AtomicU64,
-    /// Requests decided on the local fallback share (Redis down, slow or refusing us).
-    pub fallback_decisions: AtomicU64,
-    /// Cost units pushed to Redis.
-    pub pushed_units: AtomicU64,
-    /// Keys pushed/pulled, summed over syncs.
-    pub keys_synced: AtomicU64,
-    /// 1 while this process's syncer is the table's elected syncer (`Table::try_lead`); in a
-    /// shared region it is not written (see [`ClusterZone::is_leader`]).
-    pub leader: AtomicU64,
-    /// Process id of the syncer that synced last (any process sharing the zone).
-    pub leader_pid: AtomicU64,
+crate::region::atomic_words! {
+    /// Counters of one cluster zone (rendered through [`ClusterZone::counts`]). In a zone's shared
+    /// region (nginx: one per cluster zone, every worker reads and adds to the same words) or
+    /// in the process (`#[repr(C)]`: its layout is part of the shared region's, see
+    /// [`ClusterShared`]).
+    pub struct ClusterStats {
+        /// CLOCK_MONOTONIC ns of the last successful sync (0 = never).
+        pub last_ok_ns,
+        pub syncs_ok,
+        pub sync_errors,
+        /// Requests decided on the local fallback share (Redis down, slow or refusing us).
+        pub fallback_decisions,
+        /// Cost units pushed to Redis.
+        pub pushed_units,
+        /// Keys pushed/pulled, summed over syncs.
+        pub keys_synced,
+        /// 1 while this process's syncer is the table's elected syncer (`Table::try_lead`); in
+        /// a shared region it is not written (see [`ClusterZone::is_leader`]).
+        pub leader,
+        /// Process id of the syncer that synced last (any process sharing the zone).
+        pub leader_pid,
+    }
 }
 
 const _: () = assert!(std::mem::size_of::<ClusterStats>() == 64);
 
 /// "WEIRCLS" + layout version byte: the head of a cluster zone's shared region.
 #[cfg(not(loom))]
-const SHARED_MAGIC: u64 = u64::from_le_bytes(*b"WEIRCLS\x01");
+const SHARED_MAGIC: u64 = crate::region::header::magic(b"WEIRCLS", 1);
 /// Identity words, then [`ClusterStats`], then the two tables.
 const SHARED_HEAD: usize = 128;
 
@@ -107,69 +110,74 @@ pub fn shared_bytes(capacity: usize) -> usize {
 ///             continues where the previous one stopped
 /// ```
 pub struct ClusterShared {
-    stats: NonNull<ClusterStats>,
+    stats: StatsRef,
     remote: Table,
     pushed: Table,
 }
 
-// SAFETY: the region is shared memory made of atomics; the caller of `create_or_attach`
-// guarantees it outlives the handle.
-unsafe impl Send for ClusterShared {}
-unsafe impl Sync for ClusterShared {}
-
 impl ClusterShared {
     /// Attaches to the shared region of a cluster zone (local table of `capacity` slots,
     /// zone `schema`), or formats it when it holds none of this layout (first start; a reload
-    /// with the same zone keeps it). Returns whether the state was kept. With `zeroed`, a
-    /// region to format is known to hold only zero bytes (fresh shared memory) and only the
-    /// headers are written.
-    ///
-    /// # Safety
-    /// `ptr` must be 64-byte aligned and valid for reads and writes of `len` bytes for as long
-    /// as any engine using it lives; formatting must not race with users of the region (nginx
-    /// formats it in the master before forking workers). With `zeroed`, a region that does not
-    /// hold this layout must be all zero.
+    /// with the same zone keeps it). Returns whether the state was kept. `fresh` says whether
+    /// a region to format is known to hold only zero bytes (fresh shared memory: only the
+    /// headers are written). The region must be 64-byte aligned; formatting must not race
+    /// with its users (nginx formats it in the master before forking workers).
     #[cfg(not(loom))]
-    pub unsafe fn create_or_attach(
-        ptr: *mut u8,
-        len: usize,
+    pub fn create_or_attach_in(
+        region: Region,
         capacity: usize,
         schema: u64,
-        zeroed: bool,
+        fresh: Fresh,
     ) -> Result<(ClusterShared, bool), String> {
         let need = shared_bytes(capacity);
-        if ptr.is_null() || (ptr as usize) % crate::table::REGION_ALIGN != 0 {
+        if region.as_ptr() as usize % crate::table::REGION_ALIGN != 0 {
             return Err("cluster region is NULL or not 64-byte aligned".into());
         }
-        if len < need {
-            return Err(format!("cluster region of {len} bytes, needs {need}"));
+        if region.len() < need {
+            return Err(format!(
+                "cluster region of {} bytes, needs {need}",
+                region.len()
+            ));
         }
-        // SAFETY: aligned and at least SHARED_HEAD bytes (caller); atomics of any bit pattern.
-        let words = unsafe { std::slice::from_raw_parts(ptr.cast::<AtomicU64>(), 8) };
-        let ident = [SHARED_MAGIC, need as u64, schema, capacity as u64];
-        let kept = words.iter().zip(ident).all(|(w, v)| w.load(Relaxed) == v);
-        let tb = shared_table_bytes(capacity);
-        let (remote_at, pushed_at) = (ptr.add(SHARED_HEAD), ptr.add(SHARED_HEAD + tb));
-        let tables = if kept {
-            Table::attach(remote_at, tb, 0).and_then(|r| Ok((r, Table::attach(pushed_at, tb, 0)?)))
-        } else {
-            Err(crate::table::TableError::NotATable)
+        let region = region.part(0, need);
+        let words = region.words(SHARED_HEAD / 8);
+        let ident = Ident {
+            magic: SHARED_MAGIC,
+            version: None,
+            size: &[(1, need as u64), (3, capacity as u64)],
+            schema: &[(2, schema)],
         };
-        let (remote, pushed, kept) = match tables {
+        let tb = shared_table_bytes(capacity);
+        let (remote_at, pushed_at) = (
+            region.part(SHARED_HEAD, tb),
+            region.part(SHARED_HEAD + tb, tb),
+        );
+        let attached = ident.check(|i| &words[i]).and_then(|()| {
+            Ok((
+                Table::attach_in(remote_at, 0)?,
+                Table::attach_in(pushed_at, 0)?,
+            ))
+        });
+        let (remote, pushed, kept) = match attached {
             Ok((r, p)) => (r, p, true),
             Err(_) => {
-                if !zeroed {
-                    std::ptr::write_bytes(ptr, 0, need);
-                }
-                let r = Table::create_zeroed(remote_at, tb, 0, 0).map_err(|e| e.to_string())?;
-                let p = Table::create_zeroed(pushed_at, tb, 0, 0).map_err(|e| e.to_string())?;
-                for (w, v) in words.iter().zip(ident) {
-                    w.store(v, Relaxed);
-                }
+                // The tables first (their magics), then this region's identity.
+                let mut tables = None;
+                attach::format(
+                    &region,
+                    |i| &words[i],
+                    &ident,
+                    fresh,
+                    || {
+                        let made = |at| Table::format_in(at, 0, 0, Fresh::Zeroed);
+                        tables = Some(made(remote_at).and_then(|r| Ok((r, made(pushed_at)?))));
+                    },
+                );
+                let (r, p) = tables.expect("filled").map_err(|e| e.to_string())?;
                 (r, p, false)
             }
         };
-        let stats = NonNull::new_unchecked(ptr.add(64).cast::<ClusterStats>());
+        let stats = StatsRef::Shared(region);
         Ok((
             ClusterShared {
                 stats,
@@ -181,21 +189,20 @@ impl ClusterShared {
     }
 }
 
-/// The zone's stats: in its shared region, or owned by the process.
-struct StatsRef {
-    ptr: NonNull<ClusterStats>,
-    _own: Option<Box<ClusterStats>>,
+/// The zone's stats: in its shared region (after the identity words), or owned by the process.
+enum StatsRef {
+    #[cfg_attr(loom, allow(dead_code))]
+    Shared(Region),
+    Own(Box<ClusterStats>),
 }
-
-// SAFETY: points at atomics that live as long as the zone (its box or its region).
-unsafe impl Send for StatsRef {}
-unsafe impl Sync for StatsRef {}
 
 impl std::ops::Deref for StatsRef {
     type Target = ClusterStats;
     fn deref(&self) -> &ClusterStats {
-        // SAFETY: see above.
-        unsafe { self.ptr.as_ref() }
+        match self {
+            StatsRef::Shared(r) => r.view(64),
+            StatsRef::Own(b) => b,
+        }
     }
 }
 
@@ -295,30 +302,14 @@ impl ClusterZone {
         let fallback = SlidingWindow::new(share, window_ns).map_err(|e| e.0)?;
         let is_shared = shared.is_some();
         let (remote, pushed, stats) = match shared {
-            Some(s) => (
-                s.remote,
-                s.pushed,
-                StatsRef {
-                    ptr: s.stats,
-                    _own: None,
-                },
-            ),
+            Some(s) => (s.remote, s.pushed, s.stats),
             None => {
                 // One remote (and pushed) entry per local key: the same number of slots.
                 let table = || {
                     Table::new(Table::bytes_for(local.capacity()), 0, 0)
                         .map_err(|e| format!("zone {name}: remote table: {e}"))
                 };
-                let own = Box::<ClusterStats>::default();
-                let ptr = NonNull::from(&*own);
-                (
-                    table()?,
-                    table()?,
-                    StatsRef {
-                        ptr,
-                        _own: Some(own),
-                    },
-                )
+                (table()?, table()?, StatsRef::Own(Box::default()))
             }
         };
         let password = spec.password.clone().or_else(|| url_password(&spec.redis));

@@ -3,7 +3,7 @@
 //!
 //! Every request adds to them, so they are striped like the tables' counters: a thread adds
 //! to the stripe it owns, without a locked instruction, or else to the shared stripe (see
-//! `table::owner`), and readers sum the stripes. One shared cache line written by every core
+//! `region::stripes`), and readers sum the stripes. One shared cache line written by every core
 //! on every request costs each request the line's transfer between cores (measured with two
 //! threads in docs/PERFORMANCE.md).
 //!
@@ -12,39 +12,43 @@
 //! its owner word, [`EngineCounters`], and [`LimitCounters`] (6 words) per limit in policy
 //! order, padded to whole 64-byte lines.
 
-use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-use crate::table::{add_to_stripe, STRIPES};
+use crate::region::attach::{create_or_attach, Fresh, Mismatch};
+use crate::region::header::{magic, Ident};
+use crate::region::owner::Backing;
+use crate::region::stripes::{add as add_to_stripe, STRIPES};
+use crate::region::{atomic_words, Region};
 
-const MAGIC: u64 = u64::from_le_bytes(*b"WEIRCNT3");
+const MAGIC: u64 = magic(b"WEIRCNT", b'3');
 const HEADER_WORDS: usize = 8;
 /// A stripe's first word: its owner.
 const OWNER_WORDS: usize = 1;
 const TOTAL_WORDS: usize = 4;
 const LIMIT_WORDS: usize = 6;
 const LINE_WORDS: usize = 8;
+const NOT_ALIGNED: &str = "counters region must be non-NULL and 8-byte aligned";
 
-/// One stripe's counters of one limit.
-#[repr(C)]
-#[derive(Debug, Default)]
-pub(crate) struct LimitCounters {
-    pub passed: AtomicU64,
-    pub delayed: AtomicU64,
-    pub rejected: AtomicU64,
-    pub queued: AtomicU64,
-    pub dry_run_delayed: AtomicU64,
-    pub dry_run_rejected: AtomicU64,
+atomic_words! {
+    /// One stripe's counters of one limit.
+    pub(crate) struct LimitCounters {
+        pub passed,
+        pub delayed,
+        pub rejected,
+        pub queued,
+        pub dry_run_delayed,
+        pub dry_run_rejected,
+    }
 }
 
-/// One stripe's engine-wide counters.
-#[repr(C)]
-#[derive(Debug, Default)]
-pub(crate) struct EngineCounters {
-    pub requests: AtomicU64,
-    pub exempt: AtomicU64,
-    pub unmatched: AtomicU64,
-    pub bad_target: AtomicU64,
+atomic_words! {
+    /// One stripe's engine-wide counters.
+    pub(crate) struct EngineCounters {
+        pub requests,
+        pub exempt,
+        pub unmatched,
+        pub bad_target,
+    }
 }
 
 const _: () = assert!(std::mem::size_of::<LimitCounters>() == LIMIT_WORDS * 8);
@@ -74,18 +78,13 @@ pub struct EngineCounts {
 
 /// The counter block of one engine.
 pub struct Counters {
-    /// The block's first word.
-    words: NonNull<AtomicU64>,
+    /// The block: [`Counters::bytes_for`]`(limits)` bytes.
+    region: Region,
     limits: usize,
     /// Words per stripe: `stripe_words(limits)`.
     stride: usize,
-    _owned: Option<Box<[AtomicU64]>>,
+    _backing: Backing<()>,
 }
-
-// SAFETY: only atomics are reached through `words`, which stays valid for the handle's life
-// (owned, or the caller's contract on `attach`).
-unsafe impl Send for Counters {}
-unsafe impl Sync for Counters {}
 
 /// Words per stripe for `limits` limits: whole cache lines.
 fn stripe_words(limits: usize) -> usize {
@@ -100,99 +99,73 @@ impl Counters {
 
     /// A block in this process's memory (its stripes on their own cache lines).
     pub fn new(limits: usize) -> Counters {
-        let words = Self::bytes_for(limits) / 8;
-        let owned: Box<[AtomicU64]> = (0..words + LINE_WORDS).map(|_| AtomicU64::new(0)).collect();
-        let skip = owned.as_ptr().align_offset(LINE_WORDS * 8).min(LINE_WORDS);
-        let start = NonNull::from(&owned[skip]);
-        Counters {
-            words: start,
-            limits,
-            stride: stripe_words(limits),
-            _owned: Some(owned),
-        }
+        let bytes = Self::bytes_for(limits);
+        let map = crate::region::alloc::Mapping::new(bytes).expect("memory for counters");
+        let map = std::sync::Arc::new(map);
+        let mut c = Counters::attach_in(map.region(), limits, 0).expect("a mapping fits");
+        c._backing = Backing::Mapped(map);
+        c
     }
 
-    /// Attaches to a block in a caller's region, keeping its counts when it was made for the
-    /// same limits (same count and `fingerprint`) and this layout, and starting from zero
-    /// otherwise.
-    ///
-    /// # Safety
-    /// `ptr` must be 8-byte aligned and valid for `len` bytes for the handle's life; when the
-    /// block is (re)initialised, no other process may be using it (nginx: the master's zone
-    /// init, before workers start).
-    pub unsafe fn attach(
-        ptr: *mut u8,
-        len: usize,
-        limits: usize,
-        fingerprint: u64,
-    ) -> Result<Counters, String> {
+    /// Attaches to a block in a caller's region (8-byte aligned), keeping its counts when it
+    /// was made for the same limits (same count and `fingerprint`) and this layout, and
+    /// starting from zero otherwise. When the block is (re)initialised, no other process may be
+    /// using it (nginx: the master's zone init, before workers start).
+    pub fn attach_in(region: Region, limits: usize, fingerprint: u64) -> Result<Counters, String> {
         let need = Self::bytes_for(limits);
-        if ptr.is_null() || (ptr as usize) % 8 != 0 {
-            return Err("counters region must be non-NULL and 8-byte aligned".into());
+        if region.as_ptr() as usize % 8 != 0 {
+            return Err(NOT_ALIGNED.into());
         }
-        if len < need {
-            return Err(format!("counters region of {len} bytes, needs {need}"));
+        if region.len() < need {
+            return Err(format!(
+                "counters region of {} bytes, needs {need}",
+                region.len()
+            ));
         }
-        let words = NonNull::new_unchecked(ptr.cast::<AtomicU64>());
-        let c = Counters {
-            words,
+        let region = region.part(0, need);
+        let words = region.words(HEADER_WORDS);
+        let ident = Ident {
+            magic: MAGIC,
+            version: None,
+            size: &[(1, limits as u64)],
+            schema: &[(2, fingerprint)],
+        };
+        let (mismatch, fresh) = (Mismatch::Reformat, Fresh::Unknown);
+        let kept = create_or_attach(&region, |i| &words[i], &ident, mismatch, fresh, || {});
+        kept.map_err(|e| e.to_string())?;
+        Ok(Counters {
+            region,
             limits,
             stride: stripe_words(limits),
-            _owned: None,
-        };
-        let same = c.word(0).load(Relaxed) == MAGIC
-            && c.word(1).load(Relaxed) == limits as u64
-            && c.word(2).load(Relaxed) == fingerprint;
-        if !same {
-            for i in 1..need / 8 {
-                c.word(i).store(0, Relaxed);
-            }
-            c.word(1).store(limits as u64, Relaxed);
-            c.word(2).store(fingerprint, Relaxed);
-            c.word(0).store(MAGIC, Relaxed);
-        }
-        Ok(c)
+            _backing: Backing::Borrowed,
+        })
     }
 
-    fn word(&self, i: usize) -> &AtomicU64 {
-        debug_assert!(i < Self::bytes_for(self.limits) / 8);
-        // SAFETY: `i` is within the block (see `bytes_for`).
-        unsafe { &*self.words.as_ptr().add(i) }
-    }
-
-    /// Stripe `s`'s first word.
+    /// Byte offset of stripe `s`'s word `w`.
     #[inline]
-    fn stripe(&self, s: usize) -> *const AtomicU64 {
+    fn at(&self, s: usize, w: usize) -> usize {
         debug_assert!(s < STRIPES);
-        // SAFETY: stripe `s < STRIPES` lies within the block (see `bytes_for`).
-        unsafe { self.words.as_ptr().add(HEADER_WORDS + s * self.stride) }
+        (HEADER_WORDS + s * self.stride + w) * 8
     }
 
     /// Stripe `s`'s engine-wide counters.
     #[inline]
     fn totals_in(&self, s: usize) -> &EngineCounters {
-        // SAFETY: `EngineCounters` is `repr(C)` of 4 atomics, the words after the owner's.
-        unsafe { &*self.stripe(s).add(OWNER_WORDS).cast::<EngineCounters>() }
+        self.region.view(self.at(s, OWNER_WORDS))
     }
 
     /// Stripe `s`'s counters of limit `i` (panics when `i` is out of range).
     #[inline]
     fn limit_in(&self, s: usize, i: usize) -> &LimitCounters {
         assert!(i < self.limits, "limit {i} of {}", self.limits);
-        // SAFETY: `LimitCounters` is `repr(C)` of 6 atomics; limit `i`'s are in the stripe.
-        unsafe {
-            &*self
-                .stripe(s)
-                .add(OWNER_WORDS + TOTAL_WORDS + LIMIT_WORDS * i)
-                .cast::<LimitCounters>()
-        }
+        self.region
+            .view(self.at(s, OWNER_WORDS + TOTAL_WORDS + LIMIT_WORDS * i))
     }
 
-    /// Stripe `s`'s owner word (see `table::owner`).
+    /// Stripe `s`'s owner word (see `region::stripes`).
     #[inline]
     fn owner_in(&self, s: usize) -> &AtomicU64 {
-        // SAFETY: a stripe's first word is its owner word.
-        unsafe { &*self.stripe(s) }
+        self.region.view(self.at(s, 0))
     }
 
     /// Adds one to an engine-wide counter, in this thread's stripe.
@@ -254,25 +227,29 @@ mod tests {
 
     #[test]
     fn a_shared_block_keeps_counts_for_the_same_limits_only() {
-        let mut region = vec![0u64; Counters::bytes_for(2) / 8];
-        let ptr = region.as_mut_ptr().cast::<u8>();
-        let len = region.len() * 8;
+        let map = crate::region::alloc::Mapping::new(Counters::bytes_for(2)).unwrap();
+        let region = map.region();
         let fp = fingerprint(["a", "b"].into_iter());
-        let c = unsafe { Counters::attach(ptr, len, 2, fp) }.unwrap();
+        let c = Counters::attach_in(region, 2, fp).unwrap();
         for _ in 0..3 {
             c.add_limit(1, |l| &l.rejected);
         }
         for _ in 0..5 {
             c.add_total(|t| &t.requests);
         }
-        let again = unsafe { Counters::attach(ptr, len, 2, fp) }.unwrap();
+        let again = Counters::attach_in(region, 2, fp).unwrap();
         assert_eq!(again.limit(1).rejected, 3);
         assert_eq!(again.limit(0), LimitCounts::default());
         assert_eq!(again.totals().requests, 5);
-        let other =
-            unsafe { Counters::attach(ptr, len, 2, fingerprint(["a", "c"].into_iter())) }.unwrap();
+        let other = Counters::attach_in(region, 2, fingerprint(["a", "c"].into_iter())).unwrap();
         assert_eq!(other.limit(1).rejected, 0);
-        assert!(unsafe { Counters::attach(ptr, 8, 2, fp) }.is_err());
+        assert_eq!(
+            Counters::attach_in(region.part(0, 8), 2, fp).err().unwrap(),
+            format!(
+                "counters region of 8 bytes, needs {}",
+                Counters::bytes_for(2)
+            )
+        );
     }
 
     #[test]

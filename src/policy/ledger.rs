@@ -42,10 +42,7 @@ impl Ledger {
     /// zeroed from the allocator (pages are touched only when used).
     pub fn new(needed: bool) -> Ledger {
         let entries = if needed {
-            let zeroed = vec![0u32; ENTRIES].into_boxed_slice();
-            // SAFETY: `AtomicU32` has the size, alignment and bit validity of `u32`; the box
-            // is moved, not copied, so the zeroed allocation is never written here.
-            unsafe { Box::from_raw(Box::into_raw(zeroed) as *mut [AtomicU32]) }
+            crate::region::alloc::zeroed_u32(ENTRIES)
         } else {
             Box::new([])
         };

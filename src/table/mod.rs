@@ -8,29 +8,31 @@
 
 mod header;
 mod log;
-mod owner;
 mod probe;
 mod rescale;
 mod slot;
-#[cfg(not(loom))]
-mod zeroed;
 
+pub use crate::region::{RegionError as TableError, REGION_ALIGN};
 pub use header::LAYOUT_VERSION;
-pub(crate) use owner::{add as add_to_stripe, STRIPES};
 /// The stripe-owner protocol, for its loom model (tests/loom.rs).
 #[cfg(loom)]
 #[doc(hidden)]
 pub mod owner_model {
-    pub use super::owner::{Me, SHARED, STRIPES};
+    pub use crate::region::stripes::{Me, SHARED, STRIPES};
 }
 pub use log::{LogTable, SlidingLog, LOG_PROBE_WINDOW, MAX_LOG_EVENTS};
 
 use crate::limiter::{Concurrency, Decision, Permit, RateStep, Verdict};
-use header::{Header, Stripe, HEADER_BYTES, MAGIC};
+use crate::region::owner::Backing;
+#[cfg(not(loom))]
+use crate::region::{Fresh, Region};
+#[cfg(not(loom))]
+use header::Open;
+use header::{Header, Stripe, TableIdent, HEADER_BYTES, MAGIC};
 use probe::*;
 use slot::{pack, SlotWord, EMPTY};
 use std::ptr::NonNull;
-use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed};
 
 /// Bytes per slot (one key).
 pub const SLOT_BYTES: usize = 16;
@@ -41,71 +43,6 @@ pub const BUCKET_SLOTS: usize = 4;
 pub const PROBE_WINDOW: usize = 16;
 /// Fewest slots a table may have (two buckets); capacities are whole buckets.
 pub const MIN_CAPACITY: usize = 8;
-/// Alignment a caller-given region must have.
-pub const REGION_ALIGN: usize = 64;
-
-/// Why a table could not be created or attached.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum TableError {
-    TooSmall {
-        bytes: usize,
-        minimum: usize,
-    },
-    Misaligned {
-        align: usize,
-    },
-    /// The region holds something that is not a weir table (or a table of another version).
-    NotATable,
-    LayoutVersion {
-        found: u64,
-        expected: u64,
-    },
-    SizeChanged {
-        created: u64,
-        now: u64,
-    },
-    SchemaChanged {
-        created: u64,
-        now: u64,
-    },
-    /// 16-byte compare-exchange is not lock-free on this CPU; a shared table would be unsafe.
-    NoLockFree128,
-    Alloc {
-        bytes: usize,
-    },
-}
-
-impl std::fmt::Display for TableError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            TableError::TooSmall { bytes, minimum } => {
-                write!(f, "region of {bytes} bytes is too small; a table needs at least {minimum}")
-            }
-            TableError::Misaligned { align } => {
-                write!(f, "region must be aligned to {align} bytes")
-            }
-            TableError::NotATable => f.write_str("region does not hold a weir table"),
-            TableError::LayoutVersion { found, expected } => write!(
-                f,
-                "region holds a table of layout version {found}, this build uses {expected}; restart instead of reloading"
-            ),
-            TableError::SizeChanged { created, now } => write!(
-                f,
-                "region was created with {created} bytes and is now {now} bytes; a zone's size cannot change on reload"
-            ),
-            TableError::SchemaChanged { created, now } => write!(
-                f,
-                "region was created for schema {created:#x}, now asked for {now:#x} (the zone's algorithm or key changed); use a new zone name or restart"
-            ),
-            TableError::NoLockFree128 => f.write_str(
-                "this CPU lacks a lock-free 16-byte compare-exchange (cmpxchg16b); shared tables are refused",
-            ),
-            TableError::Alloc { bytes } => write!(f, "could not allocate {bytes} bytes"),
-        }
-    }
-}
-
-impl std::error::Error for TableError {}
 
 /// A snapshot of a table's counters.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -126,19 +63,8 @@ pub struct TableStats {
     pub rejected: u64,
 }
 
-enum Owner {
-    /// The caller owns the region.
-    Borrowed,
-    /// An anonymous mapping, unmapped when this table (holding it) is dropped.
-    #[cfg(not(loom))]
-    #[allow(dead_code)]
-    Mapped(zeroed::Mapping),
-    #[cfg(loom)]
-    Boxed(
-        #[allow(dead_code)] Box<Header>,
-        #[allow(dead_code)] Box<[SlotWord]>,
-    ),
-}
+/// Loom's model of a table: its header and slots, boxed.
+type Model = (Box<Header>, Box<[SlotWord]>);
 
 /// A handle on a table. Cheap to share between threads (`&Table` is enough); each process
 /// attaches its own handle to a shared region.
@@ -156,12 +82,14 @@ pub struct Table {
     /// [`atomic_load_x4`]).
     #[cfg_attr(loom, allow(dead_code))]
     avx: bool,
-    owner: Owner,
+    backing: Backing<Model>,
 }
 
 // SAFETY: every byte the handle points at is accessed only through atomics, and the region
-// outlives the handle (heap: owned; borrowed: the caller's contract on `create`/`attach`).
+// outlives the handle (a mapping or model it shares ownership of, or the caller's contract on
+// `Region::new`).
 unsafe impl Send for Table {}
+// SAFETY: as `Send`.
 unsafe impl Sync for Table {}
 
 impl Table {
@@ -188,10 +116,10 @@ impl Table {
         if bytes < minimum {
             return Err(TableError::TooSmall { bytes, minimum });
         }
-        let map = zeroed::Mapping::new(bytes)?;
-        // SAFETY: a fresh private mapping: exclusive, aligned, `bytes` long, all zero.
-        let mut table = unsafe { Table::create_zeroed(map.ptr(), bytes, schema, clock_base) }?;
-        table.owner = Owner::Mapped(map);
+        let map = std::sync::Arc::new(crate::region::alloc::Mapping::new(bytes)?);
+        let (mut table, _) =
+            Table::create_or_attach_in(map.region(), schema, clock_base, Fresh::Zeroed)?;
+        table.backing = Backing::Mapped(map);
         Ok(table)
     }
 
@@ -201,17 +129,24 @@ impl Table {
         let capacity = Table::capacity_for(bytes);
         let header = header::new_boxed();
         let slots: Box<[SlotWord]> = (0..capacity).map(|_| SlotWord::default()).collect();
-        init_header(&header, bytes, capacity, schema, clock_base, [1, 2, 3, 4]);
-        let mut t = Table::from_parts(NonNull::from(&*header), NonNull::from(&slots[0]), capacity);
-        t.owner = Owner::Boxed(header, slots);
-        Ok(t)
+        let id = TableIdent {
+            magic: MAGIC,
+            versioned: true,
+            len: bytes,
+            capacity,
+            schema,
+        };
+        id.with(|ident| ident.write(|i| header.word(i), || header.fill([1, 2, 3, 4], clock_base)));
+        let (h, s) = (NonNull::from(&*header), NonNull::from(&slots[0]));
+        let backing = Backing::Model(std::sync::Arc::new((header, slots)));
+        Ok(Table::from_parts(h, s, capacity, backing))
     }
 
     /// Formats `len` bytes at `ptr` as an empty table with a fresh random seed.
     ///
     /// # Safety
-    /// `ptr` must be valid for reads and writes of `len` bytes for as long as any handle on it
-    /// lives, and no other handle may use the region while it is being created.
+    /// As [`Region::new`]: `ptr` must be valid for reads and writes of `len` bytes for as long
+    /// as any handle on it lives, and no other handle may use the region while it is created.
     #[cfg(not(loom))]
     pub unsafe fn create(
         ptr: *mut u8,
@@ -219,37 +154,12 @@ impl Table {
         schema: u64,
         clock_base: u64,
     ) -> Result<Table, TableError> {
-        check_region(ptr, len)?;
-        // SAFETY: caller guarantees exclusive access to `len` bytes; zero is a valid value for
-        // every atomic in the region.
-        unsafe { std::ptr::write_bytes(ptr, 0, len) };
-        Table::create_zeroed(ptr, len, schema, clock_base)
-    }
-
-    /// [`Table::create`] for a region that holds only zero bytes (fresh `mmap` or shared
-    /// memory): only the header is written, so a slot's page is first touched when a key
-    /// lands there (an empty slot is all zero).
-    ///
-    /// # Safety
-    /// As [`Table::create`], and every byte of the region must be zero.
-    #[cfg(not(loom))]
-    pub unsafe fn create_zeroed(
-        ptr: *mut u8,
-        len: usize,
-        schema: u64,
-        clock_base: u64,
-    ) -> Result<Table, TableError> {
-        let capacity = check_region(ptr, len)?;
-        let header = NonNull::new_unchecked(ptr.cast::<Header>());
-        init_header(
-            header.as_ref(),
-            len,
-            capacity,
+        Table::format_in(
+            Region::new(ptr, len, REGION_ALIGN)?,
             schema,
             clock_base,
-            random_seed(),
-        );
-        Ok(Table::from_parts(header, slots_of(ptr), capacity))
+            Fresh::Unknown,
+        )
     }
 
     /// Attaches to a region formatted by [`Table::create`], keeping its state. Refused when the
@@ -260,41 +170,7 @@ impl Table {
     /// `ptr` must be valid for reads and writes of `len` bytes for as long as the handle lives.
     #[cfg(not(loom))]
     pub unsafe fn attach(ptr: *mut u8, len: usize, schema: u64) -> Result<Table, TableError> {
-        let capacity = check_region(ptr, len)?;
-        let header = NonNull::new_unchecked(ptr.cast::<Header>());
-        let h = header.as_ref();
-        let magic = h.magic.load(Acquire);
-        if magic != MAGIC {
-            if magic & 0x00ff_ffff_ffff_ffff == MAGIC & 0x00ff_ffff_ffff_ffff {
-                return Err(TableError::LayoutVersion {
-                    found: magic >> 56,
-                    expected: LAYOUT_VERSION,
-                });
-            }
-            return Err(TableError::NotATable);
-        }
-        let version = h.version.load(Relaxed);
-        if version != LAYOUT_VERSION {
-            return Err(TableError::LayoutVersion {
-                found: version,
-                expected: LAYOUT_VERSION,
-            });
-        }
-        let created = h.region_len.load(Relaxed);
-        if created != len as u64 || h.capacity.load(Relaxed) != capacity as u64 {
-            return Err(TableError::SizeChanged {
-                created,
-                now: len as u64,
-            });
-        }
-        let created_schema = h.schema.load(Relaxed);
-        if created_schema != schema {
-            return Err(TableError::SchemaChanged {
-                created: created_schema,
-                now: schema,
-            });
-        }
-        Ok(Table::from_parts(header, slots_of(ptr), capacity))
+        Table::attach_in(Region::new(ptr, len, REGION_ALIGN)?, schema)
     }
 
     /// Attaches when the region already holds a table, creates one otherwise (an nginx zone
@@ -309,44 +185,71 @@ impl Table {
         schema: u64,
         clock_base: u64,
     ) -> Result<(Table, bool), TableError> {
-        Table::create_or_attach_with(ptr, len, schema, clock_base, false)
+        let region = Region::new(ptr, len, REGION_ALIGN)?;
+        Table::create_or_attach_in(region, schema, clock_base, Fresh::Unknown)
     }
 
-    /// [`Table::create_or_attach`] where a region without a table holds only zero bytes
-    /// (fresh shared memory, as an nginx zone): it is created with [`Table::create_zeroed`].
-    ///
-    /// # Safety
-    /// As [`Table::create_zeroed`] when the region holds no table.
+    /// Attaches to the table in `region`, or formats one there when it holds none (`fresh`
+    /// says whether it is known to be zero); returns whether the state was kept. A table of
+    /// another layout version, size or schema is refused.
     #[cfg(not(loom))]
-    pub unsafe fn create_or_attach_zeroed(
-        ptr: *mut u8,
-        len: usize,
+    pub fn create_or_attach_in(
+        region: Region,
         schema: u64,
         clock_base: u64,
+        fresh: Fresh,
     ) -> Result<(Table, bool), TableError> {
-        Table::create_or_attach_with(ptr, len, schema, clock_base, true)
+        Table::open(region, schema, Open::CreateOrAttach(fresh, clock_base))
+    }
+
+    /// Attaches to the table in `region` (refused as [`Table::create_or_attach_in`], and when
+    /// the region holds no table).
+    #[cfg(not(loom))]
+    pub fn attach_in(region: Region, schema: u64) -> Result<Table, TableError> {
+        Table::open(region, schema, Open::Attach).map(|(t, _)| t)
+    }
+
+    /// Formats `region` as an empty table, whatever it held.
+    #[cfg(not(loom))]
+    pub(crate) fn format_in(
+        region: Region,
+        schema: u64,
+        clock_base: u64,
+        fresh: Fresh,
+    ) -> Result<Table, TableError> {
+        Table::open(region, schema, Open::Format(fresh, clock_base)).map(|(t, _)| t)
     }
 
     #[cfg(not(loom))]
-    unsafe fn create_or_attach_with(
-        ptr: *mut u8,
-        len: usize,
-        schema: u64,
-        clock_base: u64,
-        zeroed: bool,
-    ) -> Result<(Table, bool), TableError> {
-        check_region(ptr, len)?;
-        match Table::attach(ptr, len, schema) {
-            Ok(t) => Ok((t, true)),
-            Err(TableError::NotATable) if zeroed => {
-                Ok((Table::create_zeroed(ptr, len, schema, clock_base)?, false))
-            }
-            Err(TableError::NotATable) => Ok((Table::create(ptr, len, schema, clock_base)?, false)),
-            Err(e) => Err(e),
-        }
+    fn open(region: Region, schema: u64, how: Open) -> Result<(Table, bool), TableError> {
+        let (h, capacity) = table_header(&region)?;
+        let len = region.len();
+        let id = TableIdent {
+            magic: MAGIC,
+            versioned: true,
+            len,
+            capacity,
+            schema,
+        };
+        let kept = id.open(&region, h, how)?;
+        Ok((Table::in_region(&region, capacity), kept))
     }
 
-    fn from_parts(header: NonNull<Header>, slots: NonNull<SlotWord>, capacity: usize) -> Table {
+    /// A handle on the table formatted in `region` (a caller's: [`Backing::Borrowed`]).
+    #[cfg(not(loom))]
+    fn in_region(region: &Region, capacity: usize) -> Table {
+        let header = NonNull::new(region.as_ptr().cast::<Header>()).expect("a region is not NULL");
+        // SAFETY: `table_header` checked the region holds the header and `capacity` slots.
+        let slots = unsafe { NonNull::new_unchecked(region.as_ptr().add(HEADER_BYTES).cast()) };
+        Table::from_parts(header, slots, capacity, Backing::Borrowed)
+    }
+
+    fn from_parts(
+        header: NonNull<Header>,
+        slots: NonNull<SlotWord>,
+        capacity: usize,
+        backing: Backing<Model>,
+    ) -> Table {
         // SAFETY: `header` points at an initialised header (callers above).
         let h = unsafe { header.as_ref() };
         let seed = h.seed.each_ref().map(|s| s.load(Relaxed));
@@ -362,7 +265,7 @@ impl Table {
             avx: std::arch::is_x86_feature_detected!("avx"),
             #[cfg(not(target_arch = "x86_64"))]
             avx: false,
-            owner: Owner::Borrowed,
+            backing,
         }
     }
 
@@ -388,12 +291,26 @@ impl Table {
         self.clock_base
     }
 
-    /// The region's start and length. A sliding_log zone (src/policy/engine/build.rs) keeps its
-    /// [`LogTable`] in the slot area of a table whose slots it never uses.
+    /// The length of the table's region in bytes (recorded at creation).
+    #[cfg_attr(loom, allow(dead_code))]
+    pub(crate) fn region_len(&self) -> usize {
+        self.header().region_len.load(Relaxed) as usize
+    }
+
+    /// The exact sliding log of a sliding_log zone, kept in this table's slot area (the
+    /// slots are never used there, so the area is all zero until the log is created), created
+    /// or attached with its state like the header. It shares this table's backing, so it keeps
+    /// an in-process table's memory alive.
     #[cfg(not(loom))]
-    pub(crate) fn region(&self) -> (*mut u8, usize) {
-        let len = self.header().region_len.load(Relaxed) as usize;
-        (self.header.as_ptr().cast(), len)
+    pub(crate) fn log_in_slots(&self, log: SlidingLog) -> Result<LogTable, TableError> {
+        let len = self.region_len();
+        // SAFETY: the table's own region (`len` recorded at creation, checked on attach),
+        // valid as long as `self.backing`, which the log handle shares below.
+        let region = unsafe { Region::new(self.header.as_ptr().cast(), len, REGION_ALIGN) }?;
+        let skip = Table::bytes_for(0) - MIN_CAPACITY * SLOT_BYTES;
+        let area = region.part(skip, len - skip);
+        let (t, _) = LogTable::create_or_attach_in(area, log, self.clock_base, Fresh::Zeroed)?;
+        Ok(t.sharing(self.backing.share()))
     }
 
     /// The table's keyed 64-bit hash of `key` (seeded per table; never 0).
@@ -527,13 +444,10 @@ impl Table {
         }
     }
 
-    /// A second handle on this table's region (for a background thread of the same process).
-    ///
-    /// # Safety
-    /// The returned handle must not be used after `self`'s region is freed (drop it, or stop
-    /// using it, before `self` is dropped).
-    pub unsafe fn alias(&self) -> Table {
-        Table::from_parts(self.header, self.slots, self.capacity)
+    /// A second handle on this table's region (for a background thread of the same
+    /// process); it keeps an in-process table's memory alive as long as it lives.
+    pub fn alias(&self) -> Table {
+        Table::from_parts(self.header, self.slots, self.capacity, self.backing.clone())
     }
 
     /// Leader election through the header (e.g. one syncer among the nginx workers sharing a
@@ -615,53 +529,41 @@ impl Table {
     }
 }
 
-fn init_header(
-    h: &Header,
-    len: usize,
-    capacity: usize,
-    schema: u64,
-    clock_base: u64,
-    seed: [u64; 4],
-) {
-    h.version.store(LAYOUT_VERSION, Relaxed);
-    h.region_len.store(len as u64, Relaxed);
-    h.capacity.store(capacity as u64, Relaxed);
-    for (s, v) in h.seed.iter().zip(seed) {
-        s.store(v, Relaxed);
-    }
-    h.clock_base.store(clock_base, Relaxed);
-    h.schema.store(schema, Relaxed);
-    // Publishes everything above to attachers that read the magic with Acquire.
-    h.magic.store(MAGIC, Release);
+/// The header of the table in `region` and the slots that fit after it.
+#[cfg(not(loom))]
+fn table_header(region: &Region) -> Result<(&Header, usize), TableError> {
+    let minimum = Table::bytes_for(MIN_CAPACITY);
+    header_in(region, Table::capacity_for(region.len()), minimum)
 }
 
+/// The header of a table-like format in `region`, which holds `capacity` slots or records
+/// after it (0: fewer than one, the region is under `minimum` bytes).
 #[cfg(not(loom))]
-fn check_region(ptr: *mut u8, len: usize) -> Result<usize, TableError> {
+fn header_in(
+    region: &Region,
+    capacity: usize,
+    minimum: usize,
+) -> Result<(&Header, usize), TableError> {
     if !portable_atomic::AtomicU128::is_lock_free() {
         return Err(TableError::NoLockFree128);
     }
-    if ptr.is_null() || (ptr as usize) % REGION_ALIGN != 0 {
+    if region.as_ptr() as usize % REGION_ALIGN != 0 {
         return Err(TableError::Misaligned {
             align: REGION_ALIGN,
         });
     }
-    match Table::capacity_for(len) {
-        0 => Err(TableError::TooSmall {
-            bytes: len,
-            minimum: Table::bytes_for(MIN_CAPACITY),
-        }),
-        cap => Ok(cap),
+    if capacity == 0 {
+        let bytes = region.len();
+        return Err(TableError::TooSmall { bytes, minimum });
     }
+    // SAFETY: the region is 64-byte aligned and holds a header (1152 bytes) and at least one
+    // slot or record; a header of any bytes is valid (atomics only); the region outlives its
+    // users (`Region::new`'s contract).
+    Ok((unsafe { &*region.as_ptr().cast::<Header>() }, capacity))
 }
 
 #[cfg(not(loom))]
-fn slots_of(region: *mut u8) -> NonNull<SlotWord> {
-    // SAFETY: callers checked the region holds the header and at least one slot.
-    unsafe { NonNull::new_unchecked(region.add(HEADER_BYTES).cast()) }
-}
-
-#[cfg(not(loom))]
-fn random_seed() -> [u64; 4] {
+pub(crate) fn random_seed() -> [u64; 4] {
     let mut seed = [0u64; 4];
     let bytes = std::mem::size_of_val(&seed);
     // SAFETY: `seed` is a writable buffer of `bytes` bytes.

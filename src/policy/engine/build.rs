@@ -159,18 +159,13 @@ pub(super) fn log_for(zone: &config::Zone, table: &Table) -> Result<Option<Arc<L
     };
     #[cfg(not(loom))]
     {
-        let (ptr, len) = table.region();
+        let len = table.region_len();
         if len < skip + LogTable::bytes_for(&log, 1) {
             return Err(too_small(len));
         }
-        // SAFETY: `[skip, len)` of the table's region is the slot area, valid as long as the
-        // table, which the engine owns beside the log handle (dropping a handle on a borrowed
-        // region touches nothing). No slot of a sliding_log zone's table is ever used, so the area is
-        // all zero (as the table's creation left it) until a log table is created there.
-        let (t, _) = unsafe {
-            LogTable::create_or_attach_zeroed(ptr.add(skip), len - skip, log, table.clock_base())
-        }
-        .map_err(|e| format!("zone {}: {e}", zone.name))?;
+        let t = table
+            .log_in_slots(log)
+            .map_err(|e| format!("zone {}: {e}", zone.name))?;
         Ok(Some(Arc::new(t)))
     }
     #[cfg(loom)]
@@ -205,8 +200,7 @@ pub(super) fn cluster_for(
         shared,
     )?);
     if start {
-        // SAFETY: the engine owns `table` and stops the syncer (Engine::drop) before freeing it.
-        c.start(unsafe { table.alias() })?;
+        c.start(table.alias())?;
     }
     Ok(Some(c))
 }

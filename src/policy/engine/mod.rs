@@ -51,6 +51,10 @@ mod limiters;
 use limiters::*;
 mod build;
 pub use build::*;
+#[cfg(not(loom))]
+mod attach;
+#[cfg(not(loom))]
+pub use attach::{AttachError, AttachOptions, HostRegions};
 mod charge;
 mod headers;
 
@@ -127,9 +131,7 @@ impl Engine {
     pub fn start_syncers(&self) -> Result<(), String> {
         for (c, t) in self.clusters.iter().zip(&self.tables) {
             if let Some(c) = c {
-                // SAFETY: the engine owns `t` and stops the syncer (Engine::drop) before
-                // freeing it.
-                c.start(unsafe { t.alias() })?;
+                c.start(t.alias())?;
             }
         }
         Ok(())

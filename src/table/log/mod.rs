@@ -17,14 +17,20 @@
 //! no event: never written, or refunded). The last N positions `[head − N, head)` are the log.
 //! Protocol and invariants: docs/ARCHITECTURE.md, "The exact sliding log".
 
-use super::header::{Header, Stripe, HEADER_BYTES};
+#[cfg(not(loom))]
+use super::header::Open;
+use super::header::{Header, Stripe, TableIdent, HEADER_BYTES};
 use super::slot::{pack, tag, SlotWord, EMPTY};
 #[cfg(not(loom))]
 use super::REGION_ALIGN;
 use super::{TableError, TableStats};
 use crate::limiter::{Decision, ParamError, Remaining, Verdict};
+use crate::region::header::magic;
+use crate::region::owner::Backing;
+#[cfg(not(loom))]
+use crate::region::{Fresh, Region};
 use std::ptr::NonNull;
-use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed};
 
 #[cfg(loom)]
 use loom::sync::atomic::AtomicU64 as EntryWord;
@@ -34,7 +40,7 @@ use std::sync::atomic::AtomicU64 as EntryWord;
 mod admit;
 
 /// "WEIRLOG" + layout version byte.
-const LOG_MAGIC: u64 = u64::from_le_bytes(*b"WEIRLOG\x02");
+const LOG_MAGIC: u64 = magic(b"WEIRLOG", 2);
 /// Largest `events` of a sliding_log zone (every key stores `events` 8-byte entries).
 pub const MAX_LOG_EVENTS: u64 = 4096;
 /// Records examined for one key: its home record and the next ones, wrapping.
@@ -120,19 +126,8 @@ fn dist(h: u64, seq: u64) -> u64 {
     h.wrapping_sub(seq) & SEQ_MASK
 }
 
-enum Owner {
-    Borrowed,
-    /// An anonymous mapping, unmapped when this table (holding it) is dropped.
-    #[cfg(not(loom))]
-    #[allow(dead_code)]
-    Mapped(super::zeroed::Mapping),
-    #[cfg(loom)]
-    Boxed(
-        #[allow(dead_code)] Box<Header>,
-        Box<[SlotWord]>,
-        Box<[EntryWord]>,
-    ),
-}
+/// Loom's model of a log table: header, record headers and entries, boxed.
+type Model = (Box<Header>, Box<[SlotWord]>, Box<[EntryWord]>);
 
 /// A handle on an exact-sliding-log table (one zone). `&LogTable` is shared between threads;
 /// each process attaches its own handle to a shared region.
@@ -147,11 +142,12 @@ pub struct LogTable {
     log: SlidingLog,
     hasher: ahash::RandomState,
     clock_base: u64,
-    owner: Owner,
+    backing: Backing<Model>,
 }
 
 // SAFETY: the region is accessed only through atomics and outlives the handle (as `Table`).
 unsafe impl Send for LogTable {}
+// SAFETY: as `Send`.
 unsafe impl Sync for LogTable {}
 
 impl LogTable {
@@ -176,11 +172,9 @@ impl LogTable {
             return Err(TableError::TooSmall { bytes, minimum });
         }
         // As the slot table's (`Table::new`): zero pages, touched only when a key lands there.
-        let map = super::zeroed::Mapping::new(bytes)?;
-        // SAFETY: a fresh private mapping: exclusive, aligned, `bytes` long, all zero.
-        let mut t = unsafe { LogTable::create_zeroed(map.ptr(), bytes, log, clock_base) }?;
-        t.owner = Owner::Mapped(map);
-        Ok(t)
+        let map = std::sync::Arc::new(crate::region::alloc::Mapping::new(bytes)?);
+        let (t, _) = LogTable::create_or_attach_in(map.region(), log, clock_base, Fresh::Zeroed)?;
+        Ok(t.sharing(Backing::Mapped(map)))
     }
 
     /// Under loom: boxed model objects with `capacity_for(bytes)` records.
@@ -192,11 +186,17 @@ impl LogTable {
         let entries: Box<[EntryWord]> = (0..capacity * log.events as usize)
             .map(|_| EntryWord::new(0))
             .collect();
-        init(&header, bytes, capacity, &log, clock_base, [1, 2, 3, 4]);
-        let mut t =
-            LogTable::from_parts(NonNull::from(&*header), NonNull::dangling(), capacity, log);
-        t.owner = Owner::Boxed(header, hdrs, entries);
-        Ok(t)
+        let id = ident(&log, bytes, capacity);
+        id.with(|ident| ident.write(|i| header.word(i), || header.fill([1, 2, 3, 4], clock_base)));
+        let h = NonNull::from(&*header);
+        let backing = Backing::Model(std::sync::Arc::new((header, hdrs, entries)));
+        Ok(LogTable::from_parts(
+            h,
+            NonNull::dangling(),
+            capacity,
+            log,
+            backing,
+        ))
     }
 
     /// Formats `len` bytes at `ptr` as an empty log table with a fresh random seed.
@@ -210,40 +210,12 @@ impl LogTable {
         log: SlidingLog,
         clock_base: u64,
     ) -> Result<LogTable, TableError> {
-        check_region(ptr, len, &log)?;
-        // SAFETY: exclusive access to `len` bytes; zero is valid for every atomic.
-        unsafe { std::ptr::write_bytes(ptr, 0, len) };
-        LogTable::create_zeroed(ptr, len, log, clock_base)
-    }
-
-    /// [`LogTable::create`] for a region that holds only zero bytes: only the header is
-    /// written (an empty record is all zero), so a page is first touched when a key lands there.
-    ///
-    /// # Safety
-    /// As [`LogTable::create`], and every byte of the region must be zero.
-    #[cfg(not(loom))]
-    pub unsafe fn create_zeroed(
-        ptr: *mut u8,
-        len: usize,
-        log: SlidingLog,
-        clock_base: u64,
-    ) -> Result<LogTable, TableError> {
-        let capacity = check_region(ptr, len, &log)?;
-        let header = NonNull::new_unchecked(ptr.cast::<Header>());
-        init(
-            header.as_ref(),
-            len,
-            capacity,
-            &log,
-            clock_base,
-            super::random_seed(),
-        );
-        Ok(LogTable::from_parts(
-            header,
-            NonNull::new_unchecked(ptr.add(HEADER_BYTES)),
-            capacity,
+        LogTable::format_in(
+            Region::new(ptr, len, REGION_ALIGN)?,
             log,
-        ))
+            clock_base,
+            Fresh::Unknown,
+        )
     }
 
     /// Attaches to a region formatted by [`LogTable::create`] with the same size and
@@ -257,39 +229,8 @@ impl LogTable {
         len: usize,
         log: SlidingLog,
     ) -> Result<LogTable, TableError> {
-        let capacity = check_region(ptr, len, &log)?;
-        let header = NonNull::new_unchecked(ptr.cast::<Header>());
-        let h = header.as_ref();
-        let magic = h.magic.load(Acquire);
-        if magic != LOG_MAGIC {
-            if magic & 0x00ff_ffff_ffff_ffff == LOG_MAGIC & 0x00ff_ffff_ffff_ffff {
-                return Err(TableError::LayoutVersion {
-                    found: magic >> 56,
-                    expected: LOG_MAGIC >> 56,
-                });
-            }
-            return Err(TableError::NotATable);
-        }
-        let created = h.region_len.load(Relaxed);
-        if created != len as u64 || h.capacity.load(Relaxed) != capacity as u64 {
-            return Err(TableError::SizeChanged {
-                created,
-                now: len as u64,
-            });
-        }
-        let schema = h.schema.load(Relaxed);
-        if schema != log.schema() {
-            return Err(TableError::SchemaChanged {
-                created: schema,
-                now: log.schema(),
-            });
-        }
-        Ok(LogTable::from_parts(
-            header,
-            NonNull::new_unchecked(ptr.add(HEADER_BYTES)),
-            capacity,
-            log,
-        ))
+        let region = Region::new(ptr, len, REGION_ALIGN)?;
+        LogTable::open(region, log, Open::Attach).map(|(t, _)| t)
     }
 
     /// Attaches when the region holds this log table, creates one otherwise; returns whether
@@ -304,41 +245,53 @@ impl LogTable {
         log: SlidingLog,
         clock_base: u64,
     ) -> Result<(LogTable, bool), TableError> {
-        LogTable::create_or_attach_with(ptr, len, log, clock_base, false)
+        let region = Region::new(ptr, len, REGION_ALIGN)?;
+        LogTable::create_or_attach_in(region, log, clock_base, Fresh::Unknown)
     }
 
-    /// [`LogTable::create_or_attach`] where a region without a log table holds only zero bytes:
-    /// it is created with [`LogTable::create_zeroed`].
-    ///
-    /// # Safety
-    /// As [`LogTable::create_zeroed`] when the region holds no log table.
+    /// Attaches to the log table in `region`, or formats one there when it holds none;
+    /// returns whether the state was kept. Another version, size or parameters are refused.
     #[cfg(not(loom))]
-    pub unsafe fn create_or_attach_zeroed(
-        ptr: *mut u8,
-        len: usize,
+    pub fn create_or_attach_in(
+        region: Region,
         log: SlidingLog,
         clock_base: u64,
+        fresh: Fresh,
     ) -> Result<(LogTable, bool), TableError> {
-        LogTable::create_or_attach_with(ptr, len, log, clock_base, true)
+        LogTable::open(region, log, Open::CreateOrAttach(fresh, clock_base))
     }
 
     #[cfg(not(loom))]
-    unsafe fn create_or_attach_with(
-        ptr: *mut u8,
-        len: usize,
+    fn format_in(
+        region: Region,
         log: SlidingLog,
         clock_base: u64,
-        zeroed: bool,
-    ) -> Result<(LogTable, bool), TableError> {
-        check_region(ptr, len, &log)?;
-        match LogTable::attach(ptr, len, log) {
-            Ok(t) => Ok((t, true)),
-            Err(TableError::NotATable) if zeroed => {
-                Ok((LogTable::create_zeroed(ptr, len, log, clock_base)?, false))
-            }
-            Err(TableError::NotATable) => Ok((LogTable::create(ptr, len, log, clock_base)?, false)),
-            Err(e) => Err(e),
-        }
+        fresh: Fresh,
+    ) -> Result<LogTable, TableError> {
+        LogTable::open(region, log, Open::Format(fresh, clock_base)).map(|(t, _)| t)
+    }
+
+    #[cfg(not(loom))]
+    fn open(region: Region, log: SlidingLog, how: Open) -> Result<(LogTable, bool), TableError> {
+        let (h, capacity) = log_header(&region, &log)?;
+        let kept = ident(&log, region.len(), capacity).open(&region, h, how)?;
+        Ok((LogTable::in_region(&region, capacity, log), kept))
+    }
+
+    /// A handle on the log table formatted in `region` (a caller's, until [`Self::sharing`]).
+    #[cfg(not(loom))]
+    fn in_region(region: &Region, capacity: usize, log: SlidingLog) -> LogTable {
+        let header = NonNull::new(region.as_ptr().cast::<Header>()).expect("a region is not NULL");
+        // SAFETY: `log_header` checked the region holds the header and `capacity` records.
+        let records = unsafe { NonNull::new_unchecked(region.as_ptr().add(HEADER_BYTES)) };
+        LogTable::from_parts(header, records, capacity, log, Backing::Borrowed)
+    }
+
+    /// This handle, its memory freed by `backing` (a mapping of this process).
+    #[cfg_attr(loom, allow(dead_code))]
+    pub(super) fn sharing(mut self, backing: Backing<Model>) -> LogTable {
+        self.backing = backing;
+        self
     }
 
     fn from_parts(
@@ -346,6 +299,7 @@ impl LogTable {
         records: NonNull<u8>,
         capacity: usize,
         log: SlidingLog,
+        backing: Backing<Model>,
     ) -> LogTable {
         // SAFETY: `header` points at an initialised header.
         let h = unsafe { header.as_ref() };
@@ -359,7 +313,7 @@ impl LogTable {
             log,
             hasher: ahash::RandomState::with_seeds(seed[0], seed[1], seed[2], seed[3]),
             clock_base: h.clock_base.load(Relaxed),
-            owner: Owner::Borrowed,
+            backing,
         }
     }
 
@@ -418,17 +372,17 @@ impl LogTable {
 
     #[cfg(loom)]
     fn hdr(&self, r: usize) -> &SlotWord {
-        match &self.owner {
-            Owner::Boxed(_, h, _) => &h[r],
-            Owner::Borrowed => unreachable!(),
+        match &self.backing {
+            Backing::Model(m) => &m.1[r],
+            _ => unreachable!(),
         }
     }
 
     #[cfg(loom)]
     fn ent(&self, r: usize, p: u64) -> &EntryWord {
-        match &self.owner {
-            Owner::Boxed(_, _, e) => &e[r * self.n as usize + (p % self.n) as usize],
-            Owner::Borrowed => unreachable!(),
+        match &self.backing {
+            Backing::Model(m) => &m.2[r * self.n as usize + (p % self.n) as usize],
+            _ => unreachable!(),
         }
     }
 
@@ -551,40 +505,21 @@ impl LogTable {
     }
 }
 
-fn init(
-    h: &Header,
-    len: usize,
-    capacity: usize,
-    log: &SlidingLog,
-    clock_base: u64,
-    seed: [u64; 4],
-) {
-    h.version.store(super::LAYOUT_VERSION, Relaxed);
-    h.region_len.store(len as u64, Relaxed);
-    h.capacity.store(capacity as u64, Relaxed);
-    for (s, v) in h.seed.iter().zip(seed) {
-        s.store(v, Relaxed);
+/// The identity a log table of `len` bytes and `capacity` records holds (the log's regions
+/// carry the table's version word but are checked by their magic's version byte only).
+fn ident(log: &SlidingLog, len: usize, capacity: usize) -> TableIdent {
+    TableIdent {
+        magic: LOG_MAGIC,
+        versioned: false,
+        len,
+        capacity,
+        schema: log.schema(),
     }
-    h.clock_base.store(clock_base, Relaxed);
-    h.schema.store(log.schema(), Relaxed);
-    h.magic.store(LOG_MAGIC, Release);
 }
 
+/// The header of the log table in `region` and the records that fit after it.
 #[cfg(not(loom))]
-fn check_region(ptr: *mut u8, len: usize, log: &SlidingLog) -> Result<usize, TableError> {
-    if !portable_atomic::AtomicU128::is_lock_free() {
-        return Err(TableError::NoLockFree128);
-    }
-    if ptr.is_null() || (ptr as usize) % REGION_ALIGN != 0 {
-        return Err(TableError::Misaligned {
-            align: REGION_ALIGN,
-        });
-    }
-    match LogTable::capacity_for(log, len) {
-        0 => Err(TableError::TooSmall {
-            bytes: len,
-            minimum: LogTable::bytes_for(log, 1),
-        }),
-        cap => Ok(cap),
-    }
+fn log_header<'r>(region: &'r Region, log: &SlidingLog) -> Result<(&'r Header, usize), TableError> {
+    let capacity = LogTable::capacity_for(log, region.len());
+    super::header_in(region, capacity, LogTable::bytes_for(log, 1))
 }

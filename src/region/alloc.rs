@@ -1,8 +1,10 @@
-//! Zero-filled memory for in-process tables, straight from an anonymous mapping: its pages
+//! Zero-filled memory for in-process regions, straight from an anonymous mapping: its pages
 //! read as zero (an empty slot) and the kernel backs each one only when it is first written,
 //! so a table's memory grows with the keys it holds, not with its size.
 
-use super::{TableError, REGION_ALIGN};
+use std::sync::atomic::AtomicU32;
+
+use super::{Region, RegionError, REGION_ALIGN};
 
 /// A transparent huge page on x86-64 (the alignment of large in-process tables).
 pub(crate) const HUGE_PAGE: usize = 2 << 20;
@@ -16,11 +18,11 @@ pub(crate) struct Mapping {
 }
 
 impl Mapping {
-    pub(crate) fn new(len: usize) -> Result<Mapping, TableError> {
+    pub(crate) fn new(len: usize) -> Result<Mapping, RegionError> {
         let huge = len >= HUGE_PAGE;
         let reserve = if huge {
             len.checked_add(HUGE_PAGE)
-                .ok_or(TableError::Alloc { bytes: len })?
+                .ok_or(RegionError::Alloc { bytes: len })?
         } else {
             len
         };
@@ -36,7 +38,7 @@ impl Mapping {
             )
         };
         if base == libc::MAP_FAILED {
-            return Err(TableError::Alloc { bytes: len });
+            return Err(RegionError::Alloc { bytes: len });
         }
         let base = base.cast::<u8>();
         if !huge {
@@ -67,9 +69,28 @@ impl Mapping {
         Ok(Mapping { ptr, len })
     }
 
-    pub(crate) fn ptr(&self) -> *mut u8 {
-        self.ptr
+    /// The mapped bytes as a region (valid until the mapping is dropped).
+    pub(crate) fn region(&self) -> Region {
+        // SAFETY: `[ptr, ptr + len)` is mapped, readable and writable until `self` is dropped
+        // (holders keep the mapping alive beside their handles: `owner::Backing`), and a new
+        // private mapping has no other user.
+        unsafe { Region::new(self.ptr, self.len, REGION_ALIGN) }.expect("a mapping is aligned")
     }
+}
+
+// SAFETY: the mapping is plain memory owned by this value; unmapping it from any thread is
+// fine, and it is only reached through `Region` handles (atomics).
+unsafe impl Send for Mapping {}
+// SAFETY: as `Send`; `&Mapping` gives only the region's address.
+unsafe impl Sync for Mapping {}
+
+/// `n` atomics starting at zero, straight from the allocator's zeroed memory (pages are touched
+/// only when used).
+pub(crate) fn zeroed_u32(n: usize) -> Box<[AtomicU32]> {
+    let zeroed = vec![0u32; n].into_boxed_slice();
+    // SAFETY: `AtomicU32` has the size, alignment and bit validity of `u32`; the box is moved,
+    // not copied, so the zeroed allocation is never written here.
+    unsafe { Box::from_raw(Box::into_raw(zeroed) as *mut [AtomicU32]) }
 }
 
 impl Drop for Mapping {
