@@ -18,7 +18,7 @@ for m in http-geoip http-image-filter http-perl http-xslt-filter mail stream str
     [ -f /usr/lib/nginx/modules/ngx_${m//-/_}_module.so ] || need+=(libnginx-mod-$m)
 done
 command -v prove >/dev/null 2>&1 || need+=(perl)
-# Cluster-scope tests (tests/cluster.rs) start their own redis-server on a free port.
+# Cluster-scope tests (tests/cluster/cluster.rs) start their own redis-server on a free port.
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 if [ ${#need[@]} -gt 0 ]; then
     echo "setup: installing ${need[*]}"

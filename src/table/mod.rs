@@ -14,7 +14,7 @@ mod slot;
 
 pub use crate::region::{RegionError as TableError, REGION_ALIGN};
 pub use header::LAYOUT_VERSION;
-/// The stripe-owner protocol, for its loom model (tests/loom.rs).
+/// The stripe-owner protocol, for its loom model (tests/table/loom.rs).
 #[cfg(loom)]
 #[doc(hidden)]
 pub mod owner_model {

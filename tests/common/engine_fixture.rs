@@ -1,5 +1,5 @@
 //! A realistic policy and request mix, shared by `benches/policy.rs` and
-//! `tests/engine_no_alloc.rs`.
+//! `tests/policy/no_alloc.rs`.
 #![allow(dead_code)]
 
 use std::net::IpAddr;

@@ -1,5 +1,5 @@
-//! The fork harness of the multi-process tests (`tests/multiprocess.rs`,
-//! `tests/log_multiprocess.rs`): those binaries have a plain `main` (no test harness) so that
+//! The fork harness of the multi-process tests (`tests/table/multiprocess.rs`,
+//! `tests/table/log_multiprocess.rs`): those binaries have a plain `main` (no test harness) so that
 //! the parent is single-threaded when it forks, and children may run Rust.
 
 use super::SharedRegion;

@@ -1,5 +1,5 @@
 //! The shared vectors (`tests/vectors/*.json`, format in `tests/vectors/README.md`), loaded and
-//! checked once for every Rust runner: the engine's (`tests/vectors.rs`) and the tower
+//! checked once for every Rust runner: the engine's (`tests/policy/vectors.rs`) and the tower
 //! layer's (`tower/tests/vectors.rs`, which includes this file by path).
 //!
 //! [`load`] refuses a directory with fewer than [`MIN_VECTORS`] vectors, a file not named

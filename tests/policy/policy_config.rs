@@ -889,7 +889,7 @@ fn forwarded_header_mode() {
 
 #[test]
 fn documented_example_parses() {
-    let doc = include_str!("../docs/POLICY.md");
+    let doc = include_str!("../../docs/POLICY.md");
     let start = doc.find("## Complete example").unwrap();
     let block = &doc[start..];
     let block = &block[block.find("```toml\n").unwrap() + 8..];

@@ -2,8 +2,7 @@
 //! `tests/vectors/README.md`) against the Rust engine. Every mismatch is printed with the
 //! vector's name, the step index and the field; the test fails if there is any.
 
-#[path = "common/vector.rs"]
-mod vector;
+use crate::vector;
 
 use std::collections::HashMap;
 use std::net::IpAddr;

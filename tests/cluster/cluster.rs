@@ -20,6 +20,7 @@ use weir::policy::request::OwnedRequest;
 use weir::region::{Fresh, Region};
 use weir::table::Table;
 
+#[path = "../common/mod.rs"]
 mod common;
 
 const S: u64 = 1_000_000_000;

@@ -15,7 +15,7 @@ use weir::limiter::{Delay, Rate};
 use weir::policy::config::Algorithm;
 use weir::policy::{Action, CompiledPolicy, Engine, HostLimit, HostLimits, HostZone, OwnedRequest};
 
-#[path = "common/engine_fixture.rs"]
+#[path = "../common/engine_fixture.rs"]
 mod fixture;
 
 struct Counting;
@@ -146,7 +146,7 @@ fn main() {
 /// Allocations while examples/wiki.toml (case-insensitive globs, regexes over decoded titles)
 /// judges tool pages in several spellings, ordinary pages and assets, passing and rejecting.
 fn wiki_example_allocations() -> usize {
-    let src = include_str!("../examples/wiki.toml");
+    let src = include_str!("../../examples/wiki.toml");
     let engine = Engine::new(CompiledPolicy::parse(src, None).unwrap()).unwrap();
     let reqs: Vec<OwnedRequest> = [
         "/w/Special:WhatLinksHere/X",

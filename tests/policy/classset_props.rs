@@ -7,8 +7,7 @@ use weir::policy::matching::classset::ClassSet;
 use weir::policy::request::PreparedRequest;
 use weir::policy::{CompiledPolicy, OwnedRequest};
 
-#[path = "common/engine_fixture.rs"]
-mod fixture;
+use crate::fixture;
 
 /// Literals of every length around the 8-byte word, suffixes longer than a word, general
 /// globs, case-insensitive globs (kept apart from the same glob matched exactly), regexes,

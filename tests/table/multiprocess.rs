@@ -2,6 +2,7 @@
 //! SIGKILLed processes that never wedge the table. A plain `main` (no test harness) so that
 //! the parent is single-threaded when it forks.
 
+#[path = "../common/mod.rs"]
 mod common;
 
 use common::fork::{fork_all, run_scenarios, sigkill_rounds, Tally, PROCS, THREADS};

@@ -3,8 +3,7 @@
 //! expfmt parser too, `target/caddy/promcheck`, when `WEIR_PROMCHECK` names it); the JSON
 //! carries the same numbers under the same names.
 
-#[path = "common/promcheck.rs"]
-mod promcheck;
+use crate::promcheck;
 
 use std::collections::{HashMap, HashSet};
 

@@ -3,6 +3,7 @@
 //! leader is SIGKILLed twice and another process takes over each time within the staleness
 //! limit. A plain `main` (no harness) so that the parent is single-threaded when it forks.
 
+#[path = "../common/mod.rs"]
 mod common;
 
 use common::SharedRegion;

@@ -1,6 +1,6 @@
 //! The table through its public API: lookups, eviction, shared regions, counters.
 
-mod common;
+use crate::common;
 
 use common::SharedRegion;
 use weir::limiter::{Concurrency, Decision, Delay, Gcra, Rate, SlidingWindow};

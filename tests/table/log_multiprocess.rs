@@ -2,6 +2,7 @@
 //! `events` per window, refunds never over-admit, and SIGKILLed writers never wedge a key.
 //! A plain `main` (no harness) so that the parent is single-threaded when it forks.
 
+#[path = "../common/mod.rs"]
 mod common;
 
 use common::fork::{fork_all, run_scenarios, sigkill_rounds, Tally, PROCS, THREADS};

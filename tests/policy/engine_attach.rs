@@ -2,7 +2,7 @@
 //! (a reload, another worker) keeps every key's state and the counters; regions that do not
 //! fit the policy are refused with the error kind the C ABI maps to its codes.
 
-mod common;
+use crate::common;
 
 use common::SharedRegion;
 use weir::policy::engine::{AttachError, AttachOptions, HostRegions};

@@ -1,0 +1,34 @@
+//! The policy layer (`weir::policy`) in one test binary: the policy format and its checks,
+//! matching and `$uri` normalization, the engine's verdicts, counters and metrics, host
+//! limits, shared regions, and the shared vectors (`vectors`, `tests/vectors/README.md`).
+//!
+//! Beside it, in its own binary (a counting allocator): `engine_no_alloc` (`no_alloc.rs`).
+
+#[path = "../common/mod.rs"]
+mod common;
+#[path = "../common/engine_fixture.rs"]
+mod fixture;
+#[path = "../common/promcheck.rs"]
+mod promcheck;
+#[path = "../common/vector.rs"]
+mod vector;
+
+mod classset_props;
+mod engine_attach;
+mod engine_counters;
+mod engine_header_walk;
+mod engine_order;
+mod engine_reads;
+mod examples;
+mod host_limits;
+mod log_policy;
+mod metrics;
+mod nginx_uri;
+mod normalize_props;
+mod permits;
+mod policy_config;
+mod policy_iglob;
+mod reload_rate;
+mod vectors;
+mod wiki_example;
+mod zone_rules;
