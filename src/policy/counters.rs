@@ -18,7 +18,7 @@ use crate::region::attach::{create_or_attach, Fresh, Mismatch};
 use crate::region::header::{magic, Ident};
 use crate::region::owner::Backing;
 use crate::region::stripes::{add as add_to_stripe, STRIPES};
-use crate::region::{atomic_words, Region};
+use crate::region::{atomic_words, Region, WordSpan};
 
 const MAGIC: u64 = magic(b"WEIRCNT", b'3');
 const HEADER_WORDS: usize = 8;
@@ -78,8 +78,8 @@ pub struct EngineCounts {
 
 /// The counter block of one engine.
 pub struct Counters {
-    /// The block: [`Counters::bytes_for`]`(limits)` bytes.
-    region: Region,
+    /// The block: [`Counters::bytes_for`]`(limits)` bytes, as words.
+    words: WordSpan,
     limits: usize,
     /// Words per stripe: `stripe_words(limits)`.
     stride: usize,
@@ -134,38 +134,38 @@ impl Counters {
         let kept = create_or_attach(&region, |i| &words[i], &ident, mismatch, fresh, || {});
         kept.map_err(|e| e.to_string())?;
         Ok(Counters {
-            region,
+            words: region.word_span(),
             limits,
             stride: stripe_words(limits),
             _backing: Backing::Borrowed,
         })
     }
 
-    /// Byte offset of stripe `s`'s word `w`.
+    /// Index of stripe `s`'s word `w`.
     #[inline]
     fn at(&self, s: usize, w: usize) -> usize {
         debug_assert!(s < STRIPES);
-        (HEADER_WORDS + s * self.stride + w) * 8
+        HEADER_WORDS + s * self.stride + w
     }
 
     /// Stripe `s`'s engine-wide counters.
     #[inline]
     fn totals_in(&self, s: usize) -> &EngineCounters {
-        self.region.view(self.at(s, OWNER_WORDS))
+        self.words.view(self.at(s, OWNER_WORDS))
     }
 
     /// Stripe `s`'s counters of limit `i` (panics when `i` is out of range).
     #[inline]
     fn limit_in(&self, s: usize, i: usize) -> &LimitCounters {
         assert!(i < self.limits, "limit {i} of {}", self.limits);
-        self.region
+        self.words
             .view(self.at(s, OWNER_WORDS + TOTAL_WORDS + LIMIT_WORDS * i))
     }
 
     /// Stripe `s`'s owner word (see `region::stripes`).
     #[inline]
     fn owner_in(&self, s: usize) -> &AtomicU64 {
-        self.region.view(self.at(s, 0))
+        self.words.view(self.at(s, 0))
     }
 
     /// Adds one to an engine-wide counter, in this thread's stripe.

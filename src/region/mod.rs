@@ -139,6 +139,21 @@ impl Region {
         unsafe { &*p.cast::<T>() }
     }
 
+    /// The region as words, for formats that view many small parts on the hot path (the
+    /// engine's counters): the alignment is checked here, once. Panics when the region is not
+    /// 8-byte aligned.
+    pub(crate) fn word_span(&self) -> WordSpan {
+        assert_eq!(
+            self.ptr.as_ptr() as usize % 8,
+            0,
+            "word span of a misaligned region"
+        );
+        WordSpan {
+            ptr: self.ptr.cast(),
+            words: self.len / 8,
+        }
+    }
+
     /// The first `n` words. Panics when they do not fit.
     #[inline]
     pub(crate) fn words(&self, n: usize) -> &[AtomicU64] {
@@ -153,5 +168,36 @@ impl Region {
         // SAFETY: the region is valid for `len` bytes and nobody else uses it while a format
         // is written into it (type invariant); zero is a valid value for every atomic.
         unsafe { std::ptr::write_bytes(self.ptr.as_ptr(), 0, self.len) };
+    }
+}
+
+/// A region's whole words, 8-byte aligned ([`Region::word_span`]): a typed view costs one
+/// bounds check. The region's invariant holds for the span.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct WordSpan {
+    ptr: NonNull<AtomicU64>,
+    words: usize,
+}
+
+// SAFETY: as `Region`'s: only reached through atomics.
+unsafe impl Send for WordSpan {}
+// SAFETY: as `Send`.
+unsafe impl Sync for WordSpan {}
+
+impl WordSpan {
+    /// The `T` at word `word`. Panics when it does not lie inside the span.
+    #[inline]
+    pub(crate) fn view<T: Words>(&self, word: usize) -> &T {
+        const { assert!(std::mem::align_of::<T>() <= 8 && std::mem::size_of::<T>() % 8 == 0) };
+        let n = std::mem::size_of::<T>() / 8;
+        assert!(
+            word <= self.words && n <= self.words - word,
+            "view past the span"
+        );
+        // SAFETY: words `[word, word + n)` lie in the span (checked above), which is 8-byte
+        // aligned (checked by `word_span`) and `T` needs no more (checked at compile time);
+        // `T: Words` is valid for any bytes and reached only through atomics; the memory
+        // outlives the handle (the region's invariant).
+        unsafe { &*self.ptr.as_ptr().add(word).cast::<T>() }
     }
 }
