@@ -423,8 +423,11 @@ test_vectors(const char *dir)
 /* ---------------------------------------------------------------------------------------- */
 /* Bad inputs: every one gives an error code, never a crash. */
 
+/* Its exemption tests the path, so the engine reads (and checks) every target: a policy
+ * that tests no path never parses it. */
 static const char GOOD_POLICY[] =
     "[zones.ip]\nsize = \"64k\"\nalgorithm = \"gcra\"\nrate = \"1r/s\"\n"
+    "[exempt.health]\nmatch = [{ path = \"/healthz\" }]\n"
     "[[limit]]\nclass = \"*\"\nzone = \"ip\"\nburst = 1\nnodelay = true\n";
 
 static void
