@@ -122,6 +122,29 @@
 #define WEIR_ALGORITHM_SLIDING_LOG 4
 
 /*
+ `weir_engine_outcome` styles: policy mode ("by weir limit"), nginx `limit_req` ("by zone",
+ with the excess) and nginx `limit_conn`.
+ */
+#define WEIR_STYLE_POLICY 0
+
+#define WEIR_STYLE_REQ 1
+
+#define WEIR_STYLE_CONN 2
+
+/*
+ `weir_log_line.level` beyond 0 info, 1 notice, 2 warn, 3 error: the host's own level for
+ rejections, and for delays (nginx's `limit_req_log_level` and the level below it).
+ */
+#define WEIR_LOG_HOST_REJECT -1
+
+#define WEIR_LOG_HOST_DELAY -2
+
+/*
+ Bytes of one log line; a longer one is cut.
+ */
+#define WEIR_LOG_LINE_MAX 320
+
+/*
  A policy with its zones' tables: evaluates requests. Thread-safe.
  */
 typedef struct weir_engine weir_engine;
@@ -158,6 +181,37 @@ typedef struct weir_policy weir_policy;
  Thread-safe; usable from several processes when the region is shared.
  */
 typedef struct weir_zone weir_zone;
+
+/*
+ One word of a directive, laid out as nginx's `ngx_str_t` (length first).
+ */
+typedef struct weir_arg {
+  size_t len;
+  const uint8_t *data;
+} weir_arg;
+
+/*
+ A `weir_req` or `weir_conn` directive's limit, as `weir_limit_args` reads it.
+ */
+typedef struct weir_directive_limit {
+  /*
+   The zone's name: bytes of the caller's argument.
+   */
+  const uint8_t *zone;
+  size_t zone_len;
+  /*
+   `burst=N`; 0 when not given.
+   */
+  uint64_t burst;
+  /*
+   0 default, -1 `nodelay` (or a `delay=` beyond the burst, as nginx reads it), N `delay=N`.
+   */
+  int64_t delay;
+  /*
+   weir_conn: the number of connections; 0 for weir_req.
+   */
+  uint64_t max;
+} weir_directive_limit;
 
 /*
  A caller-provided memory region (e.g. an nginx shared-memory zone), 64-byte aligned.
@@ -423,6 +477,17 @@ typedef struct weir_limit_spec {
 } weir_limit_spec;
 
 /*
+ Receives one problem of `weir_host_limits_build_each`: the index of the limit it names or
+ -1, the declaration index of the zone it names or -1, and the message (`len` bytes, not
+ NUL-terminated, valid during the call).
+ */
+typedef void (*weir_build_error_fn)(void *ctx,
+                                    int64_t limit,
+                                    int64_t zone,
+                                    const uint8_t *msg,
+                                    size_t len);
+
+/*
  One low-level check (`weir_zone_check`, `weir_zone_acquire`).
  */
 typedef struct weir_check {
@@ -454,6 +519,53 @@ typedef struct weir_zone_stats {
   uint64_t delayed;
   uint64_t rejected;
 } weir_zone_stats;
+
+/*
+ One line to log.
+ */
+typedef struct weir_log_line {
+  /*
+   0 info, 1 notice, 2 warn, 3 error, or WEIR_LOG_HOST_*.
+   */
+  int level;
+  size_t len;
+  uint8_t text[WEIR_LOG_LINE_MAX];
+} weir_log_line;
+
+/*
+ What to do with a verdict.
+ */
+typedef struct weir_outcome {
+  /*
+   WEIR_PASS (a dry run's delay or rejection included), WEIR_DELAY, WEIR_REJECT or
+   WEIR_QUEUE.
+   */
+  int32_t action;
+  /*
+   WEIR_REJECT: the response status (policy mode: 503 when the verdict has none).
+   */
+  uint16_t status;
+  /*
+   WEIR_DELAY: how long to hold the request, milliseconds rounded up.
+   */
+  uint64_t wait_ms;
+  /*
+   WEIR_QUEUE: how long the request may wait, the deciding limit's timeout (5000 when
+   it has none).
+   */
+  uint64_t queue_timeout_ms;
+  /*
+   nginx styles: the request's `$limit_req_status` / `$limit_conn_status` word
+   ("PASSED", "DELAYED_DRY_RUN", ...), static, not NUL-terminated; empty in policy mode.
+   */
+  const uint8_t *state;
+  size_t state_len;
+  /*
+   Lines to log, in order; a WEIR_QUEUE's own line is the last.
+   */
+  size_t lines;
+  struct weir_log_line line[2];
+} weir_outcome;
 
 /*
  What a policy's zone needs (for hosts that place zones in shared memory).
@@ -531,6 +643,34 @@ void weir_cluster_log_queue(void);
  the queue is empty (or `buf` is NULL or `cap` 0). Call it from the host's own thread.
  */
 size_t weir_cluster_log_pop(uint8_t *buf, size_t cap);
+
+/*
+ Reads a `weir_req_zone` (`conn` 0) or `weir_conn_zone` (`conn` 1) directive: `args` are all
+ its words, the name and the key first (`zone=NAME:SIZE` at least `min_size` bytes, `rate=`,
+ `events=` with `window=`; `lease=` for conn), and declares its zone in `b`, whose name
+ (bytes of the caller's argument) goes to `*name`. WEIR_ERR_INVALID with nginx's message
+ in `err` for a bad or missing argument.
+ */
+int weir_host_limits_zone_args(struct weir_host_limits *b,
+                               const struct weir_arg *args,
+                               size_t nargs,
+                               int conn,
+                               uint64_t min_size,
+                               struct weir_arg *name,
+                               char *err,
+                               size_t err_len);
+
+/*
+ Reads a `weir_req` (`conn` 0: `zone=NAME`, `burst=N`, `delay=N`, `nodelay`) or `weir_conn`
+ (`conn` 1: `ZONE N`) directive, all its words in `args`, into `*out`. WEIR_ERR_INVALID with
+ nginx's message in `err` for a bad or missing argument.
+ */
+int weir_limit_args(const struct weir_arg *args,
+                    size_t nargs,
+                    int conn,
+                    struct weir_directive_limit *out,
+                    char *err,
+                    size_t err_len);
 
 /*
  An engine with its zones in this process's memory.
@@ -779,6 +919,16 @@ int weir_host_limits_build(const struct weir_host_limits *b,
                            size_t err_len);
 
 /*
+ `weir_host_limits_build`, but each problem goes to `report` (called once per problem, in
+ order, with `ctx`) with the limit or zone it is about, for the host to say where that was
+ declared.
+ */
+int weir_host_limits_build_each(const struct weir_host_limits *b,
+                                struct weir_policy **out,
+                                weir_build_error_fn report,
+                                void *ctx);
+
+/*
  GCRA (nginx limit_req): `count` requests per `period_ns`, `burst`, and `delay`: -1 for
  nodelay, 0 for nginx's default (every excess request waits), N for `delay=N`.
  */
@@ -869,6 +1019,15 @@ int weir_log_zone_refund(const struct weir_log_zone *z,
  A log zone's counters.
  */
 int weir_log_zone_get_stats(const struct weir_log_zone *z, struct weir_zone_stats *out);
+
+/*
+ What a host does with verdict `v` of engine `e`, in `style` (WEIR_STYLE_*), into `*out`.
+ WEIR_ERR_NULL for a NULL argument, WEIR_ERR_INVALID for an unknown style.
+ */
+int weir_engine_outcome(const struct weir_engine *e,
+                        const struct weir_verdict *v,
+                        int style,
+                        struct weir_outcome *out);
 
 /*
  Parses a rate as a policy's `rate` does: `10r/s`, `30r/m`, `100r/h` or `1000r/d` (so every

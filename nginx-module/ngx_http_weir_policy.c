@@ -14,10 +14,6 @@ static void ngx_http_weir_request(ngx_http_request_t *r, weir_request *wr);
 static ngx_int_t ngx_http_weir_verdict(ngx_http_request_t *r,
     ngx_http_weir_loc_conf_t *wlcf, ngx_http_weir_state_t *st, int wrc,
     u_char *buf);
-static ngx_uint_t ngx_http_weir_policy_log_level(ngx_http_weir_state_t *st,
-    weir_verdict *v, ngx_uint_t delay);
-static ngx_msec_t ngx_http_weir_queue_timeout(ngx_http_weir_state_t *st,
-    weir_verdict *v, ngx_http_weir_loc_conf_t *wlcf);
 static void ngx_http_weir_queue_handler(ngx_http_request_t *r);
 
 
@@ -195,10 +191,9 @@ static ngx_int_t
 ngx_http_weir_verdict(ngx_http_request_t *r, ngx_http_weir_loc_conf_t *wlcf,
     ngx_http_weir_state_t *st, int wrc, u_char *buf)
 {
-    const uint8_t  *name;
-    size_t          name_len;
-    ngx_str_t       lname;
-    weir_verdict   *v;
+    ngx_int_t      rc;
+    weir_outcome   o;
+    weir_verdict  *v;
 
     v = &st->verdict;
 
@@ -227,144 +222,41 @@ ngx_http_weir_verdict(ngx_http_request_t *r, ngx_http_weir_loc_conf_t *wlcf,
     }
 
     if (ngx_http_weir_add_headers(r, buf, v->headers_len, wlcf->headers)
-        != NGX_OK)
+        != NGX_OK
+        || weir_engine_outcome(st->engine, v, WEIR_STYLE_POLICY, &o) != WEIR_OK)
     {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    ngx_str_null(&lname);
-
-    if (v->limit >= 0
-        && weir_engine_limit_name(st->engine, v->limit, &name, &name_len)
-           == WEIR_OK)
-    {
-        lname.data = (u_char *) name;
-        lname.len = name_len;
-    }
-
-    if (v->dry_run_limit >= 0
-        && weir_engine_limit_name(st->engine, v->dry_run_limit, &name,
-                                  &name_len)
-           == WEIR_OK)
-    {
-        ngx_str_t   dname;
-        ngx_uint_t  level;
-
-        dname.data = (u_char *) name;
-        dname.len = name_len;
-
-        level = (v->dry_run_action == WEIR_REJECT) ? NGX_LOG_ERR
-                                                   : NGX_LOG_WARN;
-
-        ngx_log_error(level, r->connection->log, 0,
-                      "%s, dry run, by weir limit \"%V\"",
-                      v->dry_run_action == WEIR_REJECT
-                          ? "limiting requests" : "delaying request",
-                      &dname);
-    }
-
-    switch (v->action) {
-
-    case WEIR_PASS:
-        st->policy_done = 1;
-        return NGX_DECLINED;
-
-    case WEIR_DELAY:
+    if (o.action != WEIR_QUEUE) {
         st->policy_done = 1;
 
-        ngx_log_error(ngx_http_weir_policy_log_level(st, v, 1),
-                      r->connection->log, 0,
-                      "delaying request, %uLms, by weir limit \"%V\"",
-                      v->wait_ns / 1000000, &lname);
+    } else if (st->queued) {
+        /* logged when the request joined the queue */
+        o.lines--;
+
+    } else {
+        st->queued = 1;
+        st->queue_deadline = ngx_current_msec
+                             + (wlcf->queue_timeout != NGX_CONF_UNSET_MSEC
+                                ? wlcf->queue_timeout : o.queue_timeout_ms);
+    }
 
 #if (WEIR_TEST_HOOKS)
-        if (ngx_http_weir_test_frozen(r)) {
-            /* injected time does not pass while waiting */
-            return NGX_DECLINED;
-        }
+    if (o.action == WEIR_DELAY && ngx_http_weir_test_frozen(r)) {
+        /* injected time does not pass while waiting */
+        o.action = WEIR_PASS;
+    }
 #endif
 
-        return ngx_http_weir_wait(r, ngx_http_weir_msec(v->wait_ns),
-                                  ngx_http_weir_delay_handler);
+    rc = ngx_http_weir_act(r, &o, NGX_LOG_ERR, NGX_LOG_WARN);
 
-    case WEIR_QUEUE:
-        if (!st->queued) {
-            st->queued = 1;
-            st->queue_deadline = ngx_current_msec
-                                 + ngx_http_weir_queue_timeout(st, v, wlcf);
-
-            ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
-                          "queueing request by weir limit \"%V\"", &lname);
-        }
-
+    if (o.action == WEIR_QUEUE) {
         return ngx_http_weir_wait(r, wlcf->queue_poll,
                                   ngx_http_weir_queue_handler);
-
-    default: /* WEIR_REJECT */
-        st->policy_done = 1;
-
-        ngx_log_error(ngx_http_weir_policy_log_level(st, v, 0),
-                      r->connection->log, 0,
-                      "limiting requests by weir limit \"%V\"", &lname);
-
-        return v->status ? v->status : NGX_HTTP_SERVICE_UNAVAILABLE;
-    }
-}
-
-
-/*
- * the log level the deciding policy limit asks for (its log_level); delays
- * one level lower, as limit_req logs them
- */
-
-static ngx_uint_t
-ngx_http_weir_policy_log_level(ngx_http_weir_state_t *st, weir_verdict *v,
-    ngx_uint_t delay)
-{
-    int                lvl;
-    static ngx_uint_t  levels[] = {
-        NGX_LOG_INFO, NGX_LOG_NOTICE, NGX_LOG_WARN, NGX_LOG_ERR
-    };
-
-    lvl = (v->limit >= 0)
-          ? weir_engine_limit_log_level(st->engine, (size_t) v->limit) : 3;
-
-    if (lvl < 0 || lvl > 3) {
-        lvl = 3;
     }
 
-    if (delay && lvl > 0) {
-        lvl--;
-    }
-
-    return levels[lvl];
-}
-
-
-/*
- * how long a queued request waits: weir_queue_timeout when set, else the
- * deciding limit's timeout from the policy
- */
-
-static ngx_msec_t
-ngx_http_weir_queue_timeout(ngx_http_weir_state_t *st, weir_verdict *v,
-    ngx_http_weir_loc_conf_t *wlcf)
-{
-    uint64_t  ns;
-
-    if (wlcf->queue_timeout != NGX_CONF_UNSET_MSEC) {
-        return wlcf->queue_timeout;
-    }
-
-    if (v->limit >= 0
-        && weir_engine_limit_queue_timeout(st->engine, (size_t) v->limit, &ns)
-           == WEIR_OK
-        && ns > 0)
-    {
-        return (ngx_msec_t) (ns / 1000000);
-    }
-
-    return 5000;
+    return rc;
 }
 
 
