@@ -1030,6 +1030,29 @@ int weir_engine_outcome(const struct weir_engine *e,
                         struct weir_outcome *out);
 
 /*
+ The next response header of a verdict's buffer (`buf`, `len` bytes: lines "Name: value\r\n")
+ from byte `*pos` (0 first), whose name and value (bytes of `buf`, the value without its
+ leading spaces) go to `*name` and `*value`; `*pos` moves past it. 1 when there is one, 0 at
+ the end (or for a NULL argument). With `ratelimit` 0 the `RateLimit*` headers are skipped.
+ */
+int weir_header_next(const uint8_t *buf,
+                     size_t len,
+                     size_t *pos,
+                     int ratelimit,
+                     struct weir_arg *name,
+                     struct weir_arg *value);
+
+/*
+ Writes verdict `v` of engine `e` as "action=A limit=L wait_ns=N exempt=E status=S
+ dry_run=D" into `buf` (`cap` bytes, cut to fit, not NUL-terminated), for hosts' test
+ hooks; the number of bytes written (0 for a NULL argument).
+ */
+size_t weir_verdict_text(const struct weir_engine *e,
+                         const struct weir_verdict *v,
+                         uint8_t *buf,
+                         size_t cap);
+
+/*
  Parses a rate as a policy's `rate` does: `10r/s`, `30r/m`, `100r/h` or `1000r/d` (so every
  nginx `rate=` value too), count 1 to 1,000,000,000. `text` is `len` bytes, not
  NUL-terminated. WEIR_OK and `*out` set, or WEIR_ERR_INVALID and the policy's message in

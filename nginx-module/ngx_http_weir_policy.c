@@ -135,52 +135,34 @@ ngx_http_weir_request(ngx_http_request_t *r, weir_request *wr)
 }
 
 
-/* adds weir's "Name: value\r\n" lines to the response headers */
+/* adds the verdict's headers to the response */
 
 static ngx_int_t
 ngx_http_weir_add_headers(ngx_http_request_t *r, u_char *buf, size_t len,
     ngx_flag_t ratelimit)
 {
-    u_char           *p, *last, *eol, *colon;
+    size_t            pos;
+    ngx_str_t         key, value;
     ngx_table_elt_t  *h;
 
-    p = buf;
-    last = buf + len;
+    pos = 0;
 
-    while (p < last) {
-        eol = ngx_strlchr(p, last, '\r');
-        if (eol == NULL) {
-            eol = last;
+    /* ngx_str_t and weir_arg share their layout: length, then bytes */
+
+    while (weir_header_next(buf, len, &pos, ratelimit, (weir_arg *) &key,
+                            (weir_arg *) &value))
+    {
+        h = ngx_list_push(&r->headers_out.headers);
+        if (h == NULL) {
+            return NGX_ERROR;
         }
 
-        colon = ngx_strlchr(p, eol, ':');
-
-        if (colon && !(ratelimit == 0
-                       && colon - p >= 9
-                       && ngx_strncasecmp(p, (u_char *) "ratelimit", 9) == 0))
-        {
-            h = ngx_list_push(&r->headers_out.headers);
-            if (h == NULL) {
-                return NGX_ERROR;
-            }
-
-            h->hash = 1;
-            h->key.data = p;
-            h->key.len = colon - p;
-
-            colon++;
-            while (colon < eol && *colon == ' ') {
-                colon++;
-            }
-
-            h->value.data = colon;
-            h->value.len = eol - colon;
+        h->hash = 1;
+        h->key = key;
+        h->value = value;
 #if (nginx_version >= 1023000)
-            h->next = NULL;
+        h->next = NULL;
 #endif
-        }
-
-        p = eol + 2;
     }
 
     return NGX_OK;
