@@ -623,6 +623,20 @@ void weir_error_free(struct weir_error *err);
 int weir_engine_start_sync(const struct weir_engine *e, struct weir_error **err);
 
 /*
+ 1 when the engine's policy has a cluster zone (whose syncers `weir_engine_start_sync`
+ starts), 0 when not or for NULL.
+ */
+int weir_engine_has_cluster(const struct weir_engine *e);
+
+/*
+ `weir_engine_start_sync` for hosts whose own threads take signals (nginx workers): the
+ syncer threads start with every signal blocked, so that none is delivered to them.
+ WEIR_ERR_ZONE with the reason in `*err` when the signals cannot be blocked (no syncer
+ starts then).
+ */
+int weir_engine_start_sync_masked(const struct weir_engine *e, struct weir_error **err);
+
+/*
  Stops the engine's cluster syncers and waits for them (at most one Redis I/O timeout,
  ≤ 2 s); a leading syncer resigns so that another process takes over at once. Also done by
  `weir_engine_free`. NULL is ignored.
@@ -1118,6 +1132,13 @@ int weir_policy_zone(const struct weir_policy *p, size_t i, struct weir_zone_inf
  Bytes of the shared counter block `weir_engine_attach` can take for this policy (0 for NULL).
  */
 size_t weir_policy_counters_bytes(const struct weir_policy *p);
+
+/*
+ Index of variable `name` (`len` bytes) among the policy's `var:NAME` key parts, as
+ `weir_request.var` is asked for it (`weir_engine_var_name`); -1 when no key uses it or for
+ NULL.
+ */
+int64_t weir_policy_var_index(const struct weir_policy *p, const uint8_t *name, size_t len);
 
 /*
  Writes what fixes zone `i`'s memory layout — algorithm, the parameters its states depend on

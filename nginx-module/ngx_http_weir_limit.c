@@ -14,6 +14,8 @@ static int ngx_http_weir_var(void *ctx, size_t index, const uint8_t **value,
     size_t *value_len);
 static ngx_int_t ngx_http_weir_evaluate(ngx_http_request_t *r,
     ngx_http_weir_sel_t *sel, weir_verdict *v);
+
+
 /*
  * The engine's variable "NAME": the key of zone "NAME" for this request; an
  * empty one, or one longer than the zone allows (logged), leaves the zone's
@@ -26,41 +28,14 @@ ngx_http_weir_var(void *ctx, size_t index, const uint8_t **value,
 {
     ngx_http_request_t  *r = ctx;
 
-    size_t                      len;
     ngx_str_t                   key;
-    ngx_uint_t                  i;
-    const uint8_t              *name;
     ngx_http_weir_dzone_t      *dz;
     ngx_http_weir_main_conf_t  *wmcf;
 
     wmcf = ngx_http_get_module_main_conf(r, ngx_http_weir_module);
 
-    if (index >= wmcf->dzones.nelts) {
+    if (index >= wmcf->dzones.nelts || wmcf->vars[index] == NULL) {
         return 0;
-    }
-
-    /* the zone of each variable, found on first use in each worker */
-
-    if (wmcf->vars[index] == NULL) {
-        if (weir_engine_var_name(wmcf->dir.engine, index, &name, &len)
-            != WEIR_OK)
-        {
-            return 0;
-        }
-
-        dz = wmcf->dzones.elts;
-
-        for (i = 0; i < wmcf->dzones.nelts; i++) {
-            if (dz[i].name.len == len
-                && ngx_strncmp(dz[i].name.data, name, len) == 0)
-            {
-                wmcf->vars[index] = &dz[i];
-            }
-        }
-
-        if (wmcf->vars[index] == NULL) {
-            return 0;
-        }
     }
 
     dz = wmcf->vars[index];

@@ -239,6 +239,7 @@ ngx_int_t
 ngx_http_weir_init_limits(ngx_conf_t *cf, ngx_http_weir_main_conf_t *wmcf)
 {
     size_t                  z;
+    int64_t                 n;
     ngx_uint_t              i;
     weir_zone_info          zi;
     ngx_http_weir_pzone_t **pz;
@@ -282,10 +283,21 @@ ngx_http_weir_init_limits(ngx_conf_t *cf, ngx_http_weir_main_conf_t *wmcf)
         }
     }
 
+    /* the zone of each of the engine's variables */
+
     wmcf->vars = ngx_pcalloc(cf->pool, wmcf->dzones.nelts
                                        * sizeof(ngx_http_weir_dzone_t *));
     if (wmcf->vars == NULL) {
         return NGX_ERROR;
+    }
+
+    for (i = 0; i < wmcf->dzones.nelts; i++) {
+        n = weir_policy_var_index(wmcf->dir.policy, dz[i].name.data,
+                                  dz[i].name.len);
+
+        if (n >= 0 && (ngx_uint_t) n < wmcf->dzones.nelts) {
+            wmcf->vars[n] = &dz[i];
+        }
     }
 
     return NGX_OK;

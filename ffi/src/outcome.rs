@@ -358,7 +358,11 @@ unsafe fn verdict_text(e: &Engine, v: &weir_verdict, buf: *mut u8, cap: usize) -
     let limit = if limit.is_empty() {
         "-"
     } else {
-        &limit[..limit.floor_char_boundary(200)]
+        let mut end = limit.len().min(200);
+        while !limit.is_char_boundary(end) {
+            end -= 1;
+        }
+        &limit[..end]
     };
     let dry = match (v.dry_run_limit, v.dry_run_action) {
         (l, _) if l < 0 => "-",
