@@ -687,6 +687,26 @@ int weir_limit_args(const struct weir_arg *args,
                     size_t err_len);
 
 /*
+ Declares the limit of a `weir_req` / `weir_conn` directive (`l`, as `weir_limit_args` read
+ it) for locations with `dry_run` and `status` (0: 429): keyed by its zone's variable
+ (`var:ZONE`), logged at the error level. `origin` (not 0) is the host's handle of the
+ directive: a second call with the same origin, dry run and status gives the same limit.
+ Its index goes to `*index_out`; WEIR_ERR_INVALID for a zone name that is not UTF-8 or a
+ delay below -1.
+ */
+int weir_host_limits_select(struct weir_host_limits *b,
+                            const struct weir_directive_limit *l,
+                            uint8_t dry_run,
+                            uint16_t status,
+                            uint64_t origin,
+                            uint16_t *index_out);
+
+/*
+ The `origin` limit `index` was selected with (`weir_host_limits_select`), 0 for none.
+ */
+uint64_t weir_host_limits_origin(const struct weir_host_limits *b, int64_t index);
+
+/*
  An engine with its zones in this process's memory.
  */
 int weir_engine_new(const struct weir_policy *p, struct weir_engine **out, struct weir_error **err);

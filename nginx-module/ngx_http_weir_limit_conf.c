@@ -111,8 +111,8 @@ ngx_http_weir_limit_directive(ngx_conf_t *cf, ngx_command_t *cmd,
     p = (*limits)->elts;
 
     for (i = 0; i < (*limits)->nelts; i++) {
-        if (p[i]->zone.len == la.zone_len
-            && ngx_strncmp(p[i]->zone.data, la.zone, la.zone_len) == 0)
+        if (p[i]->spec.zone_len == la.zone_len
+            && ngx_strncmp(p[i]->spec.zone, la.zone, la.zone_len) == 0)
         {
             return "is duplicate";
         }
@@ -126,11 +126,7 @@ ngx_http_weir_limit_directive(ngx_conf_t *cf, ngx_command_t *cmd,
 
     *p = limit;
 
-    limit->zone.data = (u_char *) la.zone;
-    limit->zone.len = la.zone_len;
-    limit->burst = la.burst;
-    limit->delay = la.delay;
-    limit->conn = la.max;
+    limit->spec = la;
     limit->file = cf->conf_file->file.name;
     limit->line = cf->conf_file->line;
 
@@ -147,23 +143,19 @@ char *
 ngx_http_weir_select(ngx_conf_t *cf, ngx_array_t *limits, ngx_flag_t dry_run,
     ngx_uint_t status, ngx_http_weir_sel_t *sel)
 {
-    u_char                      *key;
-    uint16_t                     index;
-    ngx_uint_t                   i, k;
-    weir_limit_spec              ls;
+    ngx_uint_t                   i, max;
     ngx_http_weir_limit_t      **lim;
-    ngx_http_weir_elimit_t      *el;
     ngx_http_weir_main_conf_t   *wmcf;
 
     wmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_weir_module);
 
     lim = limits->elts;
-    k = lim[0]->conn ? WEIR_MAX_PERMITS : NGX_HTTP_WEIR_MAX_SELECTED;
+    max = lim[0]->spec.max ? WEIR_MAX_PERMITS : NGX_HTTP_WEIR_MAX_SELECTED;
 
-    if (limits->nelts > k) {
+    if (limits->nelts > max) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                            "more than %ui zones of this kind limit "
-                           "one location", k);
+                           "one location", max);
         return NGX_CONF_ERROR;
     }
 
@@ -174,57 +166,19 @@ ngx_http_weir_select(ngx_conf_t *cf, ngx_array_t *limits, ngx_flag_t dry_run,
     }
 
     for (i = 0; i < limits->nelts; i++) {
-        el = wmcf->elimits.elts;
-
-        for (k = 0; k < wmcf->elimits.nelts; k++) {
-            if (el[k].limit == lim[i] && el[k].dry_run == dry_run
-                && el[k].status == status)
-            {
-                break;
-            }
-        }
-
-        if (k < wmcf->elimits.nelts) {
-            sel->index[i] = (uint16_t) k;
-            continue;
-        }
-
-        key = ngx_pnalloc(cf->pool, lim[i]->zone.len + 4);
-        el = ngx_array_push(&wmcf->elimits);
-        if (key == NULL || el == NULL) {
-            return NGX_CONF_ERROR;
-        }
-
-        el->limit = lim[i];
-        el->dry_run = dry_run;
-        el->status = status;
-
-        ngx_memzero(&ls, sizeof(weir_limit_spec));
-
-        ls.zone = lim[i]->zone.data;
-        ls.zone_len = lim[i]->zone.len;
-        ls.key = key;
-        ls.key_len = ngx_sprintf(key, "var:%V", &lim[i]->zone) - key;
-        ls.ipv4_prefix = -1;
-        ls.ipv6_prefix = -1;
-        ls.burst = lim[i]->burst;
-        ls.delay = lim[i]->delay;
-        ls.dry_run = dry_run ? 1 : 0;
-        ls.status = status;
-        ls.log_level = 3;
-        ls.max = lim[i]->conn;
-
-        if (weir_host_limits_limit(wmcf->host, &ls, &index) != WEIR_OK
-            || index != wmcf->elimits.nelts - 1)
+        if (weir_host_limits_select(wmcf->host, &lim[i]->spec, dry_run ? 1 : 0,
+                                    status, (uintptr_t) lim[i],
+                                    &sel->index[i])
+            != WEIR_OK)
         {
             ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                               "invalid weir zone name \"%V\"",
-                               &lim[i]->zone);
+                               "invalid weir zone name \"%*s\"",
+                               lim[i]->spec.zone_len, lim[i]->spec.zone);
             return NGX_CONF_ERROR;
         }
-
-        sel->index[i] = index;
     }
+
+    wmcf->selected = 1;
 
     return NGX_CONF_OK;
 }
@@ -245,7 +199,7 @@ ngx_http_weir_init_limits(ngx_conf_t *cf, ngx_http_weir_main_conf_t *wmcf)
     ngx_http_weir_pzone_t **pz;
     ngx_http_weir_dzone_t  *dz;
 
-    if (wmcf->elimits.nelts == 0) {
+    if (!wmcf->selected) {
         /* zones no directive uses: nothing to build */
         return NGX_OK;
     }
@@ -314,8 +268,8 @@ ngx_http_weir_build_error(void *ctx, int64_t limit, int64_t zone,
 
     ngx_str_t                   file;
     ngx_uint_t                  line;
+    ngx_http_weir_limit_t      *lim;
     ngx_http_weir_dzone_t      *dz;
-    ngx_http_weir_elimit_t     *el;
     ngx_http_weir_main_conf_t  *wmcf;
 
     wmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_weir_module);
@@ -323,12 +277,13 @@ ngx_http_weir_build_error(void *ctx, int64_t limit, int64_t zone,
     file = cf->conf_file->file.name;
     line = cf->conf_file->line;
 
-    el = wmcf->elimits.elts;
+    lim = (ngx_http_weir_limit_t *) (uintptr_t)
+              weir_host_limits_origin(wmcf->host, limit);
     dz = wmcf->dzones.elts;
 
-    if (limit >= 0 && (ngx_uint_t) limit < wmcf->elimits.nelts) {
-        cf->conf_file->file.name = el[limit].limit->file;
-        cf->conf_file->line = el[limit].limit->line;
+    if (lim) {
+        cf->conf_file->file.name = lim->file;
+        cf->conf_file->line = lim->line;
 
     } else if (zone >= 0 && (ngx_uint_t) zone < wmcf->dzones.nelts) {
         cf->conf_file->file.name = dz[zone].file;

@@ -487,9 +487,6 @@ ngx_http_weir_create_main_conf(ngx_conf_t *cf)
     if (ngx_array_init(&wmcf->dzones, cf->pool, 4,
                        sizeof(ngx_http_weir_dzone_t))
         != NGX_OK
-        || ngx_array_init(&wmcf->elimits, cf->pool, 4,
-                          sizeof(ngx_http_weir_elimit_t))
-           != NGX_OK
         || ngx_array_init(&wmcf->pol.pzones, cf->pool, 4,
                           sizeof(ngx_http_weir_pzone_t *))
            != NGX_OK

@@ -42,22 +42,10 @@ typedef struct {
 /* one weir_req or weir_conn directive */
 
 typedef struct {
-    ngx_str_t                    zone;
-    ngx_int_t                    burst;
-    ngx_int_t                    delay;      /* 0 default, -1 nodelay, N */
-    ngx_uint_t                   conn;       /* weir_conn's number */
+    weir_directive_limit         spec;
     ngx_str_t                    file;
     ngx_uint_t                   line;
 } ngx_http_weir_limit_t;
-
-
-/* the engine limit of a directive with a location's dry run and status */
-
-typedef struct {
-    ngx_http_weir_limit_t       *limit;
-    ngx_flag_t                   dry_run;
-    ngx_uint_t                   status;
-} ngx_http_weir_elimit_t;
 
 
 /* the engine limits a location selects */
@@ -107,7 +95,7 @@ typedef struct {
     ngx_http_weir_eng_t          dir;        /* the directives' zones */
     weir_host_limits            *host;
     ngx_array_t                  dzones;     /* ngx_http_weir_dzone_t */
-    ngx_array_t                  elimits;    /* ngx_http_weir_elimit_t */
+    ngx_flag_t                   selected;   /* a location uses a limit */
     ngx_http_weir_dzone_t      **vars;       /* by the engine's var index */
 
 #if (WEIR_TEST_HOOKS)

@@ -9,7 +9,9 @@
 use std::ffi::{c_char, c_int};
 use std::ptr;
 
-use weir::policy::config::{parse_duration, parse_rate, parse_size};
+use weir::limiter::Delay;
+use weir::policy::config::{parse_duration, parse_rate, parse_size, LogLevel};
+use weir::policy::HostLimit;
 
 use crate::host_limits::{
     declare_zone, weir_host_limits, weir_zone_spec, WEIR_ALGORITHM_CONCURRENCY,
@@ -316,6 +318,69 @@ pub unsafe extern "C" fn weir_limit_args(
     })
 }
 
+/// Declares the limit of a `weir_req` / `weir_conn` directive (`l`, as `weir_limit_args` read
+/// it) for locations with `dry_run` and `status` (0: 429): keyed by its zone's variable
+/// (`var:ZONE`), logged at the error level. `origin` (not 0) is the host's handle of the
+/// directive: a second call with the same origin, dry run and status gives the same limit.
+/// Its index goes to `*index_out`; WEIR_ERR_INVALID for a zone name that is not UTF-8 or a
+/// delay below -1.
+#[no_mangle]
+pub unsafe extern "C" fn weir_host_limits_select(
+    b: *mut weir_host_limits,
+    l: *const weir_directive_limit,
+    dry_run: u8,
+    status: u16,
+    origin: u64,
+    index_out: *mut u16,
+) -> c_int {
+    guard(|| {
+        if b.is_null() || l.is_null() || index_out.is_null() {
+            return WEIR_ERR_NULL;
+        }
+        let (b, l) = (&mut *b, &*l);
+        let id = (origin, dry_run != 0, status);
+        if let Some(i) = b.origins.iter().position(|o| origin != 0 && *o == id) {
+            *index_out = u16::try_from(i).unwrap_or(u16::MAX);
+            return WEIR_OK;
+        }
+        let zone = match bytes(l.zone, l.zone_len).map(std::str::from_utf8) {
+            Ok(Ok(z)) => z,
+            _ => return WEIR_ERR_INVALID,
+        };
+        let delay = match l.delay {
+            -1 => Delay::NoDelay,
+            0 => Delay::Delay,
+            n if n > 0 => Delay::After(n as u64),
+            _ => return WEIR_ERR_INVALID,
+        };
+        let limit = HostLimit {
+            key: vec![format!("var:{zone}")],
+            burst: l.burst,
+            delay,
+            dry_run: dry_run != 0,
+            status: if status == 0 { 429 } else { status },
+            log_level: LogLevel::Error,
+            max: (l.max != 0).then_some(l.max),
+            ..HostLimit::default()
+        };
+        b.origins.push(id);
+        *index_out = b.b.limit(zone, limit);
+        WEIR_OK
+    })
+}
+
+/// The `origin` limit `index` was selected with (`weir_host_limits_select`), 0 for none.
+#[no_mangle]
+pub unsafe extern "C" fn weir_host_limits_origin(b: *const weir_host_limits, index: i64) -> u64 {
+    let Some(b) = b.as_ref() else {
+        return 0;
+    };
+    usize::try_from(index)
+        .ok()
+        .and_then(|i| b.origins.get(i))
+        .map_or(0, |o| o.0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -437,5 +502,33 @@ mod tests {
             bad(&["weir_conn", "c", "65536"], true),
             "connection limit must be less 65536"
         );
+    }
+
+    #[test]
+    fn locations_that_agree_share_a_limit() {
+        let b = crate::weir_host_limits_new();
+        let l = weir_directive_limit {
+            zone: b"one".as_ptr(),
+            zone_len: 3,
+            burst: 5,
+            delay: -1,
+            max: 0,
+        };
+        let select = |dry_run, status, origin| {
+            let mut index = u16::MAX;
+            let rc = unsafe { weir_host_limits_select(b, &l, dry_run, status, origin, &mut index) };
+            (rc, index)
+        };
+        assert_eq!(select(0, 503, 7), (WEIR_OK, 0));
+        assert_eq!(select(0, 503, 7), (WEIR_OK, 0));
+        assert_eq!(select(1, 503, 7), (WEIR_OK, 1));
+        assert_eq!(select(0, 503, 8), (WEIR_OK, 2));
+        let origin = |i| unsafe { weir_host_limits_origin(b, i) };
+        assert_eq!((origin(1), origin(2), origin(3), origin(-1)), (7, 8, 0, 0));
+        let bad = weir_directive_limit { delay: -2, ..l };
+        let mut index = 0;
+        let rc = unsafe { weir_host_limits_select(b, &bad, 0, 503, 9, &mut index) };
+        assert_eq!(rc, WEIR_ERR_INVALID);
+        unsafe { crate::weir_host_limits_free(b) };
     }
 }

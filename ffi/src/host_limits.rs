@@ -18,9 +18,12 @@ use crate::{
 
 /// Zones and limits being declared (opaque). Not thread-safe; free with `weir_host_limits_free`.
 pub struct weir_host_limits {
-    b: HostLimits,
+    pub(crate) b: HostLimits,
     /// The zones' names in declaration order, to tell which one a build error names.
     zones: Vec<String>,
+    /// Per limit, the host's origin of a limit declared by `weir_host_limits_select`, with its
+    /// dry run and status (0 for one declared by `weir_host_limits_limit`).
+    pub(crate) origins: Vec<(u64, bool, u16)>,
 }
 
 /// `weir_zone_spec.algorithm`.
@@ -95,6 +98,7 @@ pub extern "C" fn weir_host_limits_new() -> *mut weir_host_limits {
     Box::into_raw(Box::new(weir_host_limits {
         b: HostLimits::new(),
         zones: Vec::new(),
+        origins: Vec::new(),
     }))
 }
 
@@ -225,6 +229,7 @@ pub unsafe extern "C" fn weir_host_limits_limit(
         }
         match limit(&*spec) {
             Ok((zone, l)) => {
+                (*b).origins.push((0, false, 0));
                 *index_out = (*b).b.limit(&zone, l);
                 WEIR_OK
             }
