@@ -242,16 +242,17 @@ ngx_http_weir_verdict(ngx_http_request_t *r, ngx_http_weir_loc_conf_t *wlcf,
 }
 
 
+/* evaluates the request, or asks again for a queued one */
+
 ngx_int_t
 ngx_http_weir_policy(ngx_http_request_t *r, ngx_http_weir_loc_conf_t *wlcf,
     ngx_http_weir_state_t *st)
 {
     int                          wrc;
     u_char                      *buf;
+    uint64_t                     now;
     weir_request                 wr;
     ngx_http_weir_main_conf_t   *wmcf;
-
-    wmcf = ngx_http_get_module_main_conf(r, ngx_http_weir_module);
 
     buf = ngx_pnalloc(r->pool, NGX_HTTP_WEIR_HEADER_BUF);
     if (buf == NULL) {
@@ -259,12 +260,38 @@ ngx_http_weir_policy(ngx_http_request_t *r, ngx_http_weir_loc_conf_t *wlcf,
     }
 
     ngx_http_weir_request(r, &wr);
+    now = ngx_http_weir_now(r);
 
-    st->engine = wmcf->pol.engine;
-    st->evaluated = 1;
+    if (!st->queued) {
+        wmcf = ngx_http_get_module_main_conf(r, ngx_http_weir_module);
 
-    wrc = weir_engine_evaluate(st->engine, &wr, ngx_http_weir_now(r),
-                               &st->verdict, buf, NGX_HTTP_WEIR_HEADER_BUF);
+        st->engine = wmcf->pol.engine;
+        st->evaluated = 1;
+
+        wrc = weir_engine_evaluate(st->engine, &wr, now, &st->verdict, buf,
+                                   NGX_HTTP_WEIR_HEADER_BUF);
+
+        return ngx_http_weir_verdict(r, wlcf, st, wrc, buf);
+    }
+
+    wrc = weir_engine_evaluate_queued(st->engine, &wr, now, &st->verdict, buf,
+                                      NGX_HTTP_WEIR_HEADER_BUF);
+
+    if (wrc == WEIR_OK && st->verdict.action == WEIR_QUEUE
+        && (ngx_msec_int_t) (ngx_current_msec - st->queue_deadline) >= 0)
+    {
+        /* the wait timed out: give the place up and reject */
+
+        (void) weir_engine_abandon(st->engine, &st->verdict, now);
+
+        st->policy_done = 1;
+
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "limiting requests, queue timeout, by weir");
+
+        return st->verdict.status ? st->verdict.status
+                                  : NGX_HTTP_SERVICE_UNAVAILABLE;
+    }
 
     return ngx_http_weir_verdict(r, wlcf, st, wrc, buf);
 }
@@ -273,12 +300,9 @@ ngx_http_weir_policy(ngx_http_request_t *r, ngx_http_weir_loc_conf_t *wlcf,
 static void
 ngx_http_weir_queue_handler(ngx_http_request_t *r)
 {
-    int                          wrc;
-    u_char                      *buf;
-    ngx_int_t                    rc;
-    weir_request                 wr;
-    ngx_http_weir_state_t       *st;
-    ngx_http_weir_loc_conf_t    *wlcf;
+    ngx_int_t                  rc;
+    ngx_http_weir_state_t     *st;
+    ngx_http_weir_loc_conf_t  *wlcf;
 
     if (ngx_http_weir_waiting(r)) {
         return;
@@ -287,43 +311,8 @@ ngx_http_weir_queue_handler(ngx_http_request_t *r)
     st = ngx_http_weir_state(r, 0);
     wlcf = ngx_http_get_module_loc_conf(r, ngx_http_weir_module);
 
-    if (st == NULL) {
-        ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
-        return;
-    }
-
-    buf = ngx_pnalloc(r->pool, NGX_HTTP_WEIR_HEADER_BUF);
-    if (buf == NULL) {
-        ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
-        return;
-    }
-
-    ngx_http_weir_request(r, &wr);
-
-    wrc = weir_engine_evaluate_queued(st->engine, &wr, ngx_http_weir_now(r),
-                                      &st->verdict, buf,
-                                      NGX_HTTP_WEIR_HEADER_BUF);
-
-    if (wrc == WEIR_OK && st->verdict.action == WEIR_QUEUE
-        && (ngx_msec_int_t) (ngx_current_msec - st->queue_deadline) >= 0)
-    {
-        /* the wait timed out: give the place up and reject */
-
-        (void) weir_engine_abandon(st->engine, &st->verdict,
-                                   ngx_http_weir_now(r));
-
-        st->policy_done = 1;
-
-        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
-                      "limiting requests, queue timeout, by weir");
-
-        ngx_http_finalize_request(r, st->verdict.status
-                                     ? st->verdict.status
-                                     : NGX_HTTP_SERVICE_UNAVAILABLE);
-        return;
-    }
-
-    rc = ngx_http_weir_verdict(r, wlcf, st, wrc, buf);
+    rc = st ? ngx_http_weir_policy(r, wlcf, st)
+            : NGX_HTTP_INTERNAL_SERVER_ERROR;
 
     if (rc == NGX_AGAIN) {
         return;

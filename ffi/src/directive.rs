@@ -41,6 +41,18 @@ pub struct weir_directive_limit {
     pub max: u64,
 }
 
+impl weir_directive_limit {
+    fn empty() -> weir_directive_limit {
+        weir_directive_limit {
+            zone: ptr::null(),
+            zone_len: 0,
+            burst: 0,
+            delay: 0,
+            max: 0,
+        }
+    }
+}
+
 type Msg = Vec<u8>;
 
 /// `what "ARG"` with the argument's own bytes.
@@ -218,6 +230,26 @@ unsafe fn words<'a>(args: *const weir_arg, nargs: usize) -> Result<Vec<&'a [u8]>
         .collect()
 }
 
+/// Stores a parsed value with `store` and clears `err`, or writes the message into `err`.
+unsafe fn answer<T>(
+    parsed: Result<T, Msg>,
+    err: *mut c_char,
+    err_len: usize,
+    store: impl FnOnce(T),
+) -> c_int {
+    match parsed {
+        Ok(v) => {
+            store(v);
+            write_bytes(err, err_len, b"");
+            WEIR_OK
+        }
+        Err(m) => {
+            write_bytes(err, err_len, &m);
+            WEIR_ERR_INVALID
+        }
+    }
+}
+
 /// Writes `msg` NUL-terminated into `buf` (`cap` bytes), cut to fit; nothing when `cap` is 0.
 unsafe fn write_bytes(buf: *mut c_char, cap: usize, msg: &[u8]) {
     if cap == 0 || buf.is_null() {
@@ -260,20 +292,12 @@ pub unsafe extern "C" fn weir_host_limits_zone_args(
             }
             Ok(z.name)
         });
-        match parsed {
-            Ok(n) => {
-                *name = weir_arg {
-                    len: n.len(),
-                    data: n.as_ptr(),
-                };
-                write_bytes(err, err_len, b"");
-                WEIR_OK
+        answer(parsed, err, err_len, |n| {
+            *name = weir_arg {
+                len: n.len(),
+                data: n.as_ptr(),
             }
-            Err(m) => {
-                write_bytes(err, err_len, &m);
-                WEIR_ERR_INVALID
-            }
-        }
+        })
     })
 }
 
@@ -297,24 +321,9 @@ pub unsafe extern "C" fn weir_limit_args(
             Ok(a) => a,
             Err(code) => return code,
         };
-        let mut l = weir_directive_limit {
-            zone: ptr::null(),
-            zone_len: 0,
-            burst: 0,
-            delay: 0,
-            max: 0,
-        };
-        match limit_args(&args, conn != 0, &mut l) {
-            Ok(()) => {
-                *out = l;
-                write_bytes(err, err_len, b"");
-                WEIR_OK
-            }
-            Err(m) => {
-                write_bytes(err, err_len, &m);
-                WEIR_ERR_INVALID
-            }
-        }
+        let mut l = weir_directive_limit::empty();
+        let parsed = limit_args(&args, conn != 0, &mut l);
+        answer(parsed, err, err_len, |()| *out = l)
     })
 }
 
@@ -394,13 +403,7 @@ mod tests {
 
     fn limit(words: &[&str], conn: bool) -> Result<(String, u64, i64, u64), String> {
         let args: Vec<&[u8]> = words.iter().map(|w| w.as_bytes()).collect();
-        let mut l = weir_directive_limit {
-            zone: ptr::null(),
-            zone_len: 0,
-            burst: 0,
-            delay: 0,
-            max: 0,
-        };
+        let mut l = weir_directive_limit::empty();
         limit_args(&args, conn, &mut l).map_err(|m| lossy(&m))?;
         let z = unsafe { std::slice::from_raw_parts(l.zone, l.zone_len) };
         Ok((lossy(z), l.burst, l.delay, l.max))
