@@ -132,6 +132,29 @@
 #define WEIR_FORMAT_JSON 1
 
 /*
+ `weir_engine_outcome` styles: policy mode ("by weir limit"), nginx `limit_req` ("by zone",
+ with the excess) and nginx `limit_conn`.
+ */
+#define WEIR_STYLE_POLICY 0
+
+#define WEIR_STYLE_REQ 1
+
+#define WEIR_STYLE_CONN 2
+
+/*
+ `weir_log_line.level` beyond 0 info, 1 notice, 2 warn, 3 error: the host's own level for
+ rejections, and for delays (nginx's `limit_req_log_level` and the level below it).
+ */
+#define WEIR_LOG_HOST_REJECT -1
+
+#define WEIR_LOG_HOST_DELAY -2
+
+/*
+ Bytes of one log line; a longer one is cut.
+ */
+#define WEIR_LOG_LINE_MAX 320
+
+/*
  A policy with its zones' tables: evaluates requests. Thread-safe.
  */
 typedef struct weir_engine weir_engine;
@@ -168,6 +191,37 @@ typedef struct weir_policy weir_policy;
  Thread-safe; usable from several processes when the region is shared.
  */
 typedef struct weir_zone weir_zone;
+
+/*
+ One word of a directive, laid out as nginx's `ngx_str_t` (length first).
+ */
+typedef struct weir_arg {
+  size_t len;
+  const uint8_t *data;
+} weir_arg;
+
+/*
+ A `weir_req` or `weir_conn` directive's limit, as `weir_limit_args` reads it.
+ */
+typedef struct weir_directive_limit {
+  /*
+   The zone's name: bytes of the caller's argument.
+   */
+  const uint8_t *zone;
+  size_t zone_len;
+  /*
+   `burst=N`; 0 when not given.
+   */
+  uint64_t burst;
+  /*
+   0 default, -1 `nodelay` (or a `delay=` beyond the burst, as nginx reads it), N `delay=N`.
+   */
+  int64_t delay;
+  /*
+   weir_conn: the number of connections; 0 for weir_req.
+   */
+  uint64_t max;
+} weir_directive_limit;
 
 /*
  A caller-provided memory region (e.g. an nginx shared-memory zone), 64-byte aligned.
@@ -433,6 +487,17 @@ typedef struct weir_limit_spec {
 } weir_limit_spec;
 
 /*
+ Receives one problem of `weir_host_limits_build_each`: the index of the limit it names or
+ -1, the declaration index of the zone it names or -1, and the message (`len` bytes, not
+ NUL-terminated, valid during the call).
+ */
+typedef void (*weir_build_error_fn)(void *ctx,
+                                    int64_t limit,
+                                    int64_t zone,
+                                    const uint8_t *msg,
+                                    size_t len);
+
+/*
  One low-level check (`weir_zone_check`, `weir_zone_acquire`).
  */
 typedef struct weir_check {
@@ -464,6 +529,53 @@ typedef struct weir_zone_stats {
   uint64_t delayed;
   uint64_t rejected;
 } weir_zone_stats;
+
+/*
+ One line to log.
+ */
+typedef struct weir_log_line {
+  /*
+   0 info, 1 notice, 2 warn, 3 error, or WEIR_LOG_HOST_*.
+   */
+  int level;
+  size_t len;
+  uint8_t text[WEIR_LOG_LINE_MAX];
+} weir_log_line;
+
+/*
+ What to do with a verdict.
+ */
+typedef struct weir_outcome {
+  /*
+   WEIR_PASS (a dry run's delay or rejection included), WEIR_DELAY, WEIR_REJECT or
+   WEIR_QUEUE.
+   */
+  int32_t action;
+  /*
+   WEIR_REJECT: the response status (policy mode: 503 when the verdict has none).
+   */
+  uint16_t status;
+  /*
+   WEIR_DELAY: how long to hold the request, milliseconds rounded up.
+   */
+  uint64_t wait_ms;
+  /*
+   WEIR_QUEUE: how long the request may wait, the deciding limit's timeout (5000 when
+   it has none).
+   */
+  uint64_t queue_timeout_ms;
+  /*
+   nginx styles: the request's `$limit_req_status` / `$limit_conn_status` word
+   ("PASSED", "DELAYED_DRY_RUN", ...), static, not NUL-terminated; empty in policy mode.
+   */
+  const uint8_t *state;
+  size_t state_len;
+  /*
+   Lines to log, in order; a WEIR_QUEUE's own line is the last.
+   */
+  size_t lines;
+  struct weir_log_line line[2];
+} weir_outcome;
 
 /*
  What a policy's zone needs (for hosts that place zones in shared memory).
@@ -521,6 +633,20 @@ void weir_error_free(struct weir_error *err);
 int weir_engine_start_sync(const struct weir_engine *e, struct weir_error **err);
 
 /*
+ 1 when the engine's policy has a cluster zone (whose syncers `weir_engine_start_sync`
+ starts), 0 when not or for NULL.
+ */
+int weir_engine_has_cluster(const struct weir_engine *e);
+
+/*
+ `weir_engine_start_sync` for hosts whose own threads take signals (nginx workers): the
+ syncer threads start with every signal blocked, so that none is delivered to them.
+ WEIR_ERR_ZONE with the reason in `*err` when the signals cannot be blocked (no syncer
+ starts then).
+ */
+int weir_engine_start_sync_masked(const struct weir_engine *e, struct weir_error **err);
+
+/*
  Stops the engine's cluster syncers and waits for them (at most one Redis I/O timeout,
  ≤ 2 s); a leading syncer resigns so that another process takes over at once. Also done by
  `weir_engine_free`. NULL is ignored.
@@ -541,6 +667,54 @@ void weir_cluster_log_queue(void);
  the queue is empty (or `buf` is NULL or `cap` 0). Call it from the host's own thread.
  */
 size_t weir_cluster_log_pop(uint8_t *buf, size_t cap);
+
+/*
+ Reads a `weir_req_zone` (`conn` 0) or `weir_conn_zone` (`conn` 1) directive: `args` are all
+ its words, the name and the key first (`zone=NAME:SIZE` at least `min_size` bytes, `rate=`,
+ `events=` with `window=`; `lease=` for conn), and declares its zone in `b`, whose name
+ (bytes of the caller's argument) goes to `*name`. WEIR_ERR_INVALID with nginx's message
+ in `err` for a bad or missing argument.
+ */
+int weir_host_limits_zone_args(struct weir_host_limits *b,
+                               const struct weir_arg *args,
+                               size_t nargs,
+                               int conn,
+                               uint64_t min_size,
+                               struct weir_arg *name,
+                               char *err,
+                               size_t err_len);
+
+/*
+ Reads a `weir_req` (`conn` 0: `zone=NAME`, `burst=N`, `delay=N`, `nodelay`) or `weir_conn`
+ (`conn` 1: `ZONE N`) directive, all its words in `args`, into `*out`. WEIR_ERR_INVALID with
+ nginx's message in `err` for a bad or missing argument.
+ */
+int weir_limit_args(const struct weir_arg *args,
+                    size_t nargs,
+                    int conn,
+                    struct weir_directive_limit *out,
+                    char *err,
+                    size_t err_len);
+
+/*
+ Declares the limit of a `weir_req` / `weir_conn` directive (`l`, as `weir_limit_args` read
+ it) for locations with `dry_run` and `status` (0: 429): keyed by its zone's variable
+ (`var:ZONE`), logged at the error level. `origin` (not 0) is the host's handle of the
+ directive: a second call with the same origin, dry run and status gives the same limit.
+ Its index goes to `*index_out`; WEIR_ERR_INVALID for a zone name that is not UTF-8 or a
+ delay below -1.
+ */
+int weir_host_limits_select(struct weir_host_limits *b,
+                            const struct weir_directive_limit *l,
+                            uint8_t dry_run,
+                            uint16_t status,
+                            uint64_t origin,
+                            uint16_t *index_out);
+
+/*
+ The `origin` limit `index` was selected with (`weir_host_limits_select`), 0 for none.
+ */
+uint64_t weir_host_limits_origin(const struct weir_host_limits *b, int64_t index);
 
 /*
  An engine with its zones in this process's memory.
@@ -770,6 +944,16 @@ int weir_host_limits_build(const struct weir_host_limits *b,
                            size_t err_len);
 
 /*
+ `weir_host_limits_build`, but each problem goes to `report` (called once per problem, in
+ order, with `ctx`) with the limit or zone it is about, for the host to say where that was
+ declared.
+ */
+int weir_host_limits_build_each(const struct weir_host_limits *b,
+                                struct weir_policy **out,
+                                weir_build_error_fn report,
+                                void *ctx);
+
+/*
  GCRA (nginx limit_req): `count` requests per `period_ns`, `burst`, and `delay`: -1 for
  nodelay, 0 for nginx's default (every excess request waits), N for `delay=N`.
  */
@@ -901,6 +1085,38 @@ int weir_engine_prometheus(const struct weir_engine *e, uint8_t *buf, size_t cap
 int weir_engine_json(const struct weir_engine *e, uint8_t *buf, size_t cap, size_t *written);
 
 /*
+ What a host does with verdict `v` of engine `e`, in `style` (WEIR_STYLE_*), into `*out`.
+ WEIR_ERR_NULL for a NULL argument, WEIR_ERR_INVALID for an unknown style.
+ */
+int weir_engine_outcome(const struct weir_engine *e,
+                        const struct weir_verdict *v,
+                        int style,
+                        struct weir_outcome *out);
+
+/*
+ The next response header of a verdict's buffer (`buf`, `len` bytes: lines "Name: value\r\n")
+ from byte `*pos` (0 first), whose name and value (bytes of `buf`, the value without its
+ leading spaces) go to `*name` and `*value`; `*pos` moves past it. 1 when there is one, 0 at
+ the end (or for a NULL argument). With `ratelimit` 0 the `RateLimit*` headers are skipped.
+ */
+int weir_header_next(const uint8_t *buf,
+                     size_t len,
+                     size_t *pos,
+                     int ratelimit,
+                     struct weir_arg *name,
+                     struct weir_arg *value);
+
+/*
+ Writes verdict `v` of engine `e` as "action=A limit=L wait_ns=N exempt=E status=S
+ dry_run=D" into `buf` (`cap` bytes, cut to fit, not NUL-terminated), for hosts' test
+ hooks; the number of bytes written (0 for a NULL argument).
+ */
+size_t weir_verdict_text(const struct weir_engine *e,
+                         const struct weir_verdict *v,
+                         uint8_t *buf,
+                         size_t cap);
+
+/*
  Parses a rate as a policy's `rate` does: `10r/s`, `30r/m`, `100r/h` or `1000r/d` (so every
  nginx `rate=` value too), count 1 to 1,000,000,000. `text` is `len` bytes, not
  NUL-terminated. WEIR_OK and `*out` set, or WEIR_ERR_INVALID and the policy's message in
@@ -966,6 +1182,13 @@ int weir_policy_zone(const struct weir_policy *p, size_t i, struct weir_zone_inf
  Bytes of the shared counter block `weir_engine_attach` can take for this policy (0 for NULL).
  */
 size_t weir_policy_counters_bytes(const struct weir_policy *p);
+
+/*
+ Index of variable `name` (`len` bytes) among the policy's `var:NAME` key parts, as
+ `weir_request.var` is asked for it (`weir_engine_var_name`); -1 when no key uses it or for
+ NULL.
+ */
+int64_t weir_policy_var_index(const struct weir_policy *p, const uint8_t *name, size_t len);
 
 /*
  Writes what fixes zone `i`'s memory layout — algorithm, the parameters its states depend on

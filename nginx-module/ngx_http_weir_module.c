@@ -51,9 +51,9 @@ static ngx_command_t  ngx_http_weir_commands[] = {
 
     { ngx_string("weir_req"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE123,
-      ngx_http_weir_req_directive,
+      ngx_http_weir_limit_directive,
       NGX_HTTP_LOC_CONF_OFFSET,
-      0,
+      offsetof(ngx_http_weir_loc_conf_t, req_limits),
       NULL },
 
     { ngx_string("weir_req_log_level"),
@@ -86,9 +86,9 @@ static ngx_command_t  ngx_http_weir_commands[] = {
 
     { ngx_string("weir_conn"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE2,
-      ngx_http_weir_conn_directive,
+      ngx_http_weir_limit_directive,
       NGX_HTTP_LOC_CONF_OFFSET,
-      0,
+      offsetof(ngx_http_weir_loc_conf_t, conn_limits),
       NULL },
 
     { ngx_string("weir_conn_log_level"),
@@ -201,10 +201,14 @@ ngx_module_t  ngx_http_weir_module = {
 static ngx_http_variable_t  ngx_http_weir_vars[] = {
 
     { ngx_string("weir_req_status"), NULL,
-      ngx_http_weir_status_variable, 0, NGX_HTTP_VAR_NOCACHEABLE, 0 },
+      ngx_http_weir_status_variable,
+      offsetof(ngx_http_weir_state_t, req_status),
+      NGX_HTTP_VAR_NOCACHEABLE, 0 },
 
     { ngx_string("weir_conn_status"), NULL,
-      ngx_http_weir_status_variable, 1, NGX_HTTP_VAR_NOCACHEABLE, 0 },
+      ngx_http_weir_status_variable,
+      offsetof(ngx_http_weir_state_t, conn_status),
+      NGX_HTTP_VAR_NOCACHEABLE, 0 },
 
 #if (WEIR_TEST_HOOKS)
     { ngx_string("weir_test_verdict"), NULL,
@@ -239,15 +243,15 @@ ngx_http_weir_handler(ngx_http_request_t *r)
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    if (wlcf->req_sel.n && wmcf->dir.engine && st->req_status == 0) {
-        rc = ngx_http_weir_req(r, wlcf, st);
+    if (wlcf->req_sel.n && wmcf->dir.engine && st->req_status.len == 0) {
+        rc = ngx_http_weir_limit(r, wlcf, st, 0);
         if (rc != NGX_DECLINED) {
             return rc;
         }
     }
 
-    if (wlcf->conn_sel.n && wmcf->dir.engine && st->conn_status == 0) {
-        rc = ngx_http_weir_conn(r, wlcf, st);
+    if (wlcf->conn_sel.n && wmcf->dir.engine && st->conn_status.len == 0) {
+        rc = ngx_http_weir_limit(r, wlcf, st, 1);
         if (rc != NGX_DECLINED) {
             return rc;
         }
@@ -255,6 +259,50 @@ ngx_http_weir_handler(ngx_http_request_t *r)
 
     if (wlcf->enable == 1 && wmcf->pol.engine && !st->policy_done) {
         return ngx_http_weir_policy(r, wlcf, st);
+    }
+
+    return NGX_DECLINED;
+}
+
+
+/*
+ * acts on what the engine made of a verdict: logs its lines (weir_req's
+ * and weir_conn's at the location's levels), rejects or delays
+ */
+
+ngx_int_t
+ngx_http_weir_act(ngx_http_request_t *r, weir_outcome *o,
+    ngx_uint_t reject_level, ngx_uint_t delay_level)
+{
+    ngx_uint_t         i, level;
+    weir_log_line     *line;
+    static ngx_uint_t  levels[] = {
+        NGX_LOG_INFO, NGX_LOG_NOTICE, NGX_LOG_WARN, NGX_LOG_ERR
+    };
+
+    for (i = 0; i < o->lines; i++) {
+        line = &o->line[i];
+
+        if (line->level == WEIR_LOG_HOST_REJECT) {
+            level = reject_level;
+
+        } else if (line->level == WEIR_LOG_HOST_DELAY) {
+            level = delay_level;
+
+        } else {
+            level = levels[line->level & 3];
+        }
+
+        ngx_log_error(level, r->connection->log, 0, "%*s", line->len,
+                      line->text);
+    }
+
+    if (o->action == WEIR_REJECT) {
+        return o->status;
+    }
+
+    if (o->action == WEIR_DELAY) {
+        return ngx_http_weir_wait(r, o->wait_ms, ngx_http_weir_delay_handler);
     }
 
     return NGX_DECLINED;
@@ -439,9 +487,6 @@ ngx_http_weir_create_main_conf(ngx_conf_t *cf)
     if (ngx_array_init(&wmcf->dzones, cf->pool, 4,
                        sizeof(ngx_http_weir_dzone_t))
         != NGX_OK
-        || ngx_array_init(&wmcf->elimits, cf->pool, 4,
-                          sizeof(ngx_http_weir_elimit_t))
-           != NGX_OK
         || ngx_array_init(&wmcf->pol.pzones, cf->pool, 4,
                           sizeof(ngx_http_weir_pzone_t *))
            != NGX_OK

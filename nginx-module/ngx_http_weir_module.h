@@ -26,21 +26,7 @@
 #include <weir.h>
 
 
-#define NGX_HTTP_WEIR_PASSED            1
-#define NGX_HTTP_WEIR_DELAYED           2
-#define NGX_HTTP_WEIR_REJECTED          3
-#define NGX_HTTP_WEIR_DELAYED_DRY_RUN   4
-#define NGX_HTTP_WEIR_REJECTED_DRY_RUN  5
-
-#define NGX_HTTP_WEIR_CONN_PASSED            1
-#define NGX_HTTP_WEIR_CONN_REJECTED          2
-#define NGX_HTTP_WEIR_CONN_REJECTED_DRY_RUN  3
-
 #define NGX_HTTP_WEIR_HEADER_BUF        1024
-
-/* nanoseconds to milliseconds, rounded up */
-#define ngx_http_weir_msec(ns)  ((ngx_msec_t) (((ns) + 999999) / 1000000))
-
 
 /* a zone declared by weir_req_zone or weir_conn_zone */
 
@@ -56,22 +42,10 @@ typedef struct {
 /* one weir_req or weir_conn directive */
 
 typedef struct {
-    ngx_str_t                    zone;
-    ngx_int_t                    burst;
-    ngx_int_t                    delay;      /* 0 default, -1 nodelay, N */
-    ngx_uint_t                   conn;       /* weir_conn's number */
+    weir_directive_limit         spec;
     ngx_str_t                    file;
     ngx_uint_t                   line;
 } ngx_http_weir_limit_t;
-
-
-/* the engine limit of a directive with a location's dry run and status */
-
-typedef struct {
-    ngx_http_weir_limit_t       *limit;
-    ngx_flag_t                   dry_run;
-    ngx_uint_t                   status;
-} ngx_http_weir_elimit_t;
 
 
 /* the engine limits a location selects */
@@ -121,7 +95,7 @@ typedef struct {
     ngx_http_weir_eng_t          dir;        /* the directives' zones */
     weir_host_limits            *host;
     ngx_array_t                  dzones;     /* ngx_http_weir_dzone_t */
-    ngx_array_t                  elimits;    /* ngx_http_weir_elimit_t */
+    ngx_flag_t                   selected;   /* a location uses a limit */
     ngx_http_weir_dzone_t      **vars;       /* by the engine's var index */
 
 #if (WEIR_TEST_HOOKS)
@@ -158,8 +132,8 @@ typedef struct {
  */
 
 typedef struct {
-    ngx_uint_t                   req_status;
-    ngx_uint_t                   conn_status;
+    ngx_str_t                    req_status;   /* $weir_req_status */
+    ngx_str_t                    conn_status;  /* $weir_conn_status */
     weir_engine                 *conn_engine;  /* holds conn_verdict's */
     weir_verdict                 conn_verdict; /* permits */
 
@@ -186,6 +160,8 @@ ngx_int_t ngx_http_weir_wait(ngx_http_request_t *r, ngx_msec_t delay,
 ngx_int_t ngx_http_weir_waiting(ngx_http_request_t *r);
 void ngx_http_weir_resume(ngx_http_request_t *r);
 void ngx_http_weir_delay_handler(ngx_http_request_t *r);
+ngx_int_t ngx_http_weir_act(ngx_http_request_t *r, weir_outcome *o,
+    ngx_uint_t reject_level, ngx_uint_t delay_level);
 
 /* ngx_http_weir_zone.c */
 
@@ -203,19 +179,16 @@ char *ngx_http_weir_policy_directive(ngx_conf_t *cf, ngx_command_t *cmd,
 
 /* ngx_http_weir_limit.c */
 
-ngx_int_t ngx_http_weir_req(ngx_http_request_t *r,
-    ngx_http_weir_loc_conf_t *wlcf, ngx_http_weir_state_t *st);
-ngx_int_t ngx_http_weir_conn(ngx_http_request_t *r,
-    ngx_http_weir_loc_conf_t *wlcf, ngx_http_weir_state_t *st);
+ngx_int_t ngx_http_weir_limit(ngx_http_request_t *r,
+    ngx_http_weir_loc_conf_t *wlcf, ngx_http_weir_state_t *st,
+    ngx_uint_t conn);
 ngx_int_t ngx_http_weir_status_variable(ngx_http_request_t *r,
     ngx_http_variable_value_t *v, uintptr_t data);
 
 /* ngx_http_weir_limit_conf.c */
 
 char *ngx_http_weir_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
-char *ngx_http_weir_req_directive(ngx_conf_t *cf, ngx_command_t *cmd,
-    void *conf);
-char *ngx_http_weir_conn_directive(ngx_conf_t *cf, ngx_command_t *cmd,
+char *ngx_http_weir_limit_directive(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 char *ngx_http_weir_select(ngx_conf_t *cf, ngx_array_t *limits,
     ngx_flag_t dry_run, ngx_uint_t status, ngx_http_weir_sel_t *sel);

@@ -14,10 +14,6 @@ static void ngx_http_weir_request(ngx_http_request_t *r, weir_request *wr);
 static ngx_int_t ngx_http_weir_verdict(ngx_http_request_t *r,
     ngx_http_weir_loc_conf_t *wlcf, ngx_http_weir_state_t *st, int wrc,
     u_char *buf);
-static ngx_uint_t ngx_http_weir_policy_log_level(ngx_http_weir_state_t *st,
-    weir_verdict *v, ngx_uint_t delay);
-static ngx_msec_t ngx_http_weir_queue_timeout(ngx_http_weir_state_t *st,
-    weir_verdict *v, ngx_http_weir_loc_conf_t *wlcf);
 static void ngx_http_weir_queue_handler(ngx_http_request_t *r);
 
 
@@ -139,52 +135,34 @@ ngx_http_weir_request(ngx_http_request_t *r, weir_request *wr)
 }
 
 
-/* adds weir's "Name: value\r\n" lines to the response headers */
+/* adds the verdict's headers to the response */
 
 static ngx_int_t
 ngx_http_weir_add_headers(ngx_http_request_t *r, u_char *buf, size_t len,
     ngx_flag_t ratelimit)
 {
-    u_char           *p, *last, *eol, *colon;
+    size_t            pos;
+    ngx_str_t         key, value;
     ngx_table_elt_t  *h;
 
-    p = buf;
-    last = buf + len;
+    pos = 0;
 
-    while (p < last) {
-        eol = ngx_strlchr(p, last, '\r');
-        if (eol == NULL) {
-            eol = last;
+    /* ngx_str_t and weir_arg share their layout: length, then bytes */
+
+    while (weir_header_next(buf, len, &pos, ratelimit, (weir_arg *) &key,
+                            (weir_arg *) &value))
+    {
+        h = ngx_list_push(&r->headers_out.headers);
+        if (h == NULL) {
+            return NGX_ERROR;
         }
 
-        colon = ngx_strlchr(p, eol, ':');
-
-        if (colon && !(ratelimit == 0
-                       && colon - p >= 9
-                       && ngx_strncasecmp(p, (u_char *) "ratelimit", 9) == 0))
-        {
-            h = ngx_list_push(&r->headers_out.headers);
-            if (h == NULL) {
-                return NGX_ERROR;
-            }
-
-            h->hash = 1;
-            h->key.data = p;
-            h->key.len = colon - p;
-
-            colon++;
-            while (colon < eol && *colon == ' ') {
-                colon++;
-            }
-
-            h->value.data = colon;
-            h->value.len = eol - colon;
+        h->hash = 1;
+        h->key = key;
+        h->value = value;
 #if (nginx_version >= 1023000)
-            h->next = NULL;
+        h->next = NULL;
 #endif
-        }
-
-        p = eol + 2;
     }
 
     return NGX_OK;
@@ -195,10 +173,9 @@ static ngx_int_t
 ngx_http_weir_verdict(ngx_http_request_t *r, ngx_http_weir_loc_conf_t *wlcf,
     ngx_http_weir_state_t *st, int wrc, u_char *buf)
 {
-    const uint8_t  *name;
-    size_t          name_len;
-    ngx_str_t       lname;
-    weir_verdict   *v;
+    ngx_int_t      rc;
+    weir_outcome   o;
+    weir_verdict  *v;
 
     v = &st->verdict;
 
@@ -227,146 +204,45 @@ ngx_http_weir_verdict(ngx_http_request_t *r, ngx_http_weir_loc_conf_t *wlcf,
     }
 
     if (ngx_http_weir_add_headers(r, buf, v->headers_len, wlcf->headers)
-        != NGX_OK)
+        != NGX_OK
+        || weir_engine_outcome(st->engine, v, WEIR_STYLE_POLICY, &o) != WEIR_OK)
     {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    ngx_str_null(&lname);
-
-    if (v->limit >= 0
-        && weir_engine_limit_name(st->engine, v->limit, &name, &name_len)
-           == WEIR_OK)
-    {
-        lname.data = (u_char *) name;
-        lname.len = name_len;
-    }
-
-    if (v->dry_run_limit >= 0
-        && weir_engine_limit_name(st->engine, v->dry_run_limit, &name,
-                                  &name_len)
-           == WEIR_OK)
-    {
-        ngx_str_t   dname;
-        ngx_uint_t  level;
-
-        dname.data = (u_char *) name;
-        dname.len = name_len;
-
-        level = (v->dry_run_action == WEIR_REJECT) ? NGX_LOG_ERR
-                                                   : NGX_LOG_WARN;
-
-        ngx_log_error(level, r->connection->log, 0,
-                      "%s, dry run, by weir limit \"%V\"",
-                      v->dry_run_action == WEIR_REJECT
-                          ? "limiting requests" : "delaying request",
-                      &dname);
-    }
-
-    switch (v->action) {
-
-    case WEIR_PASS:
-        st->policy_done = 1;
-        return NGX_DECLINED;
-
-    case WEIR_DELAY:
+    if (o.action != WEIR_QUEUE) {
         st->policy_done = 1;
 
-        ngx_log_error(ngx_http_weir_policy_log_level(st, v, 1),
-                      r->connection->log, 0,
-                      "delaying request, %uLms, by weir limit \"%V\"",
-                      v->wait_ns / 1000000, &lname);
+    } else if (st->queued) {
+        /* logged when the request joined the queue */
+        o.lines--;
+
+    } else {
+        st->queued = 1;
+        st->queue_deadline = ngx_current_msec
+                             + (wlcf->queue_timeout != NGX_CONF_UNSET_MSEC
+                                ? wlcf->queue_timeout : o.queue_timeout_ms);
+    }
 
 #if (WEIR_TEST_HOOKS)
-        if (ngx_http_weir_test_frozen(r)) {
-            /* injected time does not pass while waiting */
-            return NGX_DECLINED;
-        }
+    if (o.action == WEIR_DELAY && ngx_http_weir_test_frozen(r)) {
+        /* injected time does not pass while waiting */
+        o.action = WEIR_PASS;
+    }
 #endif
 
-        return ngx_http_weir_wait(r, ngx_http_weir_msec(v->wait_ns),
-                                  ngx_http_weir_delay_handler);
+    rc = ngx_http_weir_act(r, &o, NGX_LOG_ERR, NGX_LOG_WARN);
 
-    case WEIR_QUEUE:
-        if (!st->queued) {
-            st->queued = 1;
-            st->queue_deadline = ngx_current_msec
-                                 + ngx_http_weir_queue_timeout(st, v, wlcf);
-
-            ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
-                          "queueing request by weir limit \"%V\"", &lname);
-        }
-
+    if (o.action == WEIR_QUEUE) {
         return ngx_http_weir_wait(r, wlcf->queue_poll,
                                   ngx_http_weir_queue_handler);
-
-    default: /* WEIR_REJECT */
-        st->policy_done = 1;
-
-        ngx_log_error(ngx_http_weir_policy_log_level(st, v, 0),
-                      r->connection->log, 0,
-                      "limiting requests by weir limit \"%V\"", &lname);
-
-        return v->status ? v->status : NGX_HTTP_SERVICE_UNAVAILABLE;
     }
+
+    return rc;
 }
 
 
-/*
- * the log level the deciding policy limit asks for (its log_level); delays
- * one level lower, as limit_req logs them
- */
-
-static ngx_uint_t
-ngx_http_weir_policy_log_level(ngx_http_weir_state_t *st, weir_verdict *v,
-    ngx_uint_t delay)
-{
-    int                lvl;
-    static ngx_uint_t  levels[] = {
-        NGX_LOG_INFO, NGX_LOG_NOTICE, NGX_LOG_WARN, NGX_LOG_ERR
-    };
-
-    lvl = (v->limit >= 0)
-          ? weir_engine_limit_log_level(st->engine, (size_t) v->limit) : 3;
-
-    if (lvl < 0 || lvl > 3) {
-        lvl = 3;
-    }
-
-    if (delay && lvl > 0) {
-        lvl--;
-    }
-
-    return levels[lvl];
-}
-
-
-/*
- * how long a queued request waits: weir_queue_timeout when set, else the
- * deciding limit's timeout from the policy
- */
-
-static ngx_msec_t
-ngx_http_weir_queue_timeout(ngx_http_weir_state_t *st, weir_verdict *v,
-    ngx_http_weir_loc_conf_t *wlcf)
-{
-    uint64_t  ns;
-
-    if (wlcf->queue_timeout != NGX_CONF_UNSET_MSEC) {
-        return wlcf->queue_timeout;
-    }
-
-    if (v->limit >= 0
-        && weir_engine_limit_queue_timeout(st->engine, (size_t) v->limit, &ns)
-           == WEIR_OK
-        && ns > 0)
-    {
-        return (ngx_msec_t) (ns / 1000000);
-    }
-
-    return 5000;
-}
-
+/* evaluates the request, or asks again for a queued one */
 
 ngx_int_t
 ngx_http_weir_policy(ngx_http_request_t *r, ngx_http_weir_loc_conf_t *wlcf,
@@ -374,10 +250,9 @@ ngx_http_weir_policy(ngx_http_request_t *r, ngx_http_weir_loc_conf_t *wlcf,
 {
     int                          wrc;
     u_char                      *buf;
+    uint64_t                     now;
     weir_request                 wr;
     ngx_http_weir_main_conf_t   *wmcf;
-
-    wmcf = ngx_http_get_module_main_conf(r, ngx_http_weir_module);
 
     buf = ngx_pnalloc(r->pool, NGX_HTTP_WEIR_HEADER_BUF);
     if (buf == NULL) {
@@ -385,12 +260,38 @@ ngx_http_weir_policy(ngx_http_request_t *r, ngx_http_weir_loc_conf_t *wlcf,
     }
 
     ngx_http_weir_request(r, &wr);
+    now = ngx_http_weir_now(r);
 
-    st->engine = wmcf->pol.engine;
-    st->evaluated = 1;
+    if (!st->queued) {
+        wmcf = ngx_http_get_module_main_conf(r, ngx_http_weir_module);
 
-    wrc = weir_engine_evaluate(st->engine, &wr, ngx_http_weir_now(r),
-                               &st->verdict, buf, NGX_HTTP_WEIR_HEADER_BUF);
+        st->engine = wmcf->pol.engine;
+        st->evaluated = 1;
+
+        wrc = weir_engine_evaluate(st->engine, &wr, now, &st->verdict, buf,
+                                   NGX_HTTP_WEIR_HEADER_BUF);
+
+        return ngx_http_weir_verdict(r, wlcf, st, wrc, buf);
+    }
+
+    wrc = weir_engine_evaluate_queued(st->engine, &wr, now, &st->verdict, buf,
+                                      NGX_HTTP_WEIR_HEADER_BUF);
+
+    if (wrc == WEIR_OK && st->verdict.action == WEIR_QUEUE
+        && (ngx_msec_int_t) (ngx_current_msec - st->queue_deadline) >= 0)
+    {
+        /* the wait timed out: give the place up and reject */
+
+        (void) weir_engine_abandon(st->engine, &st->verdict, now);
+
+        st->policy_done = 1;
+
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "limiting requests, queue timeout, by weir");
+
+        return st->verdict.status ? st->verdict.status
+                                  : NGX_HTTP_SERVICE_UNAVAILABLE;
+    }
 
     return ngx_http_weir_verdict(r, wlcf, st, wrc, buf);
 }
@@ -399,12 +300,9 @@ ngx_http_weir_policy(ngx_http_request_t *r, ngx_http_weir_loc_conf_t *wlcf,
 static void
 ngx_http_weir_queue_handler(ngx_http_request_t *r)
 {
-    int                          wrc;
-    u_char                      *buf;
-    ngx_int_t                    rc;
-    weir_request                 wr;
-    ngx_http_weir_state_t       *st;
-    ngx_http_weir_loc_conf_t    *wlcf;
+    ngx_int_t                  rc;
+    ngx_http_weir_state_t     *st;
+    ngx_http_weir_loc_conf_t  *wlcf;
 
     if (ngx_http_weir_waiting(r)) {
         return;
@@ -413,43 +311,8 @@ ngx_http_weir_queue_handler(ngx_http_request_t *r)
     st = ngx_http_weir_state(r, 0);
     wlcf = ngx_http_get_module_loc_conf(r, ngx_http_weir_module);
 
-    if (st == NULL) {
-        ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
-        return;
-    }
-
-    buf = ngx_pnalloc(r->pool, NGX_HTTP_WEIR_HEADER_BUF);
-    if (buf == NULL) {
-        ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
-        return;
-    }
-
-    ngx_http_weir_request(r, &wr);
-
-    wrc = weir_engine_evaluate_queued(st->engine, &wr, ngx_http_weir_now(r),
-                                      &st->verdict, buf,
-                                      NGX_HTTP_WEIR_HEADER_BUF);
-
-    if (wrc == WEIR_OK && st->verdict.action == WEIR_QUEUE
-        && (ngx_msec_int_t) (ngx_current_msec - st->queue_deadline) >= 0)
-    {
-        /* the wait timed out: give the place up and reject */
-
-        (void) weir_engine_abandon(st->engine, &st->verdict,
-                                   ngx_http_weir_now(r));
-
-        st->policy_done = 1;
-
-        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
-                      "limiting requests, queue timeout, by weir");
-
-        ngx_http_finalize_request(r, st->verdict.status
-                                     ? st->verdict.status
-                                     : NGX_HTTP_SERVICE_UNAVAILABLE);
-        return;
-    }
-
-    rc = ngx_http_weir_verdict(r, wlcf, st, wrc, buf);
+    rc = st ? ngx_http_weir_policy(r, wlcf, st)
+            : NGX_HTTP_INTERNAL_SERVER_ERROR;
 
     if (rc == NGX_AGAIN) {
         return;

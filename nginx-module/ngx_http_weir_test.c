@@ -81,31 +81,13 @@ ngx_http_weir_test_peer(ngx_http_request_t *r, weir_request *wr)
 }
 
 
-/* "action=A limit=L wait_ns=N exempt=E dry_run=D": the last policy verdict */
-
-static u_char *
-ngx_http_weir_test_name(u_char *p, weir_engine *e, int32_t i)
-{
-    size_t          len;
-    const uint8_t  *name;
-
-    if (i < 0 || weir_engine_limit_name(e, i, &name, &len) != WEIR_OK) {
-        return ngx_cpymem(p, "-", 1);
-    }
-
-    return ngx_cpymem(p, name, ngx_min(len, 200));
-}
-
+/* the last policy verdict, as weir_verdict_text() writes it */
 
 ngx_int_t
 ngx_http_weir_test_verdict_variable(ngx_http_request_t *r,
     ngx_http_variable_value_t *v, uintptr_t data)
 {
-    u_char                 *p;
-    weir_verdict           *vd;
     ngx_http_weir_state_t  *st;
-
-    static const char  *actions[] = { "pass", "delay", "reject", "queue" };
 
     st = ngx_http_weir_state(r, 0);
 
@@ -114,31 +96,18 @@ ngx_http_weir_test_verdict_variable(ngx_http_request_t *r,
         return NGX_OK;
     }
 
-    p = ngx_pnalloc(r->pool, 1024);
-    if (p == NULL) {
+    v->data = ngx_pnalloc(r->pool, 1024);
+    if (v->data == NULL) {
         return NGX_ERROR;
     }
 
-    v->data = p;
-    vd = &st->verdict;
-
     if (st->bad_target) {
-        p = ngx_sprintf(p, "action=bad_request");
+        v->len = ngx_sprintf(v->data, "action=bad_request") - v->data;
 
     } else {
-        p = ngx_sprintf(p, "action=%s limit=",
-                        (vd->action >= 0 && vd->action <= 3)
-                        ? actions[vd->action] : "unknown");
-        p = ngx_http_weir_test_name(p, st->engine, vd->limit);
-        p = ngx_sprintf(p, " wait_ns=%uL exempt=%i status=%ui dry_run=%s",
-                        vd->wait_ns, (ngx_int_t) vd->exempt,
-                        (ngx_uint_t) vd->status,
-                        vd->dry_run_limit < 0 ? "-"
-                        : vd->dry_run_action == WEIR_REJECT ? "reject"
-                        : "delay");
+        v->len = weir_verdict_text(st->engine, &st->verdict, v->data, 1024);
     }
 
-    v->len = p - v->data;
     v->valid = 1;
     v->no_cacheable = 1;
     v->not_found = 0;

@@ -7,7 +7,6 @@
 
 
 #include "ngx_http_weir_module.h"
-#include <pthread.h>
 
 
 static ngx_int_t ngx_http_weir_init_policy_zone(ngx_shm_zone_t *shm_zone,
@@ -390,28 +389,12 @@ static ngx_uint_t   ngx_http_weir_syncing;
 ngx_int_t
 ngx_http_weir_init_process(ngx_cycle_t *cycle)
 {
-    sigset_t                    all, old;
-    ngx_int_t                   rc;
-    ngx_uint_t                  i;
     weir_error                 *err;
-    ngx_http_weir_pzone_t     **pz;
     ngx_http_weir_main_conf_t  *wmcf;
 
     wmcf = ngx_http_cycle_get_module_main_conf(cycle, ngx_http_weir_module);
 
-    if (wmcf == NULL || wmcf->pol.engine == NULL) {
-        return NGX_OK;
-    }
-
-    pz = wmcf->pol.pzones.elts;
-
-    for (i = 0; i < wmcf->pol.pzones.nelts; i++) {
-        if (pz[i]->cluster) {
-            break;
-        }
-    }
-
-    if (i == wmcf->pol.pzones.nelts) {
+    if (wmcf == NULL || !weir_engine_has_cluster(wmcf->pol.engine)) {
         return NGX_OK;
     }
 
@@ -419,21 +402,10 @@ ngx_http_weir_init_process(ngx_cycle_t *cycle)
 
     /* the syncer threads must not take the worker's signals */
 
-    sigfillset(&all);
-
-    if (pthread_sigmask(SIG_BLOCK, &all, &old) != 0) {
-        /* the worker still serves requests, on the fallback share */
-        ngx_log_error(NGX_LOG_ALERT, cycle->log, ngx_errno,
-                      "pthread_sigmask() failed, no weir cluster syncer");
-        return NGX_OK;
-    }
-
     err = NULL;
-    rc = weir_engine_start_sync(wmcf->pol.engine, &err);
 
-    (void) pthread_sigmask(SIG_SETMASK, &old, NULL);
-
-    if (rc != WEIR_OK) {
+    if (weir_engine_start_sync_masked(wmcf->pol.engine, &err) != WEIR_OK) {
+        /* the worker still serves requests, on the fallback share */
         ngx_log_error(NGX_LOG_ALERT, cycle->log, 0,
                       "weir: cannot start the cluster syncers: %s",
                       weir_error_message(err));

@@ -7,6 +7,9 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr;
 use std::sync::Mutex;
 
+use weir::policy::config::CompiledPolicy;
+use weir::policy::Engine;
+
 use crate::{fail, guard, weir_engine, weir_error, WEIR_ERR_NULL, WEIR_ERR_ZONE, WEIR_OK};
 
 /// Starts the engine's cluster syncer threads that are not running (see
@@ -25,6 +28,45 @@ pub unsafe extern "C" fn weir_engine_start_sync(
             Err(m) => fail(err, WEIR_ERR_ZONE, m),
         }
     })
+}
+
+/// 1 when the engine's policy has a cluster zone (whose syncers `weir_engine_start_sync`
+/// starts), 0 when not or for NULL.
+#[no_mangle]
+pub unsafe extern "C" fn weir_engine_has_cluster(e: *const weir_engine) -> c_int {
+    let Some(e) = e.as_ref() else {
+        return 0;
+    };
+    catch_unwind(AssertUnwindSafe(|| {
+        c_int::from(has_cluster(e.engine.policy()))
+    }))
+    .unwrap_or(0)
+}
+
+fn has_cluster(p: &CompiledPolicy) -> bool {
+    Engine::layouts(p).iter().any(|l| l.cluster_bytes > 0)
+}
+
+/// `weir_engine_start_sync` for hosts whose own threads take signals (nginx workers): the
+/// syncer threads start with every signal blocked, so that none is delivered to them.
+/// WEIR_ERR_ZONE with the reason in `*err` when the signals cannot be blocked (no syncer
+/// starts then).
+#[no_mangle]
+pub unsafe extern "C" fn weir_engine_start_sync_masked(
+    e: *const weir_engine,
+    err: *mut *mut weir_error,
+) -> c_int {
+    // SAFETY: sigset_t is plain data, initialised by sigfillset / pthread_sigmask; the mask
+    // is this thread's own and restored before returning (threads inherit it when spawned).
+    let mut all: libc::sigset_t = std::mem::zeroed();
+    let mut old: libc::sigset_t = std::mem::zeroed();
+    libc::sigfillset(&mut all);
+    if libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut old) != 0 {
+        return fail(err, WEIR_ERR_ZONE, "pthread_sigmask() failed");
+    }
+    let rc = weir_engine_start_sync(e, err);
+    libc::pthread_sigmask(libc::SIG_SETMASK, &old, ptr::null_mut());
+    rc
 }
 
 /// Stops the engine's cluster syncers and waits for them (at most one Redis I/O timeout,
@@ -82,4 +124,29 @@ pub unsafe extern "C" fn weir_cluster_log_pop(buf: *mut u8, cap: usize) -> usize
         n
     }))
     .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LOCAL: &str = "[zones.l]\nsize = \"64k\"\nalgorithm = \"gcra\"\nrate = \"1r/s\"\n\
+        [[limit]]\nname = \"l\"\nclass = \"*\"\nzone = \"l\"\n";
+    const CLUSTER: &str = "[zones.c]\nsize = \"64k\"\nalgorithm = \"sliding\"\nevents = 100\n\
+        window = \"1s\"\nscope = \"cluster\"\nredis = \"redis://127.0.0.1:1/0\"\n\
+        expected_nodes = 2\n\
+        [[limit]]\nname = \"c\"\nclass = \"*\"\nzone = \"c\"\nkey = \"global\"\n";
+
+    #[test]
+    fn cluster_zones_are_told_apart() {
+        let local = CompiledPolicy::parse(LOCAL, None).unwrap();
+        let cluster = CompiledPolicy::parse(CLUSTER, None).unwrap();
+        assert!(!has_cluster(&local));
+        assert!(has_cluster(&cluster));
+        assert_eq!(unsafe { weir_engine_has_cluster(ptr::null()) }, 0);
+        assert_eq!(
+            unsafe { weir_engine_start_sync_masked(ptr::null(), ptr::null_mut()) },
+            WEIR_ERR_NULL
+        );
+    }
 }

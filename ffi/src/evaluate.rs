@@ -198,7 +198,7 @@ unsafe fn request<'a>(r: *const weir_request) -> Result<CRequest<'a>, c_int> {
     })
 }
 
-fn empty_verdict() -> weir_verdict {
+pub(crate) fn empty_verdict() -> weir_verdict {
     weir_verdict {
         action: WEIR_PASS,
         status: 200,

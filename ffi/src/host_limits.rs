@@ -3,7 +3,7 @@
 //! gives is used like a parsed one (zone layouts, shared regions, engines); its limits are
 //! evaluated only when named (`weir_engine_evaluate_selected`).
 
-use std::ffi::{c_char, c_int};
+use std::ffi::{c_char, c_int, c_void};
 use std::time::Duration;
 
 use weir::limiter::{Delay, Rate};
@@ -18,7 +18,12 @@ use crate::{
 
 /// Zones and limits being declared (opaque). Not thread-safe; free with `weir_host_limits_free`.
 pub struct weir_host_limits {
-    b: HostLimits,
+    pub(crate) b: HostLimits,
+    /// The zones' names in declaration order, to tell which one a build error names.
+    zones: Vec<String>,
+    /// Per limit, the host's origin of a limit declared by `weir_host_limits_select`, with its
+    /// dry run and status (0 for one declared by `weir_host_limits_limit`).
+    pub(crate) origins: Vec<(u64, bool, u16)>,
 }
 
 /// `weir_zone_spec.algorithm`.
@@ -29,6 +34,7 @@ pub const WEIR_ALGORITHM_SLIDING_LOG: c_int = 4;
 
 /// A zone: its memory and algorithm, as a policy's `[zones.NAME]`.
 #[repr(C)]
+#[derive(Debug, Default)]
 pub struct weir_zone_spec {
     /// WEIR_ALGORITHM_*.
     pub algorithm: c_int,
@@ -91,6 +97,8 @@ pub struct weir_limit_spec {
 pub extern "C" fn weir_host_limits_new() -> *mut weir_host_limits {
     Box::into_raw(Box::new(weir_host_limits {
         b: HostLimits::new(),
+        zones: Vec::new(),
+        origins: Vec::new(),
     }))
 }
 
@@ -118,39 +126,47 @@ pub unsafe extern "C" fn weir_host_limits_zone(
         if b.is_null() || spec.is_null() {
             return WEIR_ERR_NULL;
         }
-        let name = match bytes(name, len).and_then(text) {
-            Ok(n) => n,
-            Err(code) => return code,
-        };
-        let s = &*spec;
-        let window = Duration::from_nanos(s.window_ns);
-        let algorithm = match s.algorithm {
-            WEIR_ALGORITHM_GCRA => Algorithm::Gcra {
-                rate: Rate {
-                    count: s.rate.count,
-                    period_ns: s.rate.period_ns,
-                },
-            },
-            WEIR_ALGORITHM_SLIDING => Algorithm::Sliding {
-                events: s.events,
-                window,
-            },
-            WEIR_ALGORITHM_CONCURRENCY => Algorithm::Concurrency { max: s.max },
-            WEIR_ALGORITHM_SLIDING_LOG => Algorithm::SlidingLog {
-                events: s.events,
-                window,
-            },
-            _ => return WEIR_ERR_INVALID,
-        };
-        (*b).b.zone(
-            name,
-            HostZone {
-                size: s.size,
-                algorithm,
-            },
-        );
-        WEIR_OK
+        match bytes(name, len) {
+            Ok(name) => declare_zone(&mut *b, name, &*spec),
+            Err(code) => code,
+        }
     })
+}
+
+/// `weir_host_limits_zone` on checked arguments.
+pub(crate) fn declare_zone(b: &mut weir_host_limits, name: &[u8], s: &weir_zone_spec) -> c_int {
+    let name = match text(name) {
+        Ok(n) => n,
+        Err(code) => return code,
+    };
+    let window = Duration::from_nanos(s.window_ns);
+    let algorithm = match s.algorithm {
+        WEIR_ALGORITHM_GCRA => Algorithm::Gcra {
+            rate: Rate {
+                count: s.rate.count,
+                period_ns: s.rate.period_ns,
+            },
+        },
+        WEIR_ALGORITHM_SLIDING => Algorithm::Sliding {
+            events: s.events,
+            window,
+        },
+        WEIR_ALGORITHM_CONCURRENCY => Algorithm::Concurrency { max: s.max },
+        WEIR_ALGORITHM_SLIDING_LOG => Algorithm::SlidingLog {
+            events: s.events,
+            window,
+        },
+        _ => return WEIR_ERR_INVALID,
+    };
+    b.b.zone(
+        name,
+        HostZone {
+            size: s.size,
+            algorithm,
+        },
+    );
+    b.zones.push(name.to_owned());
+    WEIR_OK
 }
 
 unsafe fn limit(s: &weir_limit_spec) -> Result<(String, HostLimit), c_int> {
@@ -213,6 +229,7 @@ pub unsafe extern "C" fn weir_host_limits_limit(
         }
         match limit(&*spec) {
             Ok((zone, l)) => {
+                (*b).origins.push((0, false, 0));
                 *index_out = (*b).b.limit(&zone, l);
                 WEIR_OK
             }
@@ -247,4 +264,119 @@ pub unsafe extern "C" fn weir_host_limits_build(
             }
         }
     })
+}
+
+/// Receives one problem of `weir_host_limits_build_each`: the index of the limit it names or
+/// -1, the declaration index of the zone it names or -1, and the message (`len` bytes, not
+/// NUL-terminated, valid during the call).
+pub type weir_build_error_fn = Option<
+    unsafe extern "C" fn(ctx: *mut c_void, limit: i64, zone: i64, msg: *const u8, len: usize),
+>;
+
+/// The limit ("limit N ...") or zone ("zone \"NAME\"...") an error line names.
+fn origin(b: &weir_host_limits, line: &str) -> (i64, i64) {
+    if let Some(rest) = line.strip_prefix("limit ") {
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        return (rest[..digits].parse().unwrap_or(-1), -1);
+    }
+    let zone = line.strip_prefix("zone \"").and_then(|rest| {
+        b.zones.iter().position(|z| {
+            rest.strip_prefix(z.as_str())
+                .is_some_and(|r| r.starts_with('"'))
+        })
+    });
+    (-1, zone.map_or(-1, |z| z as i64))
+}
+
+/// `weir_host_limits_build`, but each problem goes to `report` (called once per problem, in
+/// order, with `ctx`) with the limit or zone it is about, for the host to say where that was
+/// declared.
+#[no_mangle]
+pub unsafe extern "C" fn weir_host_limits_build_each(
+    b: *const weir_host_limits,
+    out: *mut *mut weir_policy,
+    report: weir_build_error_fn,
+    ctx: *mut c_void,
+) -> c_int {
+    guard(|| {
+        let Some(report) = report else {
+            return WEIR_ERR_NULL;
+        };
+        if b.is_null() || out.is_null() {
+            return WEIR_ERR_NULL;
+        }
+        match (*b).b.build() {
+            Ok(policy) => give(out, weir_policy { policy }),
+            Err(e) => {
+                for line in e.lines() {
+                    let (limit, zone) = origin(&*b, line);
+                    report(ctx, limit, zone, line.as_ptr(), line.len());
+                }
+                WEIR_ERR_POLICY
+            }
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ptr;
+
+    unsafe extern "C" fn collect(ctx: *mut c_void, limit: i64, zone: i64, m: *const u8, n: usize) {
+        let text = String::from_utf8_lossy(std::slice::from_raw_parts(m, n)).into_owned();
+        (*ctx.cast::<Vec<(i64, i64, String)>>()).push((limit, zone, text));
+    }
+
+    #[test]
+    fn build_errors_name_their_limit_or_zone() {
+        let b = weir_host_limits_new();
+        let zone = |name: &str, count| {
+            let spec = weir_zone_spec {
+                algorithm: WEIR_ALGORITHM_GCRA,
+                size: 1 << 20,
+                rate: weir_rate {
+                    count,
+                    period_ns: 1_000_000_000,
+                },
+                ..weir_zone_spec::default()
+            };
+            unsafe { weir_host_limits_zone(b, name.as_ptr(), name.len(), &spec) }
+        };
+        assert_eq!(zone("ok", 1), WEIR_OK);
+        assert_eq!(zone("a!b", 1), WEIR_OK);
+        let spec = weir_limit_spec {
+            zone: b"nope".as_ptr(),
+            zone_len: 4,
+            name: ptr::null(),
+            name_len: 0,
+            key: ptr::null(),
+            key_len: 0,
+            ipv4_prefix: -1,
+            ipv6_prefix: -1,
+            burst: 0,
+            delay: 0,
+            dry_run: 0,
+            status: 0,
+            log_level: 3,
+            cost: 0,
+            max: 0,
+            queue: 0,
+            timeout_ns: 0,
+        };
+        let mut index = 9;
+        assert_eq!(
+            unsafe { weir_host_limits_limit(b, &spec, &mut index) },
+            WEIR_OK
+        );
+        let mut errors: Vec<(i64, i64, String)> = Vec::new();
+        let mut out = ptr::null_mut();
+        let ctx = (&mut errors as *mut Vec<(i64, i64, String)>).cast();
+        let rc = unsafe { weir_host_limits_build_each(b, &mut out, Some(collect), ctx) };
+        assert_eq!((rc, out.is_null()), (WEIR_ERR_POLICY, true));
+        let origins: Vec<(i64, i64)> = errors.iter().map(|e| (e.0, e.1)).collect();
+        assert_eq!(origins, [(-1, 1), (0, -1)], "{errors:?}");
+        assert!(errors[0].2.starts_with("zone \"a!b\""), "{errors:?}");
+        unsafe { weir_host_limits_free(b) };
+    }
 }

@@ -12,19 +12,23 @@
 //!
 //! This file holds the rules' plumbing (`guard`, `fail`, `bytes`, `give`, `take_back`), the
 //! error codes and the error object; each surface has its module: `policy`, `engine`,
-//! `evaluate` (requests and verdicts), `metrics` (Prometheus text, JSON status), `cluster`, `parse` (the policy's value syntaxes), `zone` and `limiter` (zones outside a
-//! policy), `reload`.
+//! `evaluate` (requests and verdicts), `outcome` (what a host does with a verdict), `metrics`
+//! (Prometheus text, JSON status), `cluster`, `host_limits` and `directive` (limits declared
+//! by a host's own directives), `parse` (the policy's value syntaxes), `zone` and `limiter`
+//! (zones outside a policy), `reload`.
 
 #![allow(clippy::missing_safety_doc)] // The safety contract of every function is in weir.h.
 #![allow(non_camel_case_types)] // C names: weir_engine, weir_verdict, ...
 
 mod cluster;
+mod directive;
 mod engine;
 mod evaluate;
 mod host_limits;
 mod limiter;
 mod log_zone;
 mod metrics;
+mod outcome;
 mod parse;
 mod policy;
 mod reload;
@@ -34,12 +38,14 @@ use std::ffi::{c_char, c_int, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 pub use cluster::*;
+pub use directive::*;
 pub use engine::*;
 pub use evaluate::*;
 pub use host_limits::*;
 pub use limiter::*;
 pub use log_zone::*;
 pub use metrics::*;
+pub use outcome::*;
 pub use parse::*;
 pub use policy::*;
 pub use reload::*;

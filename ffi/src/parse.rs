@@ -15,7 +15,7 @@ use crate::{bytes, guard, WEIR_ERR_INVALID, WEIR_ERR_NULL, WEIR_OK};
 /// A request rate: `count` requests per `period_ns` nanoseconds (`10r/s` is 10 per
 /// 1,000,000,000; `30r/m` is 30 per 60,000,000,000).
 #[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct weir_rate {
     pub count: u64,
     pub period_ns: u64,

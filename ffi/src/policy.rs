@@ -138,3 +138,41 @@ pub unsafe extern "C" fn weir_policy_counters_bytes(p: *const weir_policy) -> us
     }
     Engine::counters_layout(&(*p).policy).0
 }
+
+/// Index of variable `name` (`len` bytes) among the policy's `var:NAME` key parts, as
+/// `weir_request.var` is asked for it (`weir_engine_var_name`); -1 when no key uses it or for
+/// NULL.
+#[no_mangle]
+pub unsafe extern "C" fn weir_policy_var_index(
+    p: *const weir_policy,
+    name: *const u8,
+    len: usize,
+) -> i64 {
+    let (Some(p), Ok(name)) = (p.as_ref(), bytes(name, len)) else {
+        return -1;
+    };
+    let vars = &p.policy.vars;
+    vars.iter()
+        .position(|v| v.as_bytes() == name)
+        .map_or(-1, |i| i as i64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn variables_have_their_index() {
+        let text = "[zones.l]\nsize = \"64k\"\nalgorithm = \"gcra\"\nrate = \"1r/s\"\n\
+            [[limit]]\nclass = \"*\"\nzone = \"l\"\nkey = \"var:tenant\"\n";
+        let p = weir_policy {
+            policy: CompiledPolicy::parse(text, None).unwrap(),
+        };
+        let index = |n: &str| unsafe { weir_policy_var_index(&p, n.as_ptr(), n.len()) };
+        assert_eq!((index("tenant"), index("other")), (0, -1));
+        assert_eq!(
+            unsafe { weir_policy_var_index(ptr::null(), ptr::null(), 0) },
+            -1
+        );
+    }
+}

@@ -1,0 +1,578 @@
+//! What a host does with a verdict: the action it takes (a dry run's delay or rejection is
+//! only logged), how long it waits, the lines it logs and at which level, in the words of the
+//! host's style: policy mode, or nginx's `limit_req` / `limit_conn` (whose lines nginx users
+//! parse, byte for byte). Written into the caller's struct: no allocation.
+
+use std::ffi::c_int;
+use std::io::Write;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use weir::policy::config::LogLevel;
+use weir::policy::Engine;
+
+use crate::{
+    bytes, guard, weir_arg, weir_engine, weir_verdict, WEIR_ERR_INVALID, WEIR_ERR_NULL, WEIR_OK,
+};
+use crate::{WEIR_DELAY, WEIR_PASS, WEIR_QUEUE, WEIR_REJECT};
+
+/// `weir_engine_outcome` styles: policy mode ("by weir limit"), nginx `limit_req` ("by zone",
+/// with the excess) and nginx `limit_conn`.
+pub const WEIR_STYLE_POLICY: c_int = 0;
+pub const WEIR_STYLE_REQ: c_int = 1;
+pub const WEIR_STYLE_CONN: c_int = 2;
+
+/// `weir_log_line.level` beyond 0 info, 1 notice, 2 warn, 3 error: the host's own level for
+/// rejections, and for delays (nginx's `limit_req_log_level` and the level below it).
+pub const WEIR_LOG_HOST_REJECT: c_int = -1;
+pub const WEIR_LOG_HOST_DELAY: c_int = -2;
+
+/// Bytes of one log line; a longer one is cut.
+pub const WEIR_LOG_LINE_MAX: usize = 320;
+
+/// One line to log.
+#[repr(C)]
+pub struct weir_log_line {
+    /// 0 info, 1 notice, 2 warn, 3 error, or WEIR_LOG_HOST_*.
+    pub level: c_int,
+    pub len: usize,
+    pub text: [u8; WEIR_LOG_LINE_MAX],
+}
+
+/// What to do with a verdict.
+#[repr(C)]
+pub struct weir_outcome {
+    /// WEIR_PASS (a dry run's delay or rejection included), WEIR_DELAY, WEIR_REJECT or
+    /// WEIR_QUEUE.
+    pub action: i32,
+    /// WEIR_REJECT: the response status (policy mode: 503 when the verdict has none).
+    pub status: u16,
+    /// WEIR_DELAY: how long to hold the request, milliseconds rounded up.
+    pub wait_ms: u64,
+    /// WEIR_QUEUE: how long the request may wait, the deciding limit's timeout (5000 when
+    /// it has none).
+    pub queue_timeout_ms: u64,
+    /// nginx styles: the request's `$limit_req_status` / `$limit_conn_status` word
+    /// ("PASSED", "DELAYED_DRY_RUN", ...), static, not NUL-terminated; empty in policy mode.
+    pub state: *const u8,
+    pub state_len: usize,
+    /// Lines to log, in order; a WEIR_QUEUE's own line is the last.
+    pub lines: usize,
+    pub line: [weir_log_line; 2],
+}
+
+/// The deciding limit's name (policy mode) or zone's (nginx styles); "" for none.
+fn limit_word(e: &Engine, limit: i32, style: c_int) -> &str {
+    let policy = e.policy();
+    let Some(l) = usize::try_from(limit)
+        .ok()
+        .and_then(|i| policy.limits.get(i))
+    else {
+        return "";
+    };
+    if style == WEIR_STYLE_POLICY {
+        return &l.name;
+    }
+    policy.zones.get(l.zone).map_or("", |z| z.name.as_str())
+}
+
+/// The deciding policy limit's level (its `log_level`); a delay's one level lower, as
+/// `limit_req` logs them.
+fn policy_level(e: &Engine, limit: i32, delay: bool) -> c_int {
+    let lvl = usize::try_from(limit)
+        .ok()
+        .and_then(|i| e.policy().limits.get(i))
+        .map_or(3, |l| match l.log_level {
+            LogLevel::Info => 0,
+            LogLevel::Notice => 1,
+            LogLevel::Warn => 2,
+            LogLevel::Error => 3,
+        });
+    if delay && lvl > 0 {
+        lvl - 1
+    } else {
+        lvl
+    }
+}
+
+fn queue_timeout_ms(e: &Engine, limit: i32) -> u64 {
+    usize::try_from(limit)
+        .ok()
+        .and_then(|i| e.policy().limits.get(i))
+        .filter(|l| l.queue > 0)
+        .map(|l| u64::try_from(l.timeout.as_millis()).unwrap_or(u64::MAX))
+        .filter(|&ms| ms > 0)
+        .unwrap_or(5000)
+}
+
+impl weir_outcome {
+    fn log(&mut self, level: c_int, args: std::fmt::Arguments) {
+        let Some(line) = self.line.get_mut(self.lines) else {
+            return;
+        };
+        let mut w = &mut line.text[..];
+        // A line longer than the buffer is cut: write! stops at the end.
+        let _ = w.write_fmt(args);
+        line.len = WEIR_LOG_LINE_MAX - w.len();
+        line.level = level;
+        self.lines += 1;
+    }
+
+    fn state(&mut self, word: &'static str) {
+        self.state = word.as_ptr();
+        self.state_len = word.len();
+    }
+}
+
+struct Excess(u64);
+
+impl std::fmt::Display for Excess {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{:03}", self.0 / 1000, self.0 % 1000)
+    }
+}
+
+fn policy_outcome(e: &Engine, v: &weir_verdict, o: &mut weir_outcome) {
+    let known = |i: i32| usize::try_from(i).is_ok_and(|i| i < e.policy().limits.len());
+    if known(v.dry_run_limit) {
+        let (level, what) = if v.dry_run_action == WEIR_REJECT {
+            (3, "limiting requests")
+        } else {
+            (2, "delaying request")
+        };
+        let name = limit_word(e, v.dry_run_limit, WEIR_STYLE_POLICY);
+        o.log(
+            level,
+            format_args!("{what}, dry run, by weir limit \"{name}\""),
+        );
+    }
+    let name = limit_word(e, v.limit, WEIR_STYLE_POLICY);
+    match v.action {
+        WEIR_PASS => o.action = WEIR_PASS,
+        WEIR_DELAY => {
+            o.action = WEIR_DELAY;
+            let ms = v.wait_ns / 1_000_000;
+            o.log(
+                policy_level(e, v.limit, true),
+                format_args!("delaying request, {ms}ms, by weir limit \"{name}\""),
+            );
+        }
+        WEIR_QUEUE => {
+            o.action = WEIR_QUEUE;
+            o.queue_timeout_ms = queue_timeout_ms(e, v.limit);
+            o.log(2, format_args!("queueing request by weir limit \"{name}\""));
+        }
+        _ => {
+            o.action = WEIR_REJECT;
+            o.status = if v.status == 0 { 503 } else { v.status };
+            o.log(
+                policy_level(e, v.limit, false),
+                format_args!("limiting requests by weir limit \"{name}\""),
+            );
+        }
+    }
+}
+
+fn req_outcome(e: &Engine, v: &weir_verdict, o: &mut weir_outcome) {
+    // a dry-run location reports what its limits would have done
+    let (action, limit, excess, dry) = if v.dry_run_limit >= 0 {
+        (
+            v.dry_run_action,
+            v.dry_run_limit,
+            v.dry_run_excess_milli,
+            ", dry run",
+        )
+    } else {
+        (v.action, v.limit, v.excess_milli, "")
+    };
+    let zone = limit_word(e, limit, WEIR_STYLE_REQ);
+    let excess = Excess(excess);
+    match action {
+        WEIR_REJECT => {
+            o.log(
+                WEIR_LOG_HOST_REJECT,
+                format_args!("limiting requests{dry}, excess: {excess} by zone \"{zone}\""),
+            );
+            if dry.is_empty() {
+                o.action = WEIR_REJECT;
+                o.status = v.status;
+                o.state("REJECTED");
+            } else {
+                o.state("REJECTED_DRY_RUN");
+            }
+        }
+        WEIR_DELAY => {
+            o.log(
+                WEIR_LOG_HOST_DELAY,
+                format_args!("delaying request{dry}, excess: {excess}, by zone \"{zone}\""),
+            );
+            if dry.is_empty() {
+                o.action = WEIR_DELAY;
+                o.state("DELAYED");
+            } else {
+                o.state("DELAYED_DRY_RUN");
+            }
+        }
+        _ => o.state("PASSED"),
+    }
+}
+
+fn conn_outcome(e: &Engine, v: &weir_verdict, o: &mut weir_outcome) {
+    if v.dry_run_limit >= 0 && v.dry_run_action == WEIR_REJECT {
+        let zone = limit_word(e, v.dry_run_limit, WEIR_STYLE_CONN);
+        o.log(
+            WEIR_LOG_HOST_REJECT,
+            format_args!("limiting connections, dry run, by zone \"{zone}\""),
+        );
+        o.state("REJECTED_DRY_RUN");
+    } else if v.action == WEIR_REJECT {
+        let zone = limit_word(e, v.limit, WEIR_STYLE_CONN);
+        o.log(
+            WEIR_LOG_HOST_REJECT,
+            format_args!("limiting connections by zone \"{zone}\""),
+        );
+        o.action = WEIR_REJECT;
+        o.status = v.status;
+        o.state("REJECTED");
+    } else {
+        o.state("PASSED");
+    }
+}
+
+/// What a host does with verdict `v` of engine `e`, in `style` (WEIR_STYLE_*), into `*out`.
+/// WEIR_ERR_NULL for a NULL argument, WEIR_ERR_INVALID for an unknown style.
+#[no_mangle]
+pub unsafe extern "C" fn weir_engine_outcome(
+    e: *const weir_engine,
+    v: *const weir_verdict,
+    style: c_int,
+    out: *mut weir_outcome,
+) -> c_int {
+    guard(|| {
+        if e.is_null() || v.is_null() || out.is_null() {
+            return WEIR_ERR_NULL;
+        }
+        let (e, v, o) = (&(*e).engine, &*v, &mut *out);
+        o.action = WEIR_PASS;
+        o.status = 0;
+        o.wait_ms = v.wait_ns.div_ceil(1_000_000);
+        o.queue_timeout_ms = 0;
+        o.state("");
+        o.lines = 0;
+        match style {
+            WEIR_STYLE_POLICY => policy_outcome(e, v, o),
+            WEIR_STYLE_REQ => req_outcome(e, v, o),
+            WEIR_STYLE_CONN => conn_outcome(e, v, o),
+            _ => return WEIR_ERR_INVALID,
+        }
+        WEIR_OK
+    })
+}
+
+/// The next response header of a verdict's buffer (`buf`, `len` bytes: lines "Name: value\r\n")
+/// from byte `*pos` (0 first), whose name and value (bytes of `buf`, the value without its
+/// leading spaces) go to `*name` and `*value`; `*pos` moves past it. 1 when there is one, 0 at
+/// the end (or for a NULL argument). With `ratelimit` 0 the `RateLimit*` headers are skipped.
+#[no_mangle]
+pub unsafe extern "C" fn weir_header_next(
+    buf: *const u8,
+    len: usize,
+    pos: *mut usize,
+    ratelimit: c_int,
+    name: *mut weir_arg,
+    value: *mut weir_arg,
+) -> c_int {
+    if pos.is_null() || name.is_null() || value.is_null() {
+        return 0;
+    }
+    let Ok(buf) = bytes(buf, len) else {
+        return 0;
+    };
+    catch_unwind(AssertUnwindSafe(|| {
+        next_header(buf, &mut *pos, ratelimit, &mut *name, &mut *value)
+    }))
+    .unwrap_or(0)
+}
+
+fn next_header(
+    buf: &[u8],
+    pos: &mut usize,
+    ratelimit: c_int,
+    name: &mut weir_arg,
+    value: &mut weir_arg,
+) -> c_int {
+    while *pos < buf.len() {
+        let line = &buf[*pos..];
+        let eol = line.iter().position(|&c| c == b'\r').unwrap_or(line.len());
+        *pos += eol + 2;
+        let line = &line[..eol];
+        let Some(colon) = line.iter().position(|&c| c == b':') else {
+            continue;
+        };
+        if ratelimit == 0
+            && line[..colon].len() >= 9
+            && line[..9].eq_ignore_ascii_case(b"ratelimit")
+        {
+            continue;
+        }
+        let v = &line[colon + 1..];
+        let v = &v[v.iter().take_while(|&&c| c == b' ').count()..];
+        *name = weir_arg {
+            len: colon,
+            data: line.as_ptr(),
+        };
+        *value = weir_arg {
+            len: v.len(),
+            data: v.as_ptr(),
+        };
+        return 1;
+    }
+    0
+}
+
+/// Writes verdict `v` of engine `e` as "action=A limit=L wait_ns=N exempt=E status=S
+/// dry_run=D" into `buf` (`cap` bytes, cut to fit, not NUL-terminated), for hosts' test
+/// hooks; the number of bytes written (0 for a NULL argument).
+#[no_mangle]
+pub unsafe extern "C" fn weir_verdict_text(
+    e: *const weir_engine,
+    v: *const weir_verdict,
+    buf: *mut u8,
+    cap: usize,
+) -> usize {
+    if e.is_null() || v.is_null() || buf.is_null() {
+        return 0;
+    }
+    catch_unwind(AssertUnwindSafe(|| {
+        verdict_text(&(*e).engine, &*v, buf, cap)
+    }))
+    .unwrap_or(0)
+}
+
+unsafe fn verdict_text(e: &Engine, v: &weir_verdict, buf: *mut u8, cap: usize) -> usize {
+    let out = std::slice::from_raw_parts_mut(buf, cap);
+    let mut w = &mut out[..];
+    let action = ["pass", "delay", "reject", "queue"]
+        .get(usize::try_from(v.action).unwrap_or(usize::MAX))
+        .unwrap_or(&"unknown");
+    let limit = limit_word(e, v.limit, WEIR_STYLE_POLICY);
+    let limit = if limit.is_empty() {
+        "-"
+    } else {
+        let mut end = limit.len().min(200);
+        while !limit.is_char_boundary(end) {
+            end -= 1;
+        }
+        &limit[..end]
+    };
+    let dry = match (v.dry_run_limit, v.dry_run_action) {
+        (l, _) if l < 0 => "-",
+        (_, WEIR_REJECT) => "reject",
+        _ => "delay",
+    };
+    let _ = write!(
+        w,
+        "action={action} limit={limit} wait_ns={} exempt={} status={} dry_run={dry}",
+        v.wait_ns, v.exempt, v.status
+    );
+    cap - w.len()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::evaluate::empty_verdict;
+    use weir::limiter::Rate;
+    use weir::policy::config::Algorithm;
+    use weir::policy::{HostLimit, HostLimits, HostZone};
+
+    /// Limit 0 `web.0` on gcra zone "web" (warn); limit 1 `hold` on concurrency zone "conn"
+    /// with a queue.
+    fn engine() -> weir_engine {
+        let mut b = HostLimits::new();
+        let rate = Rate {
+            count: 1,
+            period_ns: 1_000_000_000,
+        };
+        b.zone(
+            "web",
+            HostZone {
+                size: 1 << 20,
+                algorithm: Algorithm::Gcra { rate },
+            },
+        );
+        b.zone(
+            "conn",
+            HostZone {
+                size: 1 << 20,
+                algorithm: Algorithm::Concurrency { max: 1 },
+            },
+        );
+        let warn = HostLimit {
+            log_level: LogLevel::Warn,
+            ..HostLimit::default()
+        };
+        b.limit("web", warn);
+        let queued = HostLimit {
+            name: Some("hold".into()),
+            queue: 5,
+            timeout: Some(std::time::Duration::from_millis(1500)),
+            ..HostLimit::default()
+        };
+        b.limit("conn", queued);
+        weir_engine {
+            engine: Engine::new(b.build().unwrap()).unwrap(),
+        }
+    }
+
+    fn outcome(e: &weir_engine, v: &weir_verdict, style: c_int) -> (weir_outcome, Vec<String>) {
+        // SAFETY: an all-zero weir_outcome is valid (integers, a null pointer, byte arrays).
+        let mut o: weir_outcome = unsafe { std::mem::zeroed() };
+        assert_eq!(unsafe { weir_engine_outcome(e, v, style, &mut o) }, WEIR_OK);
+        let lines = o.line[..o.lines]
+            .iter()
+            .map(|l| format!("{} {}", l.level, String::from_utf8_lossy(&l.text[..l.len])))
+            .collect();
+        (o, lines)
+    }
+
+    fn state(o: &weir_outcome) -> &str {
+        // SAFETY: state points at a static word of state_len bytes.
+        let b = unsafe { std::slice::from_raw_parts(o.state, o.state_len) };
+        std::str::from_utf8(b).unwrap()
+    }
+
+    #[test]
+    fn limit_req_and_limit_conn_words() {
+        let e = engine();
+        let mut v = empty_verdict();
+        v.action = WEIR_DELAY;
+        v.limit = 0;
+        v.wait_ns = 1_500_001;
+        v.excess_milli = 2500;
+        let (o, lines) = outcome(&e, &v, WEIR_STYLE_REQ);
+        assert_eq!((o.action, o.wait_ms, state(&o)), (WEIR_DELAY, 2, "DELAYED"));
+        assert_eq!(
+            lines,
+            ["-2 delaying request, excess: 2.500, by zone \"web\""]
+        );
+
+        v.dry_run_limit = 0;
+        v.dry_run_action = WEIR_REJECT;
+        v.dry_run_excess_milli = 1000;
+        let (o, lines) = outcome(&e, &v, WEIR_STYLE_REQ);
+        assert_eq!((o.action, state(&o)), (WEIR_PASS, "REJECTED_DRY_RUN"));
+        assert_eq!(
+            lines,
+            ["-1 limiting requests, dry run, excess: 1.000 by zone \"web\""]
+        );
+
+        let (o, lines) = outcome(&e, &v, WEIR_STYLE_CONN);
+        assert_eq!((o.action, state(&o)), (WEIR_PASS, "REJECTED_DRY_RUN"));
+        assert_eq!(lines, ["-1 limiting connections, dry run, by zone \"web\""]);
+
+        let mut v = empty_verdict();
+        v.action = WEIR_REJECT;
+        v.status = 503;
+        v.limit = 1;
+        let (o, lines) = outcome(&e, &v, WEIR_STYLE_CONN);
+        assert_eq!(
+            (o.action, o.status, state(&o)),
+            (WEIR_REJECT, 503, "REJECTED")
+        );
+        assert_eq!(lines, ["-1 limiting connections by zone \"conn\""]);
+        let (o, lines) = outcome(&e, &empty_verdict(), WEIR_STYLE_REQ);
+        assert_eq!((o.action, state(&o), lines.len()), (WEIR_PASS, "PASSED", 0));
+    }
+
+    #[test]
+    fn policy_words_and_levels() {
+        let e = engine();
+        let mut v = empty_verdict();
+        v.action = WEIR_DELAY;
+        v.limit = 0;
+        v.wait_ns = 1_999_999;
+        v.dry_run_limit = 1;
+        v.dry_run_action = WEIR_DELAY;
+        let (o, lines) = outcome(&e, &v, WEIR_STYLE_POLICY);
+        assert_eq!((o.action, o.wait_ms, state(&o)), (WEIR_DELAY, 2, ""));
+        assert_eq!(
+            lines,
+            [
+                "2 delaying request, dry run, by weir limit \"hold\"",
+                "1 delaying request, 1ms, by weir limit \"web.0\""
+            ]
+        );
+
+        v.action = WEIR_QUEUE;
+        v.limit = 1;
+        v.dry_run_limit = -1;
+        let (o, lines) = outcome(&e, &v, WEIR_STYLE_POLICY);
+        assert_eq!((o.action, o.queue_timeout_ms), (WEIR_QUEUE, 1500));
+        assert_eq!(lines, ["2 queueing request by weir limit \"hold\""]);
+
+        v.action = WEIR_REJECT;
+        v.status = 0;
+        v.limit = -1;
+        let (o, lines) = outcome(&e, &v, WEIR_STYLE_POLICY);
+        assert_eq!((o.action, o.status), (WEIR_REJECT, 503));
+        assert_eq!(lines, ["3 limiting requests by weir limit \"\""]);
+
+        assert_eq!(
+            unsafe { weir_engine_outcome(&e, &v, 9, std::ptr::null_mut()) },
+            WEIR_ERR_NULL
+        );
+    }
+
+    #[test]
+    fn headers_one_by_one() {
+        let buf = b"RateLimit: x\r\nbad line\r\nRetry-After:  3\r\nX: \r\n";
+        let walk = |ratelimit| {
+            let (mut pos, mut got) = (0, Vec::new());
+            let mut n = weir_arg {
+                len: 0,
+                data: std::ptr::null(),
+            };
+            let mut v = weir_arg {
+                len: 0,
+                data: std::ptr::null(),
+            };
+            while unsafe {
+                weir_header_next(buf.as_ptr(), buf.len(), &mut pos, ratelimit, &mut n, &mut v)
+            } == 1
+            {
+                let text =
+                    |a: &weir_arg| unsafe { std::slice::from_raw_parts(a.data, a.len) }.to_vec();
+                got.push(format!(
+                    "{}={}",
+                    String::from_utf8_lossy(&text(&n)),
+                    String::from_utf8_lossy(&text(&v))
+                ));
+            }
+            got
+        };
+        assert_eq!(walk(1), ["RateLimit=x", "Retry-After=3", "X="]);
+        assert_eq!(walk(0), ["Retry-After=3", "X="]);
+    }
+
+    #[test]
+    fn verdict_text_for_test_hooks() {
+        let e = engine();
+        let mut v = empty_verdict();
+        v.limit = 1;
+        v.dry_run_limit = 0;
+        v.dry_run_action = WEIR_REJECT;
+        let mut buf = [0u8; 128];
+        let n = unsafe { weir_verdict_text(&e, &v, buf.as_mut_ptr(), buf.len()) };
+        assert_eq!(
+            std::str::from_utf8(&buf[..n]).unwrap(),
+            "action=pass limit=hold wait_ns=0 exempt=-1 status=200 dry_run=reject"
+        );
+        v.limit = -1;
+        v.action = 7;
+        let n = unsafe { weir_verdict_text(&e, &v, buf.as_mut_ptr(), 20) };
+        assert_eq!(
+            std::str::from_utf8(&buf[..n]).unwrap(),
+            "action=unknown limit"
+        );
+    }
+}
