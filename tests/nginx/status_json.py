@@ -76,6 +76,12 @@ def json_samples(status, text):
     return out
 
 
+def limit(name, passed, rejected):
+    """A limit's entry in the JSON status, for traffic that is never delayed or queued."""
+    return {"name": name, "passed": passed, "delayed": 0, "rejected": rejected, "queued": 0,
+            "dry_run_delayed": 0, "dry_run_rejected": 0}
+
+
 def status_json(ngx, promcheck):
     """The JSON status, checked against the Prometheus text served next to it."""
     st, ctype, body = fetch(ngx.port, "GET", "/metrics?format=json")
@@ -102,8 +108,8 @@ def test_status_json(module, promcheck):
         check(status["version"] == 1, f"version: {status['version']}")
         check(status["engine"] == {"requests": 5, "exempt": 2, "unmatched": 0, "bad_target": 0},
               f"engine: {status['engine']}")
-        check(status["limits"] == [{"name": "per-ip", "passed": 1, "delayed": 0, "rejected": 2,
-                                    "queued": 0, "dry_run_delayed": 0, "dry_run_rejected": 0}],
+        # The policy's limit, then the directives' engine's (weir_req zone=rz is limit rz.0).
+        check(status["limits"] == [limit("per-ip", 1, 2), limit("rz.0", 1, 1)],
               f"limits: {status['limits']}")
         zones = {z["name"]: z for z in status["zones"]}
         check(list(zones) == ["pz", "rz"], f"zones: {list(zones)}")
@@ -129,7 +135,9 @@ def test_status_json(module, promcheck):
         zones_only.start()
         check(request(zones_only.port, "GET", "/d")[0] == 200, "directive zone")
         status = status_json(zones_only, promcheck)
-        check(status["engine"] is None and status["limits"] == [], f"no policy: {status}")
+        # Directives alone: their engine's totals (host-selected limits count no requests).
+        check(status["engine"] == {"requests": 0, "exempt": 0, "unmatched": 0, "bad_target": 0}
+              and status["limits"] == [limit("rz.0", 1, 0)], f"no policy: {status}")
         check([(z["name"], z["passed"]) for z in status["zones"]] == [("rz", 1)],
               f"no policy: {status['zones']}")
         zones_only.check_log()
