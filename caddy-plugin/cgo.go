@@ -371,15 +371,6 @@ func (e *engine) release(v *verdict, now uint64) { C.weir_engine_release(e.p, &v
 // failsClosed reports the policy's failure_mode = "closed" (reject when evaluation fails).
 func (e *engine) failsClosed() bool { return C.weir_engine_fails_closed(e.p) != 0 }
 
-// queueTimeout is limit i's queue timeout in ns (0 without a queue).
-func (e *engine) queueTimeout(i int) uint64 {
-	var ns C.uint64_t
-	if C.weir_engine_limit_queue_timeout(e.p, C.size_t(i), &ns) != C.WEIR_OK {
-		return 0
-	}
-	return uint64(ns)
-}
-
 // logLevel is limit i's log_level (weir_engine_limit_log_level: 0 info … 3 error).
 func (e *engine) logLevel(i int) int { return int(C.weir_engine_limit_log_level(e.p, C.size_t(i))) }
 

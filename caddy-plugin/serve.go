@@ -21,9 +21,6 @@ const (
 	phLimit  = "http.weir.limit"  // the deciding limit (policy) or zone (inline), else ""
 )
 
-// queuePoll is how often a queued request asks the engine again for a free slot.
-const queuePoll = 2 * time.Millisecond
-
 // reqEnv is the time and peer one request is evaluated with.
 type reqEnv struct {
 	now  uint64
@@ -381,10 +378,7 @@ func (h *Handler) serveEngine(w http.ResponseWriter, r *http.Request, repl *cadd
 			return "", "", err
 		}
 		if !ok {
-			if v.action() == actReject {
-				return "", "", reject(retry(), v.headerLines())
-			}
-			return "", "", reject("1", nil)
+			return "", "", reject(retry(), v.headerLines())
 		}
 		holdPermits()
 		h.passHeaders(w, v)
@@ -441,32 +435,18 @@ func (h *Handler) passHeaders(w http.ResponseWriter, v *verdict) {
 	}
 }
 
-// waitQueued polls engine s with the queue ticket until a slot is free (true), the limit's
-// timeout passes or the engine rejects (false), or the client leaves (error).
+// waitQueued asks engine s again with the queue ticket, as often as the engine says, until a
+// slot is free (true), the engine rejects — the limit's timeout has passed, among others —
+// (false), or the client leaves (error).
 func (h *Handler) waitQueued(s *engineState, rv *reqView, v *verdict, r *http.Request) (bool, error) {
-	timeout := time.Duration(0)
-	if i := v.limit(); i >= 0 && i < len(s.timeouts) {
-		timeout = time.Duration(s.timeouts[i])
-	}
-	if timeout <= 0 {
-		timeout = 5 * time.Second
-	}
-	deadline := time.Now().Add(timeout)
-	abandon := func() {
-		s.mu.RLock()
-		if s.eng != nil {
-			s.eng.abandon(v, nowNS())
-		}
-		s.mu.RUnlock()
-	}
 	for {
-		if !sleepCtx(r.Context(), queuePoll) {
-			abandon()
+		if !sleepCtx(r.Context(), time.Duration(v.waitNS())) {
+			s.mu.RLock()
+			if s.eng != nil {
+				s.eng.abandon(v, nowNS())
+			}
+			s.mu.RUnlock()
 			return false, caddyhttp.Error(499, r.Context().Err())
-		}
-		if !time.Now().Before(deadline) {
-			abandon()
-			return false, nil
 		}
 		s.mu.RLock()
 		if s.eng == nil {

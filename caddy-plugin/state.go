@@ -21,10 +21,9 @@ type engineState struct {
 	source string
 	// freed runs after the engine is freed (inline zones: give back their regions).
 	freed func()
-	// Per limit, read once: the name Caddy shows (logs, placeholders, metrics), the queue
-	// timeout (ns) and the level its rejections are logged at.
+	// Per limit, read once: the name Caddy shows (logs, placeholders, metrics) and the level
+	// its rejections are logged at.
 	names     []string
-	timeouts  []uint64
 	logLevels []zapcore.Level
 }
 
@@ -32,7 +31,6 @@ type engineState struct {
 func newEngineState(eng *engine, source string, names []string) *engineState {
 	s := &engineState{eng: eng, source: source, names: names}
 	for i := range eng.limits {
-		s.timeouts = append(s.timeouts, eng.queueTimeout(i))
 		s.logLevels = append(s.logLevels, policyLogLevel(eng.logLevel(i)))
 	}
 	return s

@@ -329,7 +329,13 @@ typedef struct weir_verdict {
    */
   uint8_t unmatched;
   /*
-   For WEIR_DELAY: how long to hold the request.
+   WEIR_REJECT of a queued request whose wait ended (its limit's `timeout`): counted as
+   queued, not again as rejected.
+   */
+  uint8_t queue_timeout;
+  /*
+   For WEIR_DELAY: how long to hold the request; for WEIR_QUEUE: how long to wait before
+   asking again (`weir_engine_evaluate_queued`).
    */
   uint64_t wait_ns;
   /*
@@ -366,6 +372,11 @@ typedef struct weir_verdict {
    or `weir_engine_abandon`).
    */
   struct weir_permit ticket;
+  /*
+   For WEIR_QUEUE: when the wait ends, on the engine's clock (the ticket's; read by
+   `weir_engine_evaluate_queued`, which answers WEIR_REJECT from then on).
+   */
+  uint64_t ticket_deadline_ns;
   /*
    For WEIR_REJECT and WEIR_DELAY: the deciding limit's excess in thousandths of a request,
    as nginx logs it ("excess: 1.500"): for a gcra limit how far ahead of its rate the key
@@ -556,14 +567,11 @@ typedef struct weir_outcome {
    */
   uint16_t status;
   /*
-   WEIR_DELAY: how long to hold the request, milliseconds rounded up.
+   WEIR_DELAY: how long to hold the request; WEIR_QUEUE: how long to wait before asking
+   again (`weir_engine_evaluate_queued`, which answers WEIR_REJECT once the limit's
+   `timeout` has passed). Milliseconds, rounded up.
    */
   uint64_t wait_ms;
-  /*
-   WEIR_QUEUE: how long the request may wait, the deciding limit's timeout (5000 when
-   it has none).
-   */
-  uint64_t queue_timeout_ms;
   /*
    nginx styles: the request's `$limit_req_status` / `$limit_conn_status` word
    ("PASSED", "DELAYED_DRY_RUN", ...), static, not NUL-terminated; empty in policy mode.
@@ -812,12 +820,6 @@ size_t weir_engine_var_count(const struct weir_engine *e);
  when the engine is built.
  */
 int weir_engine_var_name(const struct weir_engine *e, size_t i, const uint8_t **name, size_t *len);
-
-/*
- How long a request queued by limit `i` waits (its `timeout`) in nanoseconds, in `*out_ns`;
- 0 for limits without a queue. Hosts use it to bound their wait on a WEIR_QUEUE verdict.
- */
-int weir_engine_limit_queue_timeout(const struct weir_engine *e, size_t i, uint64_t *out_ns);
 
 /*
  The log level limit `i` asks for its rejections (delays are logged one level lower):

@@ -24,6 +24,8 @@ static char *ngx_http_weir_merge_loc_conf(ngx_conf_t *cf, void *parent,
     void *child);
 static ngx_int_t ngx_http_weir_add_variables(ngx_conf_t *cf);
 static ngx_int_t ngx_http_weir_init(ngx_conf_t *cf);
+static char *ngx_http_weir_obsolete(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
 
 
 static ngx_conf_enum_t  ngx_http_weir_log_levels[] = {
@@ -135,16 +137,16 @@ static ngx_command_t  ngx_http_weir_commands[] = {
 
     { ngx_string("weir_queue_timeout"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
-      ngx_conf_set_msec_slot,
-      NGX_HTTP_LOC_CONF_OFFSET,
-      offsetof(ngx_http_weir_loc_conf_t, queue_timeout),
+      ngx_http_weir_obsolete,
+      0,
+      0,
       NULL },
 
     { ngx_string("weir_queue_poll"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
-      ngx_conf_set_msec_slot,
-      NGX_HTTP_LOC_CONF_OFFSET,
-      offsetof(ngx_http_weir_loc_conf_t, queue_poll),
+      ngx_http_weir_obsolete,
+      0,
+      0,
       NULL },
 
     { ngx_string("weir_status"),
@@ -558,8 +560,6 @@ ngx_http_weir_create_loc_conf(ngx_conf_t *cf)
     conf->conn_dry_run = NGX_CONF_UNSET;
     conf->enable = NGX_CONF_UNSET;
     conf->headers = NGX_CONF_UNSET;
-    conf->queue_timeout = NGX_CONF_UNSET_MSEC;
-    conf->queue_poll = NGX_CONF_UNSET_MSEC;
 
     return conf;
 }
@@ -631,13 +631,19 @@ ngx_http_weir_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
         }
     }
     ngx_conf_merge_value(conf->headers, prev->headers, 1);
-    ngx_conf_merge_msec_value(conf->queue_timeout, prev->queue_timeout,
-                              NGX_CONF_UNSET_MSEC);
-    ngx_conf_merge_msec_value(conf->queue_poll, prev->queue_poll, 10);
 
-    if (conf->queue_poll == 0) {
-        conf->queue_poll = 1;
-    }
+    return NGX_CONF_OK;
+}
+
+
+/* weir_queue_timeout and weir_queue_poll: the engine times queued requests */
+
+static char *
+ngx_http_weir_obsolete(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_conf_log_error(NGX_LOG_WARN, cf, 0, "\"%V\" is ignored: a queued "
+                       "request waits for its policy limit's \"timeout\"",
+                       &cmd->name);
 
     return NGX_CONF_OK;
 }

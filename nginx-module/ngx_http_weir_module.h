@@ -121,8 +121,6 @@ typedef struct {
 
     ngx_flag_t                   enable;
     ngx_flag_t                   headers;
-    ngx_msec_t                   queue_timeout;
-    ngx_msec_t                   queue_poll;
 } ngx_http_weir_loc_conf_t;
 
 
@@ -140,7 +138,6 @@ typedef struct {
     ngx_http_request_t          *request;
     weir_engine                 *engine;
     weir_verdict                 verdict;
-    ngx_msec_t                   queue_deadline;
     unsigned                     policy_done:1;
     unsigned                     evaluated:1;
     unsigned                     bad_target:1;

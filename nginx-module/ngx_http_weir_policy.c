@@ -219,9 +219,6 @@ ngx_http_weir_verdict(ngx_http_request_t *r, ngx_http_weir_loc_conf_t *wlcf,
 
     } else {
         st->queued = 1;
-        st->queue_deadline = ngx_current_msec
-                             + (wlcf->queue_timeout != NGX_CONF_UNSET_MSEC
-                                ? wlcf->queue_timeout : o.queue_timeout_ms);
     }
 
 #if (WEIR_TEST_HOOKS)
@@ -234,8 +231,8 @@ ngx_http_weir_verdict(ngx_http_request_t *r, ngx_http_weir_loc_conf_t *wlcf,
     rc = ngx_http_weir_act(r, &o, NGX_LOG_ERR, NGX_LOG_WARN);
 
     if (o.action == WEIR_QUEUE) {
-        return ngx_http_weir_wait(r, wlcf->queue_poll,
-                                  ngx_http_weir_queue_handler);
+        /* weir says when to ask again, and ends the wait at the timeout */
+        return ngx_http_weir_wait(r, o.wait_ms, ngx_http_weir_queue_handler);
     }
 
     return rc;
@@ -276,22 +273,6 @@ ngx_http_weir_policy(ngx_http_request_t *r, ngx_http_weir_loc_conf_t *wlcf,
 
     wrc = weir_engine_evaluate_queued(st->engine, &wr, now, &st->verdict, buf,
                                       NGX_HTTP_WEIR_HEADER_BUF);
-
-    if (wrc == WEIR_OK && st->verdict.action == WEIR_QUEUE
-        && (ngx_msec_int_t) (ngx_current_msec - st->queue_deadline) >= 0)
-    {
-        /* the wait timed out: give the place up and reject */
-
-        (void) weir_engine_abandon(st->engine, &st->verdict, now);
-
-        st->policy_done = 1;
-
-        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
-                      "limiting requests, queue timeout, by weir");
-
-        return st->verdict.status ? st->verdict.status
-                                  : NGX_HTTP_SERVICE_UNAVAILABLE;
-    }
 
     return ngx_http_weir_verdict(r, wlcf, st, wrc, buf);
 }

@@ -285,31 +285,6 @@ pub struct weir_limit_counters {
     pub dry_run_rejected: u64,
 }
 
-/// How long a request queued by limit `i` waits (its `timeout`) in nanoseconds, in `*out_ns`;
-/// 0 for limits without a queue. Hosts use it to bound their wait on a WEIR_QUEUE verdict.
-#[no_mangle]
-pub unsafe extern "C" fn weir_engine_limit_queue_timeout(
-    e: *const weir_engine,
-    i: usize,
-    out_ns: *mut u64,
-) -> c_int {
-    guard(|| {
-        if e.is_null() || out_ns.is_null() {
-            return WEIR_ERR_NULL;
-        }
-        let limits = &(*e).engine.policy().limits;
-        let Some(l) = limits.get(i) else {
-            return WEIR_ERR_INVALID;
-        };
-        *out_ns = if l.queue == 0 {
-            0
-        } else {
-            u64::try_from(l.timeout.as_nanos()).unwrap_or(u64::MAX)
-        };
-        WEIR_OK
-    })
-}
-
 /// The log level limit `i` asks for its rejections (delays are logged one level lower):
 /// 0 info, 1 notice, 2 warn, 3 error (the default); -1 for NULL or an index out of range.
 #[no_mangle]

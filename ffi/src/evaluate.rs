@@ -101,7 +101,11 @@ pub struct weir_verdict {
     pub status: u16,
     /// Set when no limit matched the request.
     pub unmatched: u8,
-    /// For WEIR_DELAY: how long to hold the request.
+    /// WEIR_REJECT of a queued request whose wait ended (its limit's `timeout`): counted as
+    /// queued, not again as rejected.
+    pub queue_timeout: u8,
+    /// For WEIR_DELAY: how long to hold the request; for WEIR_QUEUE: how long to wait before
+    /// asking again (`weir_engine_evaluate_queued`).
     pub wait_ns: u64,
     /// For WEIR_REJECT: the Retry-After value, whole seconds rounded up.
     pub retry_after_s: u64,
@@ -121,6 +125,9 @@ pub struct weir_verdict {
     /// For WEIR_QUEUE: the queue place (pass the verdict back to `weir_engine_evaluate_queued`
     /// or `weir_engine_abandon`).
     pub ticket: weir_permit,
+    /// For WEIR_QUEUE: when the wait ends, on the engine's clock (the ticket's; read by
+    /// `weir_engine_evaluate_queued`, which answers WEIR_REJECT from then on).
+    pub ticket_deadline_ns: u64,
     /// For WEIR_REJECT and WEIR_DELAY: the deciding limit's excess in thousandths of a request,
     /// as nginx logs it ("excess: 1.500"): for a gcra limit how far ahead of its rate the key
     /// is, in requests (less one interval for a delay); 1000 for another limit's rejection.
@@ -203,6 +210,7 @@ pub(crate) fn empty_verdict() -> weir_verdict {
         action: WEIR_PASS,
         status: 200,
         unmatched: 0,
+        queue_timeout: 0,
         wait_ns: 0,
         retry_after_s: 0,
         limit: -1,
@@ -213,6 +221,7 @@ pub(crate) fn empty_verdict() -> weir_verdict {
         headers_truncated: 0,
         permits: [NO_PERMIT; WEIR_MAX_PERMITS],
         ticket: NO_PERMIT,
+        ticket_deadline_ns: 0,
         excess_milli: 0,
         dry_run_excess_milli: 0,
     }
@@ -267,7 +276,7 @@ fn take_permits(e: &Engine, v: &mut weir_verdict) -> Result<Permits, c_int> {
 fn take_ticket(e: &Engine, v: &mut weir_verdict) -> Result<Option<QueueTicket>, c_int> {
     let t = held(e, &v.ticket)?;
     v.ticket = NO_PERMIT;
-    Ok(t.map(QueueTicket::from_raw))
+    Ok(t.map(|raw| QueueTicket::from_raw(raw, v.ticket_deadline_ns)))
 }
 
 /// What an evaluating call asks: with the ticket of a queued request (handed back unless still
@@ -322,6 +331,7 @@ unsafe fn evaluate(
     v.action = action_code(o.action);
     v.status = o.status;
     v.unmatched = o.unmatched as u8;
+    v.queue_timeout = o.queue_timeout as u8;
     v.wait_ns = o.wait_ns;
     v.retry_after_s = if o.action == Action::Reject {
         o.retry_after_s()
@@ -358,7 +368,10 @@ unsafe fn evaluate(
     for (slot, raw) in v.permits.iter_mut().zip(o.permits.into_raw()) {
         *slot = raw_permit(raw);
     }
-    v.ticket = raw_permit(o.ticket.map(QueueTicket::into_raw));
+    if let Some(t) = o.ticket {
+        v.ticket_deadline_ns = t.deadline_ns();
+        v.ticket = raw_permit(Some(t.into_raw()));
+    }
     *out = v;
     WEIR_OK
 }

@@ -46,11 +46,10 @@ pub struct weir_outcome {
     pub action: i32,
     /// WEIR_REJECT: the response status (policy mode: 503 when the verdict has none).
     pub status: u16,
-    /// WEIR_DELAY: how long to hold the request, milliseconds rounded up.
+    /// WEIR_DELAY: how long to hold the request; WEIR_QUEUE: how long to wait before asking
+    /// again (`weir_engine_evaluate_queued`, which answers WEIR_REJECT once the limit's
+    /// `timeout` has passed). Milliseconds, rounded up.
     pub wait_ms: u64,
-    /// WEIR_QUEUE: how long the request may wait, the deciding limit's timeout (5000 when
-    /// it has none).
-    pub queue_timeout_ms: u64,
     /// nginx styles: the request's `$limit_req_status` / `$limit_conn_status` word
     /// ("PASSED", "DELAYED_DRY_RUN", ...), static, not NUL-terminated; empty in policy mode.
     pub state: *const u8,
@@ -92,16 +91,6 @@ fn policy_level(e: &Engine, limit: i32, delay: bool) -> c_int {
     } else {
         lvl
     }
-}
-
-fn queue_timeout_ms(e: &Engine, limit: i32) -> u64 {
-    usize::try_from(limit)
-        .ok()
-        .and_then(|i| e.policy().limits.get(i))
-        .filter(|l| l.queue > 0)
-        .map(|l| u64::try_from(l.timeout.as_millis()).unwrap_or(u64::MAX))
-        .filter(|&ms| ms > 0)
-        .unwrap_or(5000)
 }
 
 impl weir_outcome {
@@ -158,15 +147,19 @@ fn policy_outcome(e: &Engine, v: &weir_verdict, o: &mut weir_outcome) {
         }
         WEIR_QUEUE => {
             o.action = WEIR_QUEUE;
-            o.queue_timeout_ms = queue_timeout_ms(e, v.limit);
             o.log(2, format_args!("queueing request by weir limit \"{name}\""));
         }
         _ => {
             o.action = WEIR_REJECT;
             o.status = if v.status == 0 { 503 } else { v.status };
+            let why = if v.queue_timeout != 0 {
+                ", queue timeout,"
+            } else {
+                ""
+            };
             o.log(
                 policy_level(e, v.limit, false),
-                format_args!("limiting requests by weir limit \"{name}\""),
+                format_args!("limiting requests{why} by weir limit \"{name}\""),
             );
         }
     }
@@ -255,7 +248,6 @@ pub unsafe extern "C" fn weir_engine_outcome(
         o.action = WEIR_PASS;
         o.status = 0;
         o.wait_ms = v.wait_ns.div_ceil(1_000_000);
-        o.queue_timeout_ms = 0;
         o.state("");
         o.lines = 0;
         match style {
@@ -506,9 +498,21 @@ mod tests {
         v.action = WEIR_QUEUE;
         v.limit = 1;
         v.dry_run_limit = -1;
+        v.wait_ns = 10_000_000;
         let (o, lines) = outcome(&e, &v, WEIR_STYLE_POLICY);
-        assert_eq!((o.action, o.queue_timeout_ms), (WEIR_QUEUE, 1500));
+        assert_eq!((o.action, o.wait_ms), (WEIR_QUEUE, 10));
         assert_eq!(lines, ["2 queueing request by weir limit \"hold\""]);
+
+        v.action = WEIR_REJECT;
+        v.status = 503;
+        v.queue_timeout = 1;
+        let (o, lines) = outcome(&e, &v, WEIR_STYLE_POLICY);
+        assert_eq!((o.action, o.status), (WEIR_REJECT, 503));
+        assert_eq!(
+            lines,
+            ["3 limiting requests, queue timeout, by weir limit \"hold\""]
+        );
+        v.queue_timeout = 0;
 
         v.action = WEIR_REJECT;
         v.status = 0;

@@ -623,14 +623,6 @@ test_bad_inputs(void)
         size_t nl;
         CHECK(weir_engine_limit_name(e, 99, &nm, &nl) == WEIR_ERR_INVALID, "limit 99");
     }
-    {
-        uint64_t ns = 1;
-        CHECK(weir_engine_limit_queue_timeout(e, 0, &ns) == WEIR_OK && ns == 0,
-            "a limit without a queue has no timeout (%llu)", (unsigned long long) ns);
-        CHECK(weir_engine_limit_queue_timeout(e, 99, &ns) == WEIR_ERR_INVALID, "timeout 99");
-        CHECK(weir_engine_limit_queue_timeout(e, 0, NULL) == WEIR_ERR_NULL, "timeout NULL");
-        CHECK(weir_engine_limit_queue_timeout(NULL, 0, &ns) == WEIR_ERR_NULL, "timeout NULL e");
-    }
     weir_engine_free(e);
     weir_policy_free(p);
 

@@ -29,7 +29,6 @@ HTTP = """
         location = /metrics { weir_status; }
         location / {
             weir on;
-            weir_queue_poll 5ms;
             proxy_read_timeout 60s;
             proxy_pass http://127.0.0.1:BACKEND;
         }

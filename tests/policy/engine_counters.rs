@@ -47,6 +47,50 @@ fn queue_polls_are_not_counted_as_requests() {
     assert_eq!(c.rejected, 0);
 }
 
+/// The engine ends a queued request's wait at its limit's timeout (5 s by default): asking
+/// again then answers the limit's rejection, marked as a queue timeout, gives the place back,
+/// and counts nothing more (the request was counted as queued). Until then it is told to ask
+/// again every 10 ms, or at its deadline when that is nearer.
+#[test]
+fn the_engine_ends_a_queued_wait_at_its_timeout() {
+    let engine = Engine::new(CompiledPolicy::parse(POLICY, None).unwrap()).unwrap();
+    let t0 = 1_000_000_000_000u64;
+    let timeout = 5_000_000_000;
+    let a = OwnedRequest::new("GET", "/report", "192.0.2.1".parse().unwrap());
+    let b = OwnedRequest::new("GET", "/report", "192.0.2.2".parse().unwrap());
+    let first = engine.evaluate(&a, t0).unwrap();
+    let mut waiting = engine.evaluate(&b, t0).unwrap();
+    assert_eq!(
+        (waiting.action, waiting.wait_ns),
+        (Action::Queue, 10_000_000)
+    );
+    let ticket = waiting.ticket.take().unwrap();
+    assert_eq!(ticket.deadline_ns(), t0 + timeout);
+    waiting = engine
+        .evaluate_queued(&b, t0 + timeout - 3, ticket)
+        .unwrap();
+    assert_eq!((waiting.action, waiting.wait_ns), (Action::Queue, 3));
+    let timed_out = engine
+        .evaluate_queued(&b, t0 + timeout, waiting.ticket.take().unwrap())
+        .unwrap();
+    assert_eq!(timed_out.action, Action::Reject);
+    assert!(timed_out.queue_timeout && timed_out.ticket.is_none());
+    assert_eq!((timed_out.status, timed_out.limit), (429, Some(0)));
+    // Its place is free: two more fit in the queue of two, and only then is it full.
+    let later = t0 + timeout + 1;
+    let mut held: Vec<_> = (0..2)
+        .map(|_| engine.evaluate(&b, later).unwrap())
+        .collect();
+    assert!(held.iter().all(|q| q.action == Action::Queue));
+    assert_eq!(engine.evaluate(&b, later).unwrap().action, Action::Reject);
+    for q in &mut held {
+        engine.abandon(q.ticket.take().unwrap(), later);
+    }
+    engine.release(first.permits, later);
+    let c = engine.counters(0);
+    assert_eq!((c.passed, c.queued, c.rejected), (1, 3, 1));
+}
+
 /// Permits carried across an FFI boundary come back in any order, with gaps: every one of
 /// them is still released.
 #[test]

@@ -37,12 +37,14 @@ fn a_copy_of_released_permits_frees_nothing() {
     );
 
     // The queue ticket: abandoned twice through copies, one place comes back once.
-    let ticket = fourth.ticket.unwrap().into_raw();
-    e.abandon(QueueTicket::from_raw(ticket), T0);
-    e.abandon(QueueTicket::from_raw(ticket), T0);
+    let ticket = fourth.ticket.unwrap();
+    let deadline = ticket.deadline_ns();
+    let ticket = ticket.into_raw();
+    e.abandon(QueueTicket::from_raw(ticket, deadline), T0);
+    e.abandon(QueueTicket::from_raw(ticket, deadline), T0);
     // A stale ticket holds no place: evaluated again, it queues as a new request would.
     let again = e
-        .evaluate_queued(&req(), T0, QueueTicket::from_raw(ticket))
+        .evaluate_queued(&req(), T0, QueueTicket::from_raw(ticket, deadline))
         .unwrap();
     assert_eq!(again.action, Action::Queue);
     assert_eq!(e.evaluate(&req(), T0).unwrap().action, Action::Reject);
@@ -62,9 +64,9 @@ fn forged_permits_and_tickets_change_nothing() {
         generation: 3,
     };
     e.release(Permits::from_raw([Some(forged), None, None, None]), T0);
-    e.abandon(QueueTicket::from_raw(forged), T0);
+    e.abandon(QueueTicket::from_raw(forged, u64::MAX), T0);
     let out = e
-        .evaluate_queued(&req(), T0, QueueTicket::from_raw(forged))
+        .evaluate_queued(&req(), T0, QueueTicket::from_raw(forged, u64::MAX))
         .unwrap();
     assert_eq!(out.action, Action::Pass);
     assert_eq!(e.evaluate(&req(), T0).unwrap().action, Action::Queue);

@@ -8,7 +8,7 @@
 //! | pass (or exempt, or no limit matched) | calls the inner service |
 //! | delay | sleeps the outcome's wait (tokio timer), then calls the inner service |
 //! | reject | answers the limit's status (default 429) with `Retry-After` (and the `RateLimit` fields when the policy enables them), a short text body, without calling the inner service |
-//! | queue | waits for a concurrency slot: re-evaluates every [`WeirLayer::queue_poll`] (5 ms by default) up to the limit's `timeout`, then passes or answers the limit's status; if the request's future is dropped meanwhile (client gone), its place in the queue is given back |
+//! | queue | waits for a concurrency slot: asks the engine again when it says (every 10 ms) until a slot is free — then passes — or the limit's `timeout` has passed — then the engine answers the limit's status; if the request's future is dropped meanwhile (client gone), its place in the queue is given back |
 //! | bad target | answers 400 (a target nginx would refuse: `/../x`, `%zz`, …; or more values of one header the policy reads than the engine takes) |
 //! | no verdict (a panic inside weir or the clock, caught) | per the policy's `failure_mode`: `open` logs an error (`tracing`) and calls the inner service; `closed` logs it and answers 503 |
 //!
@@ -246,7 +246,6 @@ struct Config {
     engine: Arc<Engine>,
     clock: Arc<dyn Clock>,
     fallback_peer: Option<IpAddr>,
-    queue_poll: Duration,
     expose_verdict: bool,
 }
 
@@ -264,7 +263,6 @@ impl WeirLayer {
                 engine,
                 clock: Arc::new(MonotonicClock),
                 fallback_peer: None,
-                queue_poll: Duration::from_millis(5),
                 expose_verdict: false,
             }),
         }
@@ -281,12 +279,6 @@ impl WeirLayer {
     /// the request counts for the local client.
     pub fn fallback_peer(mut self, peer: IpAddr) -> WeirLayer {
         Arc::make_mut(&mut self.cfg).fallback_peer = Some(peer);
-        self
-    }
-
-    /// How often a queued request looks for a free slot. Default 5 ms.
-    pub fn queue_poll(mut self, every: Duration) -> WeirLayer {
-        Arc::make_mut(&mut self.cfg).queue_poll = every.max(Duration::from_micros(100));
         self
     }
 
@@ -571,23 +563,15 @@ where
     let mut queued = false;
     if out.action == Action::Queue {
         queued = true;
-        let limit = out.limit.map_or(0, usize::from);
-        let timeout = engine.policy().limits[limit].timeout;
-        let deadline = cfg.clock.now_ns().saturating_add(timeout.as_nanos() as u64);
         let mut place = TicketGuard {
             cfg: cfg.clone(),
             ticket: out.ticket.take(),
         };
+        // The engine says when to ask again, and ends the wait at the limit's timeout.
         loop {
-            tokio::time::sleep(cfg.queue_poll).await;
+            // Real time, whatever the clock: an injected clock may stand still meanwhile.
+            tokio::time::sleep(Duration::from_nanos(out.wait_ns)).await;
             let now = cfg.clock.now_ns();
-            if now >= deadline {
-                drop(place); // gives the queue place back
-                out.action = Action::Reject;
-                out.retry_after_ns = 0;
-                let verdict = Verdict::of(&out, true);
-                return Ok(reject_response(&cfg, &out, verdict));
-            }
             let Some(ticket) = place.ticket.take() else {
                 break;
             };

@@ -11,7 +11,7 @@
 //!   stays open (permits held) until its `release`.
 //! * `queue` expectations: the request must get no response (it waits in the layer).
 //! * `retry` expecting pass/reject: the waiting request's response must now arrive (the layer
-//!   re-evaluates with its ticket every millisecond); expecting queue: still no response.
+//!   re-evaluates with its ticket every 10 ms, as the engine says); expecting queue: still no response.
 //! * `release`: the handler's body ends; the test reads it to its end on the client.
 //! * `abandon`: the client drops the waiting request's connection; the test waits until the
 //!   request's future is gone (the layer's guard gives the queue place back).
@@ -226,8 +226,7 @@ async fn run_vector(v: &Vector) -> (Vec<String>, usize) {
     let held = Arc::new(Held::default());
     let layer = WeirLayer::new(engine.clone())
         .with_clock(ClockHandle(clock.clone()))
-        .expose_verdict(true)
-        .queue_poll(Duration::from_millis(1));
+        .expose_verdict(true);
     let app = Router::new()
         .fallback(handler)
         .layer(layer)

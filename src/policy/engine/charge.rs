@@ -65,6 +65,10 @@ impl Engine {
                                         limit: h.limit as u16,
                                         permit,
                                         generation: self.ledger.take(),
+                                        deadline_ns: now.saturating_add(
+                                            u64::try_from(limit.timeout.as_nanos())
+                                                .unwrap_or(u64::MAX),
+                                        ),
                                     });
                                 if entered.is_some() {
                                     self.counters.add_limit(h.limit, |c| &c.queued);
@@ -74,6 +78,7 @@ impl Engine {
                         };
                         if let Some(t) = t {
                             out.action = Action::Queue;
+                            out.wait_ns = t.next_wait(now);
                             out.status = limit.status;
                             out.limit = Some(h.limit as u16);
                             out.ticket = Some(t);

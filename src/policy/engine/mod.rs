@@ -196,16 +196,17 @@ impl Engine {
     }
 
     /// Evaluates a queued request again; on anything but [`Action::Queue`] its ticket is
-    /// handed back, otherwise it is returned in [`Outcome::ticket`]. A ticket already handed
-    /// back (a stale copy) holds no place: the request is evaluated as a new one.
+    /// handed back, otherwise it is returned in [`Outcome::ticket`]. Once the ticket's
+    /// deadline (its limit's `timeout` after it was queued) has passed, the answer is that
+    /// limit's rejection ([`Outcome::queue_timeout`]). A ticket already handed back (a stale
+    /// copy) holds no place: the request is evaluated as a new one.
     pub fn evaluate_queued(
         &self,
         req: &dyn RequestView,
         now: u64,
         ticket: QueueTicket,
     ) -> Result<Outcome, EvalError> {
-        let live = self.ledger.is_held(ticket.generation);
-        self.run(req, now, live.then_some(ticket), Selection::Policy)
+        self.run_queued(req, now, ticket, Selection::Policy)
     }
 
     /// Evaluates a request against exactly `limits` (indexes of limits, in this order), as a
@@ -235,8 +236,38 @@ impl Engine {
         now: u64,
         ticket: QueueTicket,
     ) -> Result<Outcome, EvalError> {
-        let live = self.ledger.is_held(ticket.generation);
-        self.run(req, now, live.then_some(ticket), Selection::Host(limits))
+        self.run_queued(req, now, ticket, Selection::Host(limits))
+    }
+
+    /// A queued request asking again: a ticket already handed back (a stale copy) holds no
+    /// place, and the request is evaluated as a new one; a live ticket whose deadline has
+    /// passed is given back and answered with its limit's rejection.
+    fn run_queued(
+        &self,
+        req: &dyn RequestView,
+        now: u64,
+        ticket: QueueTicket,
+        sel: Selection<'_>,
+    ) -> Result<Outcome, EvalError> {
+        if !self.ledger.is_held(ticket.generation) {
+            return self.run(req, now, None, sel);
+        }
+        if now < ticket.deadline_ns {
+            return self.run(req, now, Some(ticket), sel);
+        }
+        let limit = ticket.limit;
+        self.abandon(ticket, now);
+        let mut out = Outcome::new();
+        out.action = Action::Reject;
+        out.status = self
+            .policy
+            .limits
+            .get(usize::from(limit))
+            .map_or(503, |l| l.status);
+        out.limit = Some(limit);
+        out.excess_milli = 1000;
+        out.queue_timeout = true;
+        Ok(out)
     }
 
     /// Gives up a place in a queue (the host's wait timed out or the client went away).

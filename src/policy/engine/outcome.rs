@@ -11,8 +11,9 @@ pub enum Action {
     Delay,
     /// Answer [`Outcome::status`] with `Retry-After`.
     Reject,
-    /// A concurrency limit is full but has queue room: wait (up to the limit's timeout), then
-    /// call [`Engine::evaluate_queued`] again with the ticket, or [`Engine::abandon`] it.
+    /// A concurrency limit is full but has queue room: wait [`Outcome::wait_ns`], then call
+    /// [`Engine::evaluate_queued`] again with the ticket (once the limit's `timeout` has
+    /// passed it answers [`Action::Reject`]), or [`Engine::abandon`] it (the client left).
     Queue,
 }
 
@@ -24,7 +25,13 @@ pub struct QueueTicket {
     pub(super) permit: Permit,
     /// Its entry in the engine's [`Ledger`].
     pub(super) generation: u64,
+    /// When the wait ends, on the engine's clock.
+    pub(super) deadline_ns: u64,
 }
+
+/// How often a queued request asks again at most: [`Outcome::wait_ns`] of a queued request
+/// is this, or less when its deadline is nearer.
+pub const QUEUE_POLL_NS: u64 = 10_000_000;
 
 /// A permit or queue ticket as plain data, for hosts that carry them across an FFI. A copy
 /// handed back after the original (or a forged one) changes nothing: `generation` names the
@@ -44,6 +51,18 @@ impl QueueTicket {
         self.limit as usize
     }
 
+    /// When the wait ends (the engine's clock); hosts that carry tickets across an FFI hand
+    /// it back to [`QueueTicket::from_raw`].
+    pub fn deadline_ns(&self) -> u64 {
+        self.deadline_ns
+    }
+
+    /// How long to wait before asking again at `now`: [`QUEUE_POLL_NS`], or less to wake at
+    /// the deadline (at least 1 ns).
+    pub(super) fn next_wait(&self, now: u64) -> u64 {
+        self.deadline_ns.saturating_sub(now).clamp(1, QUEUE_POLL_NS)
+    }
+
     /// The raw parts, for hosts that carry tickets across an FFI.
     pub fn into_raw(self) -> RawPermit {
         let (key_hash, bucket) = self.permit.into_raw();
@@ -55,12 +74,14 @@ impl QueueTicket {
         }
     }
 
-    /// Rebuilds a ticket from [`QueueTicket::into_raw`]'s parts.
-    pub fn from_raw(raw: RawPermit) -> QueueTicket {
+    /// Rebuilds a ticket from [`QueueTicket::into_raw`]'s parts and its
+    /// [`QueueTicket::deadline_ns`].
+    pub fn from_raw(raw: RawPermit, deadline_ns: u64) -> QueueTicket {
         QueueTicket {
             limit: raw.limit,
             permit: Permit::from_raw(raw.key_hash, raw.bucket),
             generation: raw.generation,
+            deadline_ns,
         }
     }
 }
@@ -137,7 +158,8 @@ pub struct Outcome {
     pub action: Action,
     /// Response status for [`Action::Reject`] (and for a queue that times out).
     pub status: u16,
-    /// For [`Action::Delay`].
+    /// For [`Action::Delay`]: how long to hold the request; for [`Action::Queue`]: how long
+    /// to wait before asking again.
     pub wait_ns: u64,
     /// For [`Action::Reject`]: when the request would conform.
     pub retry_after_ns: u64,
@@ -147,6 +169,9 @@ pub struct Outcome {
     pub exempt: Option<u16>,
     /// No limit matched (and no exemption).
     pub unmatched: bool,
+    /// A rejection because a queued request's wait ended. It was counted as queued, and is
+    /// not counted again.
+    pub queue_timeout: bool,
     /// For a rejection or delay: the deciding limit's excess in thousandths of a request, as
     /// nginx logs it (`excess: 1.500`). A GCRA limit's is how far ahead of its schedule the
     /// key is, in requests: for a rejection `burst + retry_after / T`, for a delay the time
@@ -174,6 +199,7 @@ impl Outcome {
             excess_milli: 0,
             exempt: None,
             unmatched: false,
+            queue_timeout: false,
             dry_run: None,
             dry_run_excess_milli: 0,
             quota: None,
