@@ -1,6 +1,7 @@
 # weir — every command CI runs is reachable from here.
 #   make demo    the main job: the crawler incident through nginx + weir on examples/wiki.toml
 #   make lib     libweir.a / libweir.so (C ABI); make header regenerates include/weir.h
+#   make install libweir.a, libweir.so, weir.h, weir.pc under PREFIX (docs/C-API.md)
 #   make test    everything CI runs (formatting, lints, unit/integration/multi-process tests,
 #                the nginx differential test, loom models, bounded fuzzing, benchmark builds)
 #   make bench   criterion benchmarks (figures go to docs/PERFORMANCE.md)
@@ -31,7 +32,7 @@ demo: setup nginx-module
 demo-engine:
 	$(CARGO) run --release --example demo -- examples/wiki.toml
 
-test: setup lint unit c-test nginx-test caddy-test loom fuzz bench-build
+test: setup lint unit c-test install-test nginx-test caddy-test loom fuzz bench-build
 	@echo "make test: all passed"
 
 lint:
@@ -60,10 +61,21 @@ lib:
 header: lib
 	cp $(OUT_HEADER) include/weir.h
 
-# target/release/weir.pc for pkg-config (PREFIX defaults to /usr/local).
+# target/release/weir-uninstalled.pc: pkg-config for this tree (PKG_CONFIG_PATH=target/release).
 pc: lib
-	sed -e 's|@PREFIX@|$(or $(PREFIX),/usr/local)|' -e 's|@VERSION@|0.1.0|' \
-		-e 's|@NATIVE_LIBS@|$(NATIVE_LIBS)|' ffi/weir.pc.in > target/release/weir.pc
+	NATIVE_LIBS="$(NATIVE_LIBS)" bash scripts/install.sh --uninstalled $(CARGO_OUT)/release
+
+# make install [PREFIX=/usr/local] [DESTDIR=] [SPLIT_DEBUG=1]: libweir.a, libweir.so (stripped),
+# include/weir.h, lib/pkgconfig/weir.pc (docs/C-API.md).
+.PHONY: install install-test
+install: lib
+	NATIVE_LIBS="$(NATIVE_LIBS)" PREFIX="$(or $(PREFIX),/usr/local)" DESTDIR="$(DESTDIR)" \
+		SPLIT_DEBUG="$(SPLIT_DEBUG)" bash scripts/install.sh $(CARGO_OUT)/release
+
+# make install into a temporary prefix; docs/C-API.md's host built with pkg-config from it
+# (shared and static) and from the tree, and run.
+install-test: lib pc
+	bash tests/c/install_test.sh $(CARGO_OUT)/release
 
 # The C ABI from C: under ASan+UBSan (static lib) and under valgrind memcheck; the .so must
 # export weir_* symbols only, and the static lib must link with --exclude-libs,ALL.

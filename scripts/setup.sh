@@ -20,6 +20,8 @@ done
 command -v prove >/dev/null 2>&1 || need+=(perl)
 # Cluster-scope tests (tests/cluster/cluster.rs) start their own redis-server on a free port.
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
+# fail2ban-regex checks nginx's rejection lines against fail2ban's filters (make nginx-test).
+command -v fail2ban-regex >/dev/null 2>&1 || need+=(fail2ban)
 if [ ${#need[@]} -gt 0 ]; then
     echo "setup: installing ${need[*]}"
     export DEBIAN_FRONTEND=noninteractive
@@ -30,6 +32,7 @@ fi
 if command -v systemctl >/dev/null 2>&1; then
     systemctl stop nginx >/dev/null 2>&1 || true
     systemctl stop redis-server >/dev/null 2>&1 || true
+    systemctl stop fail2ban >/dev/null 2>&1 || true
 fi
 rustup component add rustfmt clippy >/dev/null 2>&1 || true
 # The Caddy plugin (make caddy / caddy-test): Go >= 1.26 with cgo (the machine image's

@@ -8,3 +8,4 @@ pub mod replay;
 pub mod report;
 pub mod timefmt;
 pub mod topn;
+pub mod unlogged;

@@ -281,6 +281,22 @@ impl NginxFormat {
         })
     }
 
+    /// Whether lines record request header `lname` (lowercase): `$http_NAME`.
+    pub fn logs_header(&self, lname: &[u8]) -> bool {
+        self.vars
+            .iter()
+            .any(|v| matches!(v, Var::Http(h) if &h[..] == lname))
+    }
+
+    /// Whether lines record cookie `name`: `$cookie_NAME`, or all of them in `$http_cookie`.
+    pub fn logs_cookie(&self, name: &[u8]) -> bool {
+        self.logs_header(b"cookie")
+            || self
+                .vars
+                .iter()
+                .any(|v| matches!(v, Var::Cookie(c) if &c[..] == name))
+    }
+
     fn parse(&self, line: &[u8], e: &mut Entry) -> Result<(), Malformed> {
         if !line.starts_with(&self.literals[0]) {
             return Err("does not start like the log format");

@@ -33,6 +33,7 @@ use crate::reorder::{Pool, Reorder};
 use crate::report::{ExemptionReport, KeyCount, LimitReport, Report, Timeline};
 use crate::timefmt::{self, NS};
 use crate::topn::{Distinct, SpaceSaving};
+use crate::unlogged;
 
 /// Replay settings.
 pub struct Options {
@@ -373,6 +374,10 @@ pub fn run(opts: &Options) -> Result<(Report, Timeline), String> {
         f => f,
     };
     let engine = Engine::new(policy).map_err(|e| format!("{}: {e}", opts.policy.display()))?;
+    let warnings = unlogged::warnings(engine.policy(), &format, &opts.format);
+    for w in &warnings {
+        eprintln!("{}: warning: {w}", opts.policy.display());
+    }
     let nlimits = engine.policy().limits.len();
     let nexempt = engine.policy().exemptions.len();
     let verdicts = match &opts.verdicts {
@@ -514,10 +519,10 @@ pub fn run(opts: &Options) -> Result<(Report, Timeline), String> {
             sim.counts.late, opts.window_s
         );
     }
-    Ok(build_report(&sim, opts.top))
+    Ok(build_report(&sim, opts.top, warnings))
 }
 
-fn build_report(sim: &Sim, top: usize) -> (Report, Timeline) {
+fn build_report(sim: &Sim, top: usize, warnings: Vec<String>) -> (Report, Timeline) {
     let p = sim.engine.policy();
     let c = &sim.counts;
     let (distinct, exact) = sim.clients.count();
@@ -588,6 +593,7 @@ fn build_report(sim: &Sim, top: usize) -> (Report, Timeline) {
             })
             .collect(),
         limits,
+        warnings,
     };
     (report, sim.timeline.clone())
 }

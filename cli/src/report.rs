@@ -31,6 +31,9 @@ pub struct Report {
     pub last_time: Option<String>,
     pub exemptions: Vec<ExemptionReport>,
     pub limits: Vec<LimitReport>,
+    /// Headers and cookies the policy reads that the log format does not record
+    /// ([`crate::unlogged`]), one sentence each.
+    pub warnings: Vec<String>,
 }
 
 #[derive(Serialize, Debug, Clone)]

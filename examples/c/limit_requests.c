@@ -2,8 +2,9 @@
  * A complete host in miniature: load a policy, evaluate requests, act on the verdict, release
  * permits, print metrics. Built and run by `make c-test`:
  *
- *   cc -Iinclude examples/c/limit_requests.c target/release/libweir.a \
- *      $(pkg-config --libs --static target/release/weir.pc) -o limit_requests
+ *   make pc && export PKG_CONFIG_PATH=$PWD/target/release
+ *   cc examples/c/limit_requests.c \
+ *      $(pkg-config --static --cflags --libs weir | sed 's/-lweir/-l:libweir.a/') -o limit_requests
  *   ./limit_requests examples/api.toml
  */
 #include <stdio.h>

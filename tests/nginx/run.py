@@ -1332,6 +1332,7 @@ def asan_env():
 def main():
     # the checks in other files import this one as `run`: one module, one Failure class
     sys.modules["run"] = sys.modules[__name__]
+    import fail2ban
     import hosts
     import reload_edits
     import status_json
@@ -1364,6 +1365,7 @@ def main():
         ("status-json", lambda: status_json.test_status_json(args.module, args.promcheck)),
         ("hosts", lambda: hosts.test_hosts(args.test_module, args.hosts, args.promcheck)),
         ("repeated-headers", lambda: test_repeated_headers(args.module)),
+        ("fail2ban", lambda: fail2ban.test_fail2ban(args.module)),
     ]
     if args.asan_module:
         checks += [
