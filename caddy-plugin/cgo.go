@@ -1,8 +1,13 @@
 package weir
 
 /*
-#cgo CFLAGS: -I${SRCDIR}/../include
-#cgo LDFLAGS: ${SRCDIR}/../target/caddy/libweir_caddy.a -lm -ldl -lpthread -lrt -lutil -lgcc_s
+// weir.h and the prebuilt library sit in lib/ beside these sources (the release tarball ships
+// them there; in the repository `make caddy-lib` copies them there), so the module builds
+// wherever it is unpacked.
+#cgo CFLAGS: -I${SRCDIR}/lib
+#cgo linux,amd64 LDFLAGS: ${SRCDIR}/lib/linux_amd64/libweir_caddy.a
+#cgo linux,arm64 LDFLAGS: ${SRCDIR}/lib/linux_arm64/libweir_caddy.a
+#cgo LDFLAGS: -lm -ldl -lpthread -lrt -lutil -lgcc_s
 #include <stdlib.h>
 #include <string.h>
 #include "weir.h"
