@@ -170,7 +170,7 @@ caddy-weirtest: caddy-lib
 	cd caddy-plugin && $(CADDY_ENV) go build -trimpath -ldflags "-w -s" -tags weirtest,nobadger,nomysql,nopgx \
 		-o ../target/caddy/caddy-weirtest ./cmd/caddy-weir
 
-caddy-lint:
+caddy-lint: caddy-lib
 	@out=$$(gofmt -l caddy-plugin); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
 	cd caddy-plugin && $(CADDY_ENV) go vet ./... && $(CADDY_ENV) go vet -tags weirtest ./...
 
