@@ -12,7 +12,8 @@ VECTORS ?= tests/vectors
 
 .PHONY: setup demo demo-engine test lint unit loom fuzz bench-build bench header lib c-test pc \
 	nginx-module nginx-module-test nginx-test \
-	caddy-lib caddy caddy-weirtest promcheck caddy-test caddy-lint caddy-ratelimit caddy-bench
+	caddy-lib caddy caddy-weirtest promcheck caddy-test caddy-lint caddy-ratelimit caddy-bench \
+	dist caddy-dist-test
 
 CFLAGS_TEST = -std=c11 -Wall -Wextra -Werror -g -Iinclude
 NATIVE_LIBS = -lgcc_s -lutil -lrt -lpthread -lm -ldl -lc
@@ -155,9 +156,15 @@ CADDY_ENV = CGO_ENABLED=1 GOFLAGS="$(or $(GOFLAGS),-p=1)" \
 promcheck:
 	cd caddy-plugin && go build -o ../target/caddy/promcheck ./cmd/promcheck
 
-# target/caddy/libweir_caddy.a: libweir.a with every non-weir_* symbol made local.
+# target/caddy/libweir_caddy.a: libweir.a with every non-weir_* symbol made local; copied with
+# weir.h into caddy-plugin/lib/ (gitignored), where cgo.go's ${SRCDIR}-relative paths find
+# them, as in the release tarball.
+GO_PLATFORM = $(shell go env GOOS)_$(shell go env GOARCH)
 caddy-lib: lib
 	bash scripts/caddy-lib.sh $(RUST_TARGET)/release/libweir.a target/caddy
+	mkdir -p caddy-plugin/lib/$(GO_PLATFORM)
+	cp include/weir.h caddy-plugin/lib/weir.h
+	cp target/caddy/libweir_caddy.a caddy-plugin/lib/$(GO_PLATFORM)/libweir_caddy.a
 
 $(XCADDY):
 	GOBIN=$(CURDIR)/target/caddy/bin go install github.com/caddyserver/xcaddy/cmd/xcaddy@$(XCADDY_VERSION)
@@ -175,13 +182,25 @@ caddy-weirtest: caddy-lib
 	cd caddy-plugin && $(CADDY_ENV) go build -trimpath -ldflags "-w -s" -tags weirtest,nobadger,nomysql,nopgx \
 		-o ../target/caddy/caddy-weirtest ./cmd/caddy-weir
 
-caddy-lint:
+caddy-lint: caddy-lib
 	@out=$$(gofmt -l caddy-plugin); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
 	cd caddy-plugin && $(CADDY_ENV) go vet ./... && $(CADDY_ENV) go vet -tags weirtest ./...
 
+# target/dist/weir-caddy-VERSION-linux-amd64.tar.gz: the plugin as a Go module with weir.h and
+# the prebuilt library, for `xcaddy build --with ...` anywhere (docs/CADDY.md, Install).
+WEIR_VERSION = $(shell sed -n 's/^version = "\(.*\)"/\1/p' ffi/Cargo.toml)
+DIST_TARBALL = target/dist/weir-caddy-$(WEIR_VERSION)-$(subst _,-,$(GO_PLATFORM)).tar.gz
+dist: caddy-lib
+	bash scripts/caddy-dist.sh caddy-plugin $(WEIR_VERSION) $(GO_PLATFORM) target/dist
+
+# The tarball as a user takes it: unpacked outside the repository, Caddy built from it by
+# xcaddy, a request refused over real HTTP (reuses the Go build cache of `make caddy`).
+caddy-dist-test: dist $(XCADDY)
+	GOFLAGS="$(or $(GOFLAGS),-p=1)" bash scripts/caddy-dist-test.sh $(DIST_TARBALL) $(XCADDY) $(CADDY_VERSION)
+
 # Go tests over HTTP on 127.0.0.1 against both binaries (vectors, host scenarios,
-# caddy-ratelimit's cases, reloads, load, bad configs).
-caddy-test: caddy caddy-weirtest caddy-lint
+# caddy-ratelimit's cases, reloads, load, bad configs), and the release tarball.
+caddy-test: caddy caddy-weirtest caddy-lint caddy-dist-test
 	cd caddy-plugin && $(CADDY_ENV) WEIR_CADDY=$(CURDIR)/target/caddy/caddy \
 		WEIR_CADDY_TEST=$(CURDIR)/target/caddy/caddy-weirtest WEIR_VECTORS=$(CURDIR)/$(VECTORS) \
 		WEIR_HOSTS=$(CURDIR)/tests/hosts \

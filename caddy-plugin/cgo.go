@@ -1,8 +1,13 @@
 package weir
 
 /*
-#cgo CFLAGS: -I${SRCDIR}/../include
-#cgo LDFLAGS: ${SRCDIR}/../target/caddy/libweir_caddy.a -lm -ldl -lpthread -lrt -lutil -lgcc_s
+// weir.h and the prebuilt library sit in lib/ beside these sources (the release tarball ships
+// them there; in the repository `make caddy-lib` copies them there), so the module builds
+// wherever it is unpacked.
+#cgo CFLAGS: -I${SRCDIR}/lib
+#cgo linux,amd64 LDFLAGS: ${SRCDIR}/lib/linux_amd64/libweir_caddy.a
+#cgo linux,arm64 LDFLAGS: ${SRCDIR}/lib/linux_arm64/libweir_caddy.a
+#cgo LDFLAGS: -lm -ldl -lpthread -lrt -lutil -lgcc_s
 #include <stdlib.h>
 #include <string.h>
 #include "weir.h"
@@ -374,18 +379,21 @@ func (e *engine) failsClosed() bool { return C.weir_engine_fails_closed(e.p) != 
 // logLevel is limit i's log_level (weir_engine_limit_log_level: 0 info … 3 error).
 func (e *engine) logLevel(i int) int { return int(C.weir_engine_limit_log_level(e.p, C.size_t(i))) }
 
-// limitCounters is a snapshot of weir_engine_limit_counters for limit i.
-type limitCounters struct {
-	passed, delayed, rejected, queued, dryRunDelayed, dryRunRejected uint64
-}
-
-func (e *engine) counters(i int) (limitCounters, bool) {
-	var c C.weir_limit_counters
-	if C.weir_engine_limit_counters(e.p, C.size_t(i), &c) != C.WEIR_OK {
-		return limitCounters{}, false
+// prometheus is the engine's counters in Prometheus text (weir_engine_prometheus).
+func (e *engine) prometheus() []byte {
+	buf := make([]byte, 16<<10)
+	for {
+		var n C.size_t
+		rc := C.weir_engine_prometheus(e.p, bptr(buf), C.size_t(len(buf)), &n)
+		switch {
+		case rc == C.WEIR_OK:
+			return buf[:n]
+		case rc == C.WEIR_ERR_BUFFER_TOO_SMALL && int(n) >= len(buf):
+			buf = make([]byte, 2*int(n)) // counters may gain digits meanwhile
+		default:
+			return nil
+		}
 	}
-	return limitCounters{uint64(c.passed), uint64(c.delayed), uint64(c.rejected), uint64(c.queued),
-		uint64(c.dry_run_delayed), uint64(c.dry_run_rejected)}, true
 }
 
 // packPolicyHeaders appends the values of the headers e's policy reads, in the format

@@ -70,16 +70,16 @@ func (r *zoneRegion) Destruct() error {
 }
 
 // releaseRegions gives back an engine's references to its regions (once it is freed).
-func releaseRegions(keys []string) {
+func releaseRegions(keys map[string]string) {
 	for _, k := range keys {
 		_, _ = regions.Delete(k)
 	}
 }
 
 // newZonesEngine declares each zone as a host-limits zone with one limit, in order (limit i is
-// zones[i]), and makes their engine over the zones' pooled regions, whose keys it returns
-// (releaseRegions once the engine is freed).
-func newZonesEngine(zones []*inlineZone) (eng *engine, keys []string, err error) {
+// zones[i]), and makes their engine over the zones' pooled regions, whose keys it returns by
+// the engine's zone name (releaseRegions once the engine is freed).
+func newZonesEngine(zones []*inlineZone) (eng *engine, keys map[string]string, err error) {
 	pol, err := buildZones(zones)
 	if err != nil {
 		return nil, nil, err
@@ -96,6 +96,7 @@ func newZonesEngine(zones []*inlineZone) (eng *engine, keys []string, err error)
 	}
 	n := int(C.weir_policy_zone_count(pol))
 	regs := make([]C.weir_region, n)
+	keys = make(map[string]string, n)
 	for i := 0; i < n; i++ { // the policy's zones, in its order (by name)
 		var info C.weir_zone_info
 		if rc := C.weir_policy_zone(pol, C.size_t(i), &info); rc != C.WEIR_OK {
@@ -113,7 +114,7 @@ func newZonesEngine(zones []*inlineZone) (eng *engine, keys []string, err error)
 		if err != nil {
 			return nil, keys, err
 		}
-		keys = append(keys, key)
+		keys[name] = key
 		r := v.(*zoneRegion)
 		regs[i] = C.weir_region{ptr: r.p, len: r.n}
 	}

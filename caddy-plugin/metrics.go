@@ -1,72 +1,213 @@
 package weir
 
 import (
-	"errors"
+	"bytes"
+	"sort"
+	"strings"
+	"sync"
+	"weak"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
-// Metrics go to Caddy's Prometheus registry (served by the admin /metrics endpoint and the
-// metrics handler). No per-key labels: one series per limit (policy) or zone (inline) and
-// outcome, so cardinality is fixed by the configuration.
-const metricName = "caddy_http_weir_requests_total"
-const metricHelp = "Requests weir decided on, by source (policy file or inline zone), limit and outcome."
-
-// engineCollector reports limits first … first+n-1 of an engine (a policy's: all of them; an
-// inline zone's: its one limit, under its own source label).
-type engineCollector struct {
-	s        *engineState
-	first, n int
-	desc     *prometheus.Desc
+// Metrics: the engine renders them (weir_engine_prometheus, docs/METRICS.md) and one collector
+// hands them to Caddy's Prometheus registry (admin /metrics, the metrics handler) under the
+// engine's own names, labels, types and help, the same families nginx's weir_status and the
+// tower layer serve. No per-key labels: the series are fixed by the configuration.
+//
+// The collector reports every live engine of the process (policy files and inline zones of
+// every weir handler of every running config). Invariants:
+//   - a series (family and labels) appears once: the samples of several engines that name it
+//     are added up, except a zone's table counts, read from its region, which an inline zone
+//     shares between the engines of successive configs (counted once per region);
+//   - counters never go backwards across reloads: an engine's counters are added to `retired`
+//     when it is freed (not a zone's whose region lives on in another engine), and `retired`
+//     is added to the live series of the same name and labels.
+var hub = &metricsHub{
+	live:       map[*engineState]struct{}{},
+	retired:    map[string]float64{},
+	registered: map[weak.Pointer[prometheus.Registry]]struct{}{},
 }
 
-func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+type metricsHub struct {
+	// mu is taken before any engineState's mu.
+	mu      sync.Mutex
+	live    map[*engineState]struct{}
+	retired map[string]float64
+	// registered are the registries holding the collector, weakly: each config has its own.
+	registered map[weak.Pointer[prometheus.Registry]]struct{}
+}
 
-func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
-	c.s.mu.RLock()
-	defer c.s.mu.RUnlock()
-	if c.s.eng == nil {
+// zoneFamilyPrefix names the families whose `zone` label is a table's (its region's) counts.
+const zoneFamilyPrefix = "weir_zone_"
+
+// track adds a new engine to the metrics.
+func (h *metricsHub) track(s *engineState) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.live[s] = struct{}{}
+}
+
+// retire frees s's engine, adding its final counters to the retired ones.
+func (h *metricsHub) retire(s *engineState) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(h.live, s)
+	if s.eng == nil {
 		return
 	}
-	for i := c.first; i < c.first+c.n; i++ {
-		name := c.s.name(i)
-		lc, ok := c.s.eng.counters(i)
-		if !ok {
+	for _, smp := range engineSamples(s.eng) {
+		if smp.typ != dto.MetricType_COUNTER {
 			continue
 		}
-		for _, o := range []struct {
-			outcome string
-			v       uint64
-		}{{"passed", lc.passed}, {"delayed", lc.delayed}, {"rejected", lc.rejected}, {"queued", lc.queued},
-			{"dry_run_delayed", lc.dryRunDelayed}, {"dry_run_rejected", lc.dryRunRejected}} {
-			ch <- prometheus.MustNewConstMetric(c.desc, prometheus.CounterValue, float64(o.v), name, o.outcome)
+		if r := s.zoneRegion(smp); r != "" && h.regionLive(r) {
+			continue // the next engine over this region reports these counts
+		}
+		h.retired[smp.key] += smp.value
+	}
+	s.freeEngine()
+}
+
+// regionLive reports whether a live engine holds region r.
+func (h *metricsHub) regionLive(r string) bool {
+	for s := range h.live {
+		for _, k := range s.regions {
+			if k == r {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// Describe sends nothing: the families depend on the configuration, so the collector is an
+// unchecked one (registered once per registry, see registerMetrics).
+func (h *metricsHub) Describe(chan<- *prometheus.Desc) {}
+
+// Collect implements prometheus.Collector.
+func (h *metricsHub) Collect(ch chan<- prometheus.Metric) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	merged := map[string]*sample{}
+	var order []string
+	seen := map[string]bool{} // region + family: one table counted once
+	for s := range h.live {
+		s.mu.RLock()
+		var got []sample
+		if s.eng != nil {
+			got = engineSamples(s.eng)
+		}
+		for _, smp := range got {
+			if r := s.zoneRegion(smp); r != "" {
+				if seen[r+"\x00"+smp.family] {
+					continue
+				}
+				seen[r+"\x00"+smp.family] = true
+			}
+			if m := merged[smp.key]; m != nil {
+				m.value += smp.value
+				continue
+			}
+			c := smp
+			merged[smp.key] = &c
+			order = append(order, smp.key)
+		}
+		s.mu.RUnlock()
+	}
+	sort.Strings(order)
+	for _, k := range order {
+		m := merged[k]
+		vt := prometheus.GaugeValue
+		if m.typ == dto.MetricType_COUNTER {
+			vt = prometheus.CounterValue
+			m.value += h.retired[k]
+		}
+		desc := prometheus.NewDesc(m.family, m.help, m.labelNames, nil)
+		if metric, err := prometheus.NewConstMetric(desc, vt, m.value, m.labelValues...); err == nil {
+			ch <- metric
 		}
 	}
 }
 
-func newDesc(source string) *prometheus.Desc {
-	return prometheus.NewDesc(metricName, metricHelp, []string{"limit", "outcome"}, prometheus.Labels{"source": source})
+// sample is one series of an engine's Prometheus text.
+type sample struct {
+	key, family, help string
+	typ               dto.MetricType
+	labelNames        []string
+	labelValues       []string
+	zone              string // the `zone` label of a weir_zone_* family
+	value             float64
 }
 
-func register(reg *prometheus.Registry, c prometheus.Collector) {
-	if err := reg.Register(c); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if !errors.As(err, &are) {
-			_ = err // a conflicting collector: metrics for this source are skipped
+// engineSamples parses the engine's own rendering (the caller holds the engine alive).
+func engineSamples(e *engine) []sample {
+	parser := expfmt.NewTextParser(model.LegacyValidation)
+	fams, err := parser.TextToMetricFamilies(bytes.NewReader(e.prometheus()))
+	if err != nil {
+		return nil // cannot happen: the tests parse every rendering strictly
+	}
+	var out []sample
+	for name, f := range fams {
+		for _, m := range f.GetMetric() {
+			s := sample{family: name, help: f.GetHelp(), typ: f.GetType()}
+			var key strings.Builder
+			key.WriteString(name)
+			for _, l := range m.GetLabel() { // sorted by name
+				s.labelNames = append(s.labelNames, l.GetName())
+				s.labelValues = append(s.labelValues, l.GetValue())
+				key.WriteString("\x00" + l.GetName() + "=" + l.GetValue())
+				if l.GetName() == "zone" && strings.HasPrefix(name, zoneFamilyPrefix) {
+					s.zone = l.GetValue()
+				}
+			}
+			s.key = key.String()
+			switch s.typ {
+			case dto.MetricType_COUNTER:
+				s.value = m.GetCounter().GetValue()
+			case dto.MetricType_GAUGE:
+				s.value = m.GetGauge().GetValue()
+			default:
+				s.value = m.GetUntyped().GetValue()
+			}
+			out = append(out, s)
 		}
 	}
+	return out
 }
 
-func registerMetrics(ctx caddy.Context, h *Handler) {
+// zoneRegion is the pooled region whose table counts smp is ("" for none).
+func (s *engineState) zoneRegion(smp sample) string {
+	if smp.zone == "" {
+		return ""
+	}
+	return s.regions[smp.zone]
+}
+
+// registerMetrics registers the collector in the config's registry, once: an unchecked
+// collector registered twice would report every series twice (which fails the scrape).
+func registerMetrics(ctx caddy.Context) {
 	reg := ctx.GetMetricsRegistry()
 	if reg == nil {
 		return
 	}
-	if h.policy != nil {
-		register(reg, &engineCollector{s: h.policy, n: len(h.policy.names), desc: newDesc("policy:" + h.policy.source)})
+	hub.mu.Lock()
+	defer hub.mu.Unlock()
+	for w := range hub.registered {
+		if w.Value() == nil { // an unloaded config's registry
+			delete(hub.registered, w)
+		}
 	}
-	for i, z := range h.zones {
-		register(reg, &engineCollector{s: h.zoneEng, first: i, n: 1, desc: newDesc("zone:" + z.name)})
+	w := weak.Make(reg)
+	if _, ok := hub.registered[w]; ok {
+		return
+	}
+	if err := reg.Register(hub); err == nil {
+		hub.registered[w] = struct{}{}
 	}
 }

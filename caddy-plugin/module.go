@@ -265,7 +265,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 			if err != nil {
 				return nil, err
 			}
-			return newEngineState(eng, h.Policy, eng.limits), nil
+			s := newEngineState(eng, h.Policy, eng.limits)
+			hub.track(s)
+			return s, nil
 		})
 		if err != nil {
 			// The message starts with file:line:col (weir's policy errors).
@@ -278,7 +280,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 			return err
 		}
 	}
-	registerMetrics(ctx, h)
+	registerMetrics(ctx)
 	return nil
 }
 
@@ -327,7 +329,9 @@ func (h *Handler) provisionZones(ctx caddy.Context) error {
 			names[i] = z.name
 		}
 		s := newEngineState(eng, "inline zones", names)
+		s.regions = regionKeys
 		s.freed = func() { releaseRegions(regionKeys) }
+		hub.track(s)
 		return s, nil
 	})
 	if err != nil {

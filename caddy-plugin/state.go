@@ -21,6 +21,9 @@ type engineState struct {
 	source string
 	// freed runs after the engine is freed (inline zones: give back their regions).
 	freed func()
+	// regions: the pooled region of each of the engine's zones, by the engine's zone name
+	// (inline zones; nil for a policy's own tables).
+	regions map[string]string
 	// Per limit, read once: the name Caddy shows (logs, placeholders, metrics) and the level
 	// its rejections are logged at.
 	names     []string
@@ -52,10 +55,15 @@ func (s *engineState) logLevel(i int) zapcore.Level {
 	return zapcore.ErrorLevel
 }
 
-// Destruct implements caddy.Destructor.
+// Destruct implements caddy.Destructor: the engine's last counts go to the metrics, then it
+// is freed.
 func (s *engineState) Destruct() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	hub.retire(s)
+	return nil
+}
+
+// freeEngine frees the engine (s.mu held for writing).
+func (s *engineState) freeEngine() {
 	if s.eng != nil {
 		s.eng.free()
 		s.eng = nil
@@ -63,5 +71,4 @@ func (s *engineState) Destruct() error {
 			s.freed()
 		}
 	}
-	return nil
 }

@@ -12,11 +12,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"github.com/weir-rs/weir/caddy-plugin/promcheck"
 )
 
@@ -191,10 +194,53 @@ func (s *server) metrics() []byte {
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		s.t.Fatalf("admin /metrics answered %d: %s", resp.StatusCode, body)
+	}
 	if err := promcheck.Check(body); err != nil {
 		s.t.Fatalf("admin /metrics is not valid Prometheus text: %v", err)
 	}
 	return body
+}
+
+// samples reads the admin /metrics into the value of each weir_* series, keyed as
+// `name{label="value",...}` with the labels sorted (no braces without labels).
+func (s *server) samples() map[string]float64 {
+	s.t.Helper()
+	parser := expfmt.NewTextParser(model.LegacyValidation)
+	fams, err := parser.TextToMetricFamilies(bytes.NewReader(s.metrics()))
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for name, f := range fams {
+		if !strings.HasPrefix(name, "weir_") {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			var labels []string
+			for _, l := range m.GetLabel() {
+				labels = append(labels, fmt.Sprintf("%s=%q", l.GetName(), l.GetValue()))
+			}
+			sort.Strings(labels)
+			key := name
+			if len(labels) > 0 {
+				key += "{" + strings.Join(labels, ",") + "}"
+			}
+			out[key] = m.GetCounter().GetValue() + m.GetGauge().GetValue()
+		}
+	}
+	return out
+}
+
+// checkSamples fails the test for each series of want whose value differs in got.
+func checkSamples(t *testing.T, where string, got, want map[string]float64) {
+	t.Helper()
+	for k, v := range want {
+		if g, ok := got[k]; !ok || g != v {
+			t.Errorf("%s: %s = %v (present %v), want %v", where, k, g, ok, v)
+		}
+	}
 }
 
 // response is what rawRequest read.

@@ -76,6 +76,11 @@ func TestReloadKeepsState(t *testing.T) {
 	if r.status != 429 || r.body != "reject z 429" || r.header.Get("Retry-After") == "" {
 		t.Fatalf("4th: %d %q Retry-After %q", r.status, r.body, r.header.Get("Retry-After"))
 	}
+	checkSamples(t, "before the reloads", s.samples(), map[string]float64{
+		`weir_limit_requests_total{limit="pg",verdict="passed"}`:  3,
+		`weir_limit_requests_total{limit="z",verdict="passed"}`:   3,
+		`weir_limit_requests_total{limit="z",verdict="rejected"}`: 1,
+	})
 
 	// Same zone, same policy content, another response: state survives.
 	s.reload("caddyfile", cfg("1h", "v2"))
@@ -101,14 +106,16 @@ func TestReloadKeepsState(t *testing.T) {
 	if !strings.Contains(s.Logs(), "rate limit exceeded") {
 		t.Errorf("no rejection log line in:\n%s", s.Logs())
 	}
-	m := string(s.metrics())
-	for _, want := range []string{
-		`caddy_http_weir_requests_total{limit="pg",outcome="passed",source="policy:` + dir + `/p.toml"} 1`,
-		`caddy_http_weir_requests_total{limit="z",outcome="passed",source="zone:z"} 1`,
-	} {
-		if !strings.Contains(m, want) {
-			t.Errorf("metrics lack %s; weir lines:\n%s", want, grepLines(m, "weir"))
-		}
+	// The counters of every engine these configs had, summed: a new engine's add to its
+	// predecessor's (z: 3 + 1 + 1 passed; pg: 3 + 1 passed, 1 rejected).
+	checkSamples(t, "after the reloads", s.samples(), map[string]float64{
+		`weir_limit_requests_total{limit="pg",verdict="passed"}`:   4,
+		`weir_limit_requests_total{limit="pg",verdict="rejected"}`: 1,
+		`weir_limit_requests_total{limit="z",verdict="passed"}`:    5,
+		`weir_limit_requests_total{limit="z",verdict="rejected"}`:  2,
+	})
+	if m := string(s.metrics()); strings.Contains(m, "caddy_http_weir") {
+		t.Errorf("the old caddy_http_weir_* family is still served:\n%s", grepLines(m, "weir"))
 	}
 }
 
@@ -151,12 +158,37 @@ func TestReloadKeepsUnchangedZone(t *testing.T) {
 			t.Fatalf("%s again: %d, want 429", p, r.status)
 		}
 	}
+	before := s.samples()
+	checkSamples(t, "before the reload", before, map[string]float64{
+		`weir_limit_requests_total{limit="same",verdict="passed"}`:     1,
+		`weir_limit_requests_total{limit="same",verdict="rejected"}`:   1,
+		`weir_limit_requests_total{limit="edited",verdict="rejected"}`: 1,
+	})
 	s.reload("caddyfile", cfg("2h"))
 	if r := getAfterReload(t, s.port, "/same"); r.status != 429 {
 		t.Errorf("the unchanged zone after the reload: %d, want 429 (state kept)", r.status)
 	}
 	if r := get(t, s.port, "/edited"); r.status != 200 {
 		t.Errorf("the edited zone after the reload: %d, want 200 (fresh)", r.status)
+	}
+	// The new engine's counters add to the old one's; the kept zone's table counts once.
+	after := s.samples()
+	checkSamples(t, "after the reload", after, map[string]float64{
+		`weir_limit_requests_total{limit="same",verdict="passed"}`:     1,
+		`weir_limit_requests_total{limit="same",verdict="rejected"}`:   2,
+		`weir_limit_requests_total{limit="edited",verdict="passed"}`:   2,
+		`weir_limit_requests_total{limit="edited",verdict="rejected"}`: 1,
+		// The kept table's own counts, once (not added to the old engine's); the edited
+		// zone's new table's add to its old one's.
+		`weir_zone_inserts_total{zone="same"}`:   1,
+		`weir_zone_rejected_total{zone="same"}`:  2,
+		`weir_zone_inserts_total{zone="edited"}`: 2,
+		`weir_zone_capacity{zone="same"}`:        before[`weir_zone_capacity{zone="same"}`],
+	})
+	for k, v := range before { // every counter
+		if name, _, _ := strings.Cut(k, "{"); strings.HasSuffix(name, "_total") && after[k] < v {
+			t.Errorf("counter %s went from %v to %v over the reload", k, v, after[k])
+		}
 	}
 	s.assertAlive()
 }

@@ -1,0 +1,82 @@
+package weir
+
+import (
+	"context"
+	"testing"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// limitSample is weir_limit_requests_total{limit, verdict} in reg (-1 when absent); Gather
+// fails the test on a duplicate series or an inconsistent family.
+func limitSample(t *testing.T, reg *prometheus.Registry, limit, verdict string) float64 {
+	t.Helper()
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetName() != "weir_limit_requests_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			l := map[string]string{}
+			for _, p := range m.GetLabel() {
+				l[p.GetName()] = p.GetValue()
+			}
+			if l["limit"] == limit && l["verdict"] == verdict {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return -1
+}
+
+// Handlers of one config share its registry: the collector is registered in it once, however
+// many handlers provision; a later config's registry gets it again, with the counts of the
+// engines the first config freed.
+func TestMetricsRegistry(t *testing.T) {
+	zones := func(events int) *Handler {
+		return &Handler{RateLimits: map[string]*Zone{"metrics-m": {Key: "static", MaxEvents: events, Window: hour}}}
+	}
+	ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
+	h1, h2, h1b := zones(1), zones(2), zones(1) // h1 and h1b: one pooled engine
+	for _, h := range []*Handler{h1, h2, h1b} {
+		if err := h.Provision(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	registerMetrics(ctx)
+	for i, want := range []int{200, 429} {
+		if status, _, _ := serveZone(t, h1, nextOK); status != want {
+			t.Fatalf("request %d: %d, want %d", i, status, want)
+		}
+	}
+	reg := ctx.GetMetricsRegistry()
+	if n := limitSample(t, reg, "metrics-m", "rejected"); n != 1 {
+		t.Errorf("rejected: %v, want 1", n)
+	}
+	for _, h := range []*Handler{h1, h2, h1b} {
+		_ = h.Cleanup()
+	}
+	cancel()
+
+	ctx2, cancel2 := caddy.NewContext(caddy.Context{Context: context.Background()})
+	defer cancel2()
+	h3 := zones(3)
+	if err := h3.Provision(ctx2); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = h3.Cleanup() }()
+	if status, _, _ := serveZone(t, h3, nextOK); status != 200 {
+		t.Fatalf("a new zone: %d, want 200", status)
+	}
+	reg2 := ctx2.GetMetricsRegistry()
+	if n := limitSample(t, reg2, "metrics-m", "passed"); n != 2 {
+		t.Errorf("passed after the first config's engines were freed: %v, want 2 (1 + 1)", n)
+	}
+	if n := limitSample(t, reg2, "metrics-m", "rejected"); n != 1 {
+		t.Errorf("rejected after the first config's engines were freed: %v, want 1", n)
+	}
+}
