@@ -10,7 +10,7 @@ FUZZ_SECONDS ?= 20
 VECTORS ?= tests/vectors
 
 .PHONY: setup demo demo-engine test lint unit loom fuzz bench-build bench header lib c-test pc \
-	nginx-module nginx-module-test nginx-test \
+	nginx-module nginx-module-test nginx-test nginx-versions \
 	caddy-lib caddy caddy-weirtest promcheck caddy-test caddy-lint caddy-ratelimit caddy-bench
 
 CFLAGS_TEST = -std=c11 -Wall -Wextra -Werror -g -Iinclude
@@ -31,7 +31,7 @@ demo: setup nginx-module
 demo-engine:
 	$(CARGO) run --release --example demo -- examples/wiki.toml
 
-test: setup lint unit c-test nginx-test caddy-test loom fuzz bench-build
+test: setup lint unit c-test nginx-test nginx-versions caddy-test loom fuzz bench-build
 	@echo "make test: all passed"
 
 lint:
@@ -125,6 +125,17 @@ nginx-test: nginx-module nginx-module-test promcheck
 		echo "nginx-test: SKIPPED nginx's own limit_req/limit_conn tests: no nginx-tests checkout" \
 			"at ../shared/nginx-tests (set NGINX_TESTS=DIR)"; \
 	fi
+
+# nginx.org releases from source (nginx-VERSION.tar.gz in ../shared/nginx-src or NGINX_SRC_DIR):
+# --with-compat + the module dynamic for each version, --add-module for NGINX_STATIC; the
+# project's nginx tests and nginx's own renamed tests on each. Builds: target/nginx-VERSION.
+NGINX_SRC_DIR ?= $(firstword $(wildcard $(CURDIR)/../shared/nginx-src))
+NGINX_VERSIONS ?= 1.30.4 1.31.4
+NGINX_STATIC ?= 1.31.4
+
+nginx-versions: lib promcheck
+	bash nginx-module/t/nginx-versions.sh "$(NGINX_SRC_DIR)" "$(NGINX_TESTS)" "$(NGINX_VERSIONS)" \
+		"$(NGINX_STATIC)" $(CARGO_OUT)/release/libweir.a target/caddy/promcheck
 
 # ---- Caddy plugin (caddy-plugin/, docs/CADDY.md) ----------------------------------------
 # Caddy and xcaddy are pinned; cgo must be on (xcaddy silently drops cgo files without it).
