@@ -10,7 +10,7 @@ FUZZ_SECONDS ?= 20
 VECTORS ?= tests/vectors
 
 .PHONY: setup demo demo-engine test lint unit loom fuzz bench-build bench header lib c-test pc \
-	nginx-module nginx-module-test nginx-test nginx-versions \
+	nginx-module nginx-module-test nginx-test nginx-versions deb deb-test \
 	caddy-lib caddy caddy-weirtest promcheck caddy-test caddy-lint caddy-ratelimit caddy-bench
 
 CFLAGS_TEST = -std=c11 -Wall -Wextra -Werror -g -Iinclude
@@ -31,7 +31,7 @@ demo: setup nginx-module
 demo-engine:
 	$(CARGO) run --release --example demo -- examples/wiki.toml
 
-test: setup lint unit c-test nginx-test nginx-versions caddy-test loom fuzz bench-build
+test: setup lint unit c-test nginx-test nginx-versions deb-test caddy-test loom fuzz bench-build
 	@echo "make test: all passed"
 
 lint:
@@ -136,6 +136,16 @@ NGINX_STATIC ?= 1.31.4
 nginx-versions: lib promcheck
 	bash nginx-module/t/nginx-versions.sh "$(NGINX_SRC_DIR)" "$(NGINX_TESTS)" "$(NGINX_VERSIONS)" \
 		"$(NGINX_STATIC)" $(CARGO_OUT)/release/libweir.a target/caddy/promcheck
+
+# target/deb: libnginx-mod-http-weir (for Debian's nginx) and weir (the CLI), docs/NGINX.md.
+deb: nginx-module
+	$(CARGO) build --release -p weir-cli
+	bash packaging/debian/build.sh target/deb $(NGX_OUT)/ngx_http_weir_module.so $(CARGO_OUT)/release/weir
+
+# Installs both packages on this machine (root), serves a weir-limited site through the stock
+# /etc/nginx, then purges them and checks nothing is left.
+deb-test: deb
+	bash packaging/debian/test.sh target/deb
 
 # ---- Caddy plugin (caddy-plugin/, docs/CADDY.md) ----------------------------------------
 # Caddy and xcaddy are pinned; cgo must be on (xcaddy silently drops cgo files without it).
