@@ -1344,6 +1344,8 @@ def main():
     if not args.static and not args.module:
         ap.error("--module is required unless --static")
     NGINX, STATIC = os.path.realpath(args.nginx), args.static
+    if not os.access(NGINX, os.X_OK):
+        ap.error(f"{NGINX}: no nginx binary there")
     version = subprocess.run([NGINX, "-v"], capture_output=True, text=True).stderr.strip()
     print(f"nginx-test: {NGINX} ({version}{', weir built in' if STATIC else ''})", flush=True)
 
