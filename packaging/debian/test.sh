@@ -120,6 +120,9 @@ apt-get remove -y -qq libnginx-mod-http-weir >/dev/null
 [ ! -e "$link" ] && [ ! -L "$link" ] || fail "remove left $link"
 [ ! -e "$so" ] || fail "remove left $so"
 nginx -t -q || fail "nginx -t after removing the module"
+# a reinstall after a remove enables the module again (an upgrade would keep the admin's choice)
+apt-get install -y -qq "$debs"/libnginx-mod-http-weir_*.deb >/dev/null
+[ -L "$link" ] && [ ! -L "$link.removed" ] || fail "a reinstall after remove did not relink $link"
 apt-get purge -y -qq "${pkgs[@]}" >/dev/null
 for p in "${pkgs[@]}"; do
     ! dpkg-query -W -f '${Status}\n' "$p" 2>/dev/null | grep -qv '^unknown ok not-installed$' \
