@@ -11,7 +11,7 @@ FUZZ_SECONDS ?= 20
 VECTORS ?= tests/vectors
 
 .PHONY: setup demo demo-engine test lint unit loom fuzz bench-build bench header lib c-test pc \
-	nginx-module nginx-module-test nginx-test \
+	nginx-module nginx-module-test nginx-test nginx-versions deb deb-test \
 	caddy-lib caddy caddy-weirtest promcheck caddy-test caddy-lint caddy-ratelimit caddy-bench \
 	dist caddy-dist-test
 
@@ -33,7 +33,7 @@ demo: setup nginx-module
 demo-engine:
 	$(CARGO) run --release --example demo -- examples/wiki.toml
 
-test: setup lint unit c-test install-test nginx-test caddy-test loom fuzz bench-build
+test: setup lint unit c-test install-test nginx-test nginx-versions deb-test caddy-test loom fuzz bench-build
 	@echo "make test: all passed"
 
 lint:
@@ -138,6 +138,27 @@ nginx-test: nginx-module nginx-module-test promcheck
 		echo "nginx-test: SKIPPED nginx's own limit_req/limit_conn tests: no nginx-tests checkout" \
 			"at ../shared/nginx-tests (set NGINX_TESTS=DIR)"; \
 	fi
+
+# nginx.org releases from source (nginx-VERSION.tar.gz in ../shared/nginx-src or NGINX_SRC_DIR):
+# --with-compat + the module dynamic for each version, --add-module for NGINX_STATIC; the
+# project's nginx tests and nginx's own renamed tests on each. Builds: target/nginx-VERSION.
+NGINX_SRC_DIR ?= $(firstword $(wildcard $(CURDIR)/../shared/nginx-src))
+NGINX_VERSIONS ?= 1.30.4 1.31.4
+NGINX_STATIC ?= 1.31.4
+
+nginx-versions: lib promcheck
+	bash nginx-module/t/nginx-versions.sh "$(NGINX_SRC_DIR)" "$(NGINX_TESTS)" "$(NGINX_VERSIONS)" \
+		"$(NGINX_STATIC)" $(CARGO_OUT)/release/libweir.a target/caddy/promcheck
+
+# target/deb: libnginx-mod-http-weir (for Debian's nginx) and weir (the CLI), docs/NGINX.md.
+deb: nginx-module
+	$(CARGO) build --release -p weir-cli
+	bash packaging/debian/build.sh target/deb $(NGX_OUT)/ngx_http_weir_module.so $(CARGO_OUT)/release/weir
+
+# Installs both packages on this machine (root), serves a weir-limited site through the stock
+# /etc/nginx, then purges them and checks nothing is left.
+deb-test: deb
+	bash packaging/debian/test.sh target/deb
 
 # ---- Caddy plugin (caddy-plugin/, docs/CADDY.md) ----------------------------------------
 # Caddy and xcaddy are pinned; cgo must be on (xcaddy silently drops cgo files without it).

@@ -18,6 +18,11 @@ for m in http-geoip http-image-filter http-perl http-xslt-filter mail stream str
     [ -f /usr/lib/nginx/modules/ngx_${m//-/_}_module.so ] || need+=(libnginx-mod-$m)
 done
 command -v prove >/dev/null 2>&1 || need+=(perl)
+# nginx.org releases built from source (make nginx-versions) need the PCRE2 and zlib headers;
+# make deb needs dpkg-shlibdeps.
+[ -f /usr/include/pcre2.h ] || need+=(libpcre2-dev)
+[ -f /usr/include/zlib.h ] || need+=(zlib1g-dev)
+command -v dpkg-shlibdeps >/dev/null 2>&1 || need+=(dpkg-dev)
 # Cluster-scope tests (tests/cluster/cluster.rs) start their own redis-server on a free port.
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 # fail2ban-regex checks nginx's rejection lines against fail2ban's filters (make nginx-test).

@@ -2,9 +2,11 @@
 # Runs nginx's own limit_req / limit_conn tests (nginx-tests) against the weir
 # module: each limit_req*.t / limit_conn*.t is copied with the directives and
 # variables renamed (limit_req -> weir_req, limit_conn -> weir_conn) and run
-# with prove against /usr/sbin/nginx with the module loaded.
+# with prove against /usr/sbin/nginx (or TEST_NGINX_BINARY) with the module loaded.
 #
-#   nginx-module/t/run-nginx-tests.sh /path/to/nginx-tests [MODULE.so]
+#   nginx-module/t/run-nginx-tests.sh /path/to/nginx-tests [MODULE.so | --static]
+#
+# --static: weir is compiled into TEST_NGINX_BINARY (--add-module); nothing is loaded.
 #
 # nginx-tests is not vendored (git clone https://github.com/nginx/nginx-tests);
 # `make nginx-test` runs this when a checkout is found (see NGINX_TESTS there).
@@ -14,8 +16,12 @@ set -euo pipefail
 
 tests=$(cd "${1:?usage: $0 /path/to/nginx-tests [module.so]}" && pwd)
 here=$(cd "$(dirname "$0")/../.." && pwd)
-module=$(realpath "${2:-$here/target/nginx/ngx_http_weir_module.so}")
-[ -f "$module" ] || { echo "$module missing: make nginx-module" >&2; exit 1; }
+globals="user root; ${TEST_NGINX_GLOBALS:-}"
+if [ "${2:-}" != --static ]; then
+    module=$(realpath "${2:-$here/target/nginx/ngx_http_weir_module.so}")
+    [ -f "$module" ] || { echo "$module missing: make nginx-module" >&2; exit 1; }
+    globals="load_module $module; $globals"
+fi
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -31,5 +37,5 @@ done
 cd "$work"
 TEST_NGINX_BINARY=${TEST_NGINX_BINARY:-/usr/sbin/nginx} \
 TEST_NGINX_MODULES=${TEST_NGINX_MODULES:-/usr/lib/nginx/modules} \
-TEST_NGINX_GLOBALS="load_module $module; user root; ${TEST_NGINX_GLOBALS:-}" \
+TEST_NGINX_GLOBALS="$globals" \
     prove ${PROVE_FLAGS:--v} -I lib limit_req*.t limit_conn*.t

@@ -1,16 +1,18 @@
 #!/usr/bin/env python3
-"""weir's nginx module against a real nginx (Debian's /usr/sbin/nginx).
+"""weir's nginx module against a real nginx (Debian's /usr/sbin/nginx, or --nginx).
 
 Each check starts its own nginx on 127.0.0.1 high ports with the prefix, pid
 file, logs and temp paths in a fresh temporary directory, and stops it by pid.
 Python 3 standard library only.
 
   tests/nginx/run.py --module M.so --test-module T.so [--asan-module A.so]
-                     [--vectors tests/vectors] [--only NAME]
+                     [--vectors tests/vectors] [--only NAME] [--nginx BINARY]
+  tests/nginx/run.py --static --nginx BINARY      (weir built in with --add-module)
 
 M.so is the production build; T.so and A.so are built with -DWEIR_TEST_HOOKS
 (weir_test_clock, $weir_test_verdict), A.so also with -fsanitize=address and
-is run with libasan preloaded into nginx.
+is run with libasan preloaded into nginx. Without --test-module, the checks that
+need the test hooks are skipped (and say so).
 """
 
 import argparse
@@ -29,6 +31,8 @@ import threading
 import time
 
 NGINX = os.environ.get("NGINX", "/usr/sbin/nginx")
+# weir is compiled into NGINX (--add-module): the configs load no module
+STATIC = False
 BASE_NS = 1_000_000_000_000
 
 
@@ -70,7 +74,7 @@ class Nginx:
         for name, text in (files or {}).items():
             with open(os.path.join(self.dir, name), "w") as f:
                 f.write(text)
-        self.module = os.path.abspath(module)
+        self.module = module and os.path.abspath(module)
         self.workers = workers
         self.env = dict(os.environ, **(env or {}))
         self.port = free_port()
@@ -82,7 +86,8 @@ class Nginx:
 
     def write_conf(self, http):
         d = self.dir
-        conf = f"""load_module {self.module};
+        load = "" if STATIC else f"load_module {self.module};"
+        conf = f"""{load}
 user root;
 worker_processes {self.workers};
 error_log {d}/logs/error.log info;
@@ -1330,6 +1335,7 @@ def asan_env():
 
 
 def main():
+    global NGINX, STATIC
     # the checks in other files import this one as `run`: one module, one Failure class
     sys.modules["run"] = sys.modules[__name__]
     import fail2ban
@@ -1338,8 +1344,12 @@ def main():
     import status_json
 
     ap = argparse.ArgumentParser()
-    ap.add_argument("--module", required=True)
-    ap.add_argument("--test-module", required=True)
+    ap.add_argument("--nginx", default=NGINX, help="the nginx binary (default: $NGINX or "
+                    "/usr/sbin/nginx)")
+    ap.add_argument("--static", action="store_true",
+                    help="weir is built into the nginx binary (--add-module): no load_module")
+    ap.add_argument("--module", help="the production module (required unless --static)")
+    ap.add_argument("--test-module", help="the module with the test hooks (-DWEIR_TEST_HOOKS)")
     ap.add_argument("--asan-module")
     ap.add_argument("--vectors", default="tests/vectors")
     ap.add_argument("--hosts", default="tests/hosts", help="host conformance scenarios")
@@ -1347,6 +1357,13 @@ def main():
     ap.add_argument("--promcheck", default="target/caddy/promcheck",
                     help="strict Prometheus text checker (make promcheck)")
     args = ap.parse_args()
+    if not args.static and not args.module:
+        ap.error("--module is required unless --static")
+    NGINX, STATIC = os.path.realpath(args.nginx), args.static
+    if not os.access(NGINX, os.X_OK):
+        ap.error(f"{NGINX}: no nginx binary there")
+    version = subprocess.run([NGINX, "-v"], capture_output=True, text=True).stderr.strip()
+    print(f"nginx-test: {NGINX} ({version}{', weir built in' if STATIC else ''})", flush=True)
 
     checks = [
         ("vectors", lambda: test_vectors(args.test_module, args.vectors)),
@@ -1379,9 +1396,13 @@ def main():
             ("asan-hosts",
              lambda: hosts.test_hosts(args.asan_module, args.hosts, args.promcheck, asan_env())),
         ]
+    hooks = {"vectors", "hosts"}
     failed = 0
     for name, fn in checks:
         if args.only and args.only not in name:
+            continue
+        if name in hooks and not args.test_module:
+            print(f"skip {name}: needs the test hooks (--test-module)", flush=True)
             continue
         t = time.time()
         try:
