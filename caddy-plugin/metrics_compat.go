@@ -1,7 +1,8 @@
 package weir
 
 import (
-	"sort"
+	"maps"
+	"slices"
 	"strconv"
 	"time"
 
@@ -96,12 +97,7 @@ func (m *metricsHub) collectCompat(merged map[string]*sample, ch chan<- promethe
 			byName[z.name] = z
 		}
 	}
-	names := make([]string, 0, len(byName))
-	for n := range byName {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
+	for _, n := range slices.Sorted(maps.Keys(byName)) {
 		z := byName[n]
 		_, counted := requests[z.engName]
 		if _, stored := keys[z.engName]; !counted && !stored {
