@@ -27,6 +27,18 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	weir [<matcher>] {
 //	    policy <policy.toml>
 //	    log_key
+//	    disable_metrics
+//	    jitter <fraction>
+//	    sweep_interval <duration>      # accepted, no effect
+//	    storage <module...>            # accepted, not used
+//	    distributed {
+//	        redis <url>
+//	        password <password>
+//	        expected_nodes <n>
+//	        read_interval <duration>
+//	        write_interval <duration>
+//	        purge_age <duration>       # accepted, no effect
+//	    }
 //	    zone <name> {
 //	        key         <placeholder or text>
 //	        events      <n>            # exact sliding log (caddy-ratelimit's zones)
@@ -68,7 +80,9 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return err
 			}
 		default:
-			return d.Errf("weir: unknown subdirective %q (expected policy, zone or log_key)", d.Val())
+			if err := h.parseCompat(d); err != nil {
+				return err
+			}
 		}
 	}
 	if h.Policy == "" && len(h.RateLimits) == 0 {

@@ -50,6 +50,8 @@ type zoneParams struct {
 	logLevel  int    // weir_limit_spec.log_level
 	key       string // one key part: "ip", "global" or "var:<engName>"
 	v4, v6    int    // prefixes of the ip part (-1: not given)
+	kv4, kv6  int    // a var key's prefixes (masked by the plugin; 0: the whole address)
+	cluster   string // distributed: the zone's cluster settings (policy text), else ""
 }
 
 // regions keeps each inline zone's table across engines: a config whose zones changed gets a

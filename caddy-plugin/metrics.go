@@ -40,6 +40,9 @@ type metricsHub struct {
 	retired map[string]float64
 	// registered are the registries holding the collector, weakly: each config has its own.
 	registered map[weak.Pointer[prometheus.Registry]]struct{}
+	// compat: the inline zones of each provisioned handler, for the caddy_rate_limit_*
+	// families (metrics_compat.go).
+	compat map[*Handler][]compatZone
 }
 
 // zoneFamilyPrefix names the families whose `zone` label is a table's (its region's) counts.
@@ -133,6 +136,7 @@ func (h *metricsHub) Collect(ch chan<- prometheus.Metric) {
 			ch <- metric
 		}
 	}
+	h.collectCompat(merged, ch)
 }
 
 // sample is one series of an engine's Prometheus text.

@@ -12,22 +12,33 @@ import (
 // fails the test on a duplicate series or an inconsistent family.
 func limitSample(t *testing.T, reg *prometheus.Registry, limit, verdict string) float64 {
 	t.Helper()
+	return gathered(t, reg, "weir_limit_requests_total", map[string]string{"limit": limit, "verdict": verdict})
+}
+
+// gathered is the value of the series of family in reg whose labels include want (-1 when
+// absent).
+func gathered(t *testing.T, reg *prometheus.Registry, family string, want map[string]string) float64 {
+	t.Helper()
 	fams, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, f := range fams {
-		if f.GetName() != "weir_limit_requests_total" {
+		if f.GetName() != family {
 			continue
 		}
+	series:
 		for _, m := range f.GetMetric() {
 			l := map[string]string{}
 			for _, p := range m.GetLabel() {
 				l[p.GetName()] = p.GetValue()
 			}
-			if l["limit"] == limit && l["verdict"] == verdict {
-				return m.GetCounter().GetValue()
+			for k, v := range want {
+				if l[k] != v {
+					continue series
+				}
 			}
+			return m.GetCounter().GetValue() + m.GetGauge().GetValue()
 		}
 	}
 	return -1
@@ -78,5 +89,32 @@ func TestMetricsRegistry(t *testing.T) {
 	}
 	if n := limitSample(t, reg2, "metrics-m", "rejected"); n != 1 {
 		t.Errorf("rejected after the first config's engines were freed: %v, want 1", n)
+	}
+	// caddy-ratelimit's families follow the same counters; its config series is the live
+	// zone's; a handler with disable_metrics adds none.
+	quiet := &Handler{DisableMetrics: true, RateLimits: map[string]*Zone{"metrics-quiet": {Key: "static", MaxEvents: 1, Window: hour}}}
+	if err := quiet.Provision(ctx2); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = quiet.Cleanup() }()
+	serveZone(t, quiet, nextOK)
+	m := map[string]string{"zone": "metrics-m"}
+	for _, c := range []struct {
+		family string
+		labels map[string]string
+		want   float64
+	}{
+		{"caddy_rate_limit_requests_total", m, 3},
+		{"caddy_rate_limit_declined_requests_total", m, 1},
+		{"caddy_rate_limit_keys_total", m, 1},
+		{"caddy_rate_limit_config", map[string]string{"zone": "metrics-m", "max_events": "3", "window": "1h0m0s",
+			"ipv4_prefix": "0", "ipv6_prefix": "0"}, 1},
+		{"caddy_rate_limit_config", map[string]string{"zone": "metrics-m", "max_events": "1"}, -1},
+		{"caddy_rate_limit_requests_total", map[string]string{"zone": "metrics-quiet"}, -1},
+		{"weir_limit_requests_total", map[string]string{"limit": "metrics-quiet", "verdict": "passed"}, 1},
+	} {
+		if got := gathered(t, reg2, c.family, c.labels); got != c.want {
+			t.Errorf("%s%v: %v, want %v", c.family, c.labels, got, c.want)
+		}
 	}
 }

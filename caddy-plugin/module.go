@@ -8,6 +8,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"os"
 	"sort"
@@ -35,6 +36,21 @@ type Handler struct {
 
 	// Log the (expanded) key of rejected requests. Off by default: keys may be personal data.
 	LogKey bool `json:"log_key,omitempty"`
+
+	// caddy-ratelimit's handler options (docs/CADDY.md, "Migrating from caddy-ratelimit").
+	// Jitter: Retry-After of an inline zone's rejection is stretched by up to this fraction
+	// (0.2: up to 20 % more), at random; 0 to 10.
+	Jitter float64 `json:"jitter,omitempty"`
+	// SweepInterval is accepted and has no effect: weir's tables have a fixed size and
+	// evict expired keys themselves.
+	SweepInterval caddy.Duration `json:"sweep_interval,omitempty"`
+	// Distributed makes the events + window zones one limit across Caddy instances that
+	// share a Redis or Valkey server (weir's cluster zones, docs/CLUSTER.md).
+	Distributed *Distributed `json:"distributed,omitempty"`
+	// StorageRaw is accepted and not used: distributed state goes through Redis.
+	StorageRaw json.RawMessage `json:"storage,omitempty"`
+	// DisableMetrics leaves this handler's zones out of the caddy_rate_limit_* families.
+	DisableMetrics bool `json:"disable_metrics,omitempty"`
 
 	logger *zap.Logger
 	// answerRejections: the server has no handle_errors routes, so rejections are answered
@@ -149,12 +165,12 @@ func zoneParamsOf(name string, z *Zone) (zoneParams, error) {
 	case k.isClientIP():
 		// The engine's own `ip` part (the peer is Caddy's client_ip); 0 keeps the whole address.
 		p.key, p.v4, p.v6 = "ip", cmp.Or(z.IPv4Prefix, 32), cmp.Or(z.IPv6Prefix, 128)
-	case z.IPv4Prefix != 0 || z.IPv6Prefix != 0:
-		return p, fmt.Errorf("zone %s: ipv4_prefix and ipv6_prefix apply to the client address: they need key {client_ip}", name)
 	case k.kind == keyConst:
-		p.key = "global"
+		p.key = "global" // one bucket: a prefix changes nothing
 	default:
-		p.key = "var:" + p.engName
+		// Another key: an expanded key that is an IP address is masked (caddy-ratelimit's
+		// meaning of the prefixes), by the plugin.
+		p.key, p.kv4, p.kv6 = "var:"+p.engName, z.IPv4Prefix, z.IPv6Prefix
 	}
 	switch {
 	case sliding:
@@ -239,7 +255,7 @@ func (h *Handler) Validate() error {
 	if len(h.RateLimits) > maxZones || conc > maxConcZones {
 		return fmt.Errorf("weir: at most %d zones, of them %d concurrency zones, in one weir handler", maxZones, maxConcZones)
 	}
-	return nil
+	return h.validateCompat()
 }
 
 // Provision loads the policy and zones, reusing the tables of an earlier config when the
@@ -248,6 +264,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	h.logger = ctx.Logger(h)
 	if err := h.Validate(); err != nil {
 		return err
+	}
+	if h.Distributed != nil && h.Distributed.ExpectedNodes == 0 {
+		h.logger.Warn("distributed: expected_nodes not given; while Redis is unreachable each instance admits a zone's whole events on its own")
 	}
 	if err := h.checkServer(ctx); err != nil {
 		return err
@@ -281,6 +300,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		}
 	}
 	registerMetrics(ctx)
+	hub.addCompat(h)
 	return nil
 }
 
@@ -297,6 +317,9 @@ func (h *Handler) provisionZones(ctx caddy.Context) error {
 	for _, name := range names {
 		z := h.RateLimits[name]
 		p, _ := zoneParamsOf(name, z)
+		if h.Distributed != nil {
+			p = h.Distributed.clusterParams(p)
+		}
 		iz := &inlineZone{name: name, params: p, key: compileKey(z.Key)}
 		if len(z.MatcherSetsRaw) > 0 {
 			m, err := ctx.LoadModule(z, "MatcherSetsRaw")
@@ -319,7 +342,13 @@ func (h *Handler) provisionZones(ctx caddy.Context) error {
 		z.limit = uint16(i)
 		key += fmt.Sprintf("|%q=%+v", z.name, z.params)
 	}
+	if h.Distributed != nil {
+		key = "distributed|" + key
+	}
 	v, _, err := pool.LoadOrNew(key, func() (caddy.Destructor, error) {
+		if h.Distributed != nil {
+			return newClusterZonesState(h.zones, h.Distributed)
+		}
 		eng, regionKeys, err := newZonesEngine(h.zones)
 		if err != nil {
 			return nil, err
@@ -360,6 +389,7 @@ func (h *Handler) Cleanup() error {
 	if h.zonesKey != "" {
 		_, _ = pool.Delete(h.zonesKey)
 	}
+	hub.removeCompat(h)
 	return nil
 }
 

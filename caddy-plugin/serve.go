@@ -19,6 +19,8 @@ import (
 const (
 	phStatus = "http.weir.status" // pass, delay, queued, reject, exempt, bad_request, error
 	phLimit  = "http.weir.limit"  // the deciding limit (policy) or zone (inline), else ""
+	// caddy-ratelimit's: the zone (or policy limit) that rejected; unset unless rejected.
+	phExceeded = "http.rate_limit.exceeded.name"
 )
 
 // reqEnv is the time and peer one request is evaluated with.
@@ -157,6 +159,10 @@ func (p *placeholders) get(key string) (any, bool) {
 		return p.status, true
 	case phLimit:
 		return p.limit, true
+	case phExceeded:
+		if p.status == "reject" {
+			return p.limit, true
+		}
 	}
 	return nil, false
 }
@@ -170,6 +176,9 @@ func setPlaceholders(r *http.Request, repl *caddy.Replacer, status, limit string
 		// No variable table (not a request of Caddy's HTTP server): static values.
 		repl.Set(phStatus, status)
 		repl.Set(phLimit, limit)
+		if status == "reject" {
+			repl.Set(phExceeded, limit)
+		}
 		return
 	}
 	if p, ok := vars[phVar].(*placeholders); ok {
@@ -270,11 +279,11 @@ func (h *Handler) request(eng *engine, r *http.Request, repl *caddy.Replacer, en
 	}
 	rs.vars = rs.vars[:0]
 	for _, z := range h.varZones {
-		key := ""
-		if selected&(1<<z) != 0 {
-			key = h.zones[z].keyOf(r, repl)
+		if selected&(1<<z) == 0 {
+			rs.vars = packVar(rs.vars, "")
+			continue
 		}
-		rs.vars = packVar(rs.vars, key)
+		rs.vars = h.zones[z].packKey(rs.vars, r, repl)
 	}
 	rv.sel, rv.vars = rs.sel, rs.vars
 	if h.zonesUseIP {
@@ -289,13 +298,23 @@ func packVar(dst []byte, value string) []byte {
 	return append(dst, value...)
 }
 
-// keyOf is the zone's variable value for r: its expanded key, never empty (an empty key is
-// one bucket, as in caddy-ratelimit, where the engine would leave the request uncounted).
-func (z *inlineZone) keyOf(r *http.Request, repl *caddy.Replacer) string {
-	if k := z.key.expand(r, repl); k != "" {
-		return k
+// packKey appends the zone's variable value for r: its expanded key, an address masked to
+// the zone's prefix, never empty (an empty key is one bucket, as in caddy-ratelimit, where
+// the engine would leave the request uncounted).
+func (z *inlineZone) packKey(dst []byte, r *http.Request, repl *caddy.Replacer) []byte {
+	k := z.key.expand(r, repl)
+	if k == "" {
+		return packVar(dst, "\x00")
 	}
-	return "\x00"
+	if z.params.kv4 != 0 || z.params.kv6 != 0 {
+		start := len(dst)
+		if masked, ok := appendMasked(binary.NativeEndian.AppendUint32(dst, 0), k, z.params.kv4, z.params.kv6); ok {
+			binary.NativeEndian.PutUint32(masked[start:], uint32(len(masked)-start-4))
+			return masked
+		}
+		dst = dst[:start]
+	}
+	return packVar(dst, k)
 }
 
 // serveEngine evaluates the request with engine `which` (one cgo call) and acts on the
@@ -360,7 +379,7 @@ func (h *Handler) serveEngine(w http.ResponseWriter, r *http.Request, repl *cadd
 	// zones' does not: Retry-After is written here.
 	retry := func() string {
 		if which == engZones {
-			return strconv.FormatUint(uint64(v.retryAfterS()), 10)
+			return strconv.FormatInt(jittered(v.retryAfterS(), h.Jitter), 10)
 		}
 		return ""
 	}
@@ -410,7 +429,11 @@ func (h *Handler) zoneKeyLog(limit int, r *http.Request, repl *caddy.Replacer, e
 		return ""
 	}
 	if z := h.zones[limit]; z.params.key != "ip" {
-		return z.key.expand(r, repl)
+		k := z.key.expand(r, repl)
+		if masked, ok := appendMasked(nil, k, z.params.kv4, z.params.kv6); ok {
+			return string(masked)
+		}
+		return k
 	}
 	return env.clientIP(r)
 }

@@ -61,11 +61,16 @@ func TestPassAllocations(t *testing.T) {
 	w := httptest.NewRecorder()
 	r0 := httptest.NewRequest("GET", "/x", nil)
 	r0.Header.Set("X-Key", "k")
+	r0.Header.Set("X-Ip", "2001:db8:1:2::7")
 	base := testing.AllocsPerRun(200, func() {
 		r, _ := caddyRequest(r0, w)
 		_ = nextOK.ServeHTTP(w, r)
 	})
-	for name, h := range map[string]*Handler{"log zone": logZoneHandler(), "gcra zone": gcraZoneHandler(), "policy": policyHandler(t)} {
+	// A key masked to its network (caddy-ratelimit's prefixes on another key than {client_ip}).
+	masked := &Handler{RateLimits: map[string]*Zone{"m": {Key: "{http.request.header.X-Ip}",
+		Rate: "1000000r/s", Burst: 100000, IPv4Prefix: 24, IPv6Prefix: 64}}}
+	for name, h := range map[string]*Handler{"log zone": logZoneHandler(), "gcra zone": gcraZoneHandler(),
+		"masked key zone": masked, "policy": policyHandler(t)} {
 		t.Run(name, func(t *testing.T) {
 			defer provisioned(t, h)()
 			got := testing.AllocsPerRun(200, func() {

@@ -207,6 +207,12 @@ func (s *server) metrics() []byte {
 // `name{label="value",...}` with the labels sorted (no braces without labels).
 func (s *server) samples() map[string]float64 {
 	s.t.Helper()
+	return s.samplesOf("weir_")
+}
+
+// samplesOf is samples for the families whose names start with prefix.
+func (s *server) samplesOf(prefix string) map[string]float64 {
+	s.t.Helper()
 	parser := expfmt.NewTextParser(model.LegacyValidation)
 	fams, err := parser.TextToMetricFamilies(bytes.NewReader(s.metrics()))
 	if err != nil {
@@ -214,7 +220,7 @@ func (s *server) samples() map[string]float64 {
 	}
 	out := map[string]float64{}
 	for name, f := range fams {
-		if !strings.HasPrefix(name, "weir_") {
+		if !strings.HasPrefix(name, prefix) {
 			continue
 		}
 		for _, m := range f.GetMetric() {

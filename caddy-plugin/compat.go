@@ -1,0 +1,224 @@
+package weir
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+)
+
+// caddy-ratelimit's handler options that go beyond its zones: `distributed`, `jitter`, the
+// prefixes of any key. docs/CADDY.md ("Migrating from caddy-ratelimit") maps each one.
+
+// Distributed is caddy-ratelimit's `distributed` block, mapped onto weir's cluster zones:
+// every events + window zone of the handler becomes one limit across the Caddy instances
+// that name the same Redis (or Valkey) server and zone name.
+type Distributed struct {
+	// How often caddy-ratelimit wrote and read its state. weir exchanges counts every
+	// min(write_interval, read_interval) (default 100ms), kept within 10ms … window/4.
+	WriteInterval caddy.Duration `json:"write_interval,omitempty"`
+	ReadInterval  caddy.Duration `json:"read_interval,omitempty"`
+	// Accepted, no effect: weir's Redis counters expire by themselves.
+	PurgeAge caddy.Duration `json:"purge_age,omitempty"`
+	// The Redis or Valkey server: redis://[user:password@]host:port/db, rediss://, redis+unix://.
+	Redis string `json:"redis,omitempty"`
+	// Redis password (overrides one in the URL).
+	Password string `json:"password,omitempty"`
+	// Instances sharing the limit: while Redis is unreachable each admits events ÷
+	// expected_nodes per window. Default 1 (each instance admits the whole limit alone).
+	ExpectedNodes int `json:"expected_nodes,omitempty"`
+}
+
+// errNoRedis is the error of a `distributed` block without a server.
+const errNoRedis = "weir: distributed needs a Redis or Valkey server, which weir shares counts through (not Caddy's storage): " +
+	"add `redis redis://HOST:6379/0` inside distributed { } (JSON: the field redis of distributed), " +
+	"and `expected_nodes N` with the number of Caddy instances"
+
+// Most jitter accepted: Retry-After at most 11 times the wait.
+const maxJitter = 10
+
+// validateCompat checks the handler-wide caddy-ratelimit options.
+func (h *Handler) validateCompat() error {
+	if math.IsNaN(h.Jitter) || h.Jitter < 0 || h.Jitter > maxJitter {
+		return fmt.Errorf("weir: jitter must be between 0 and %d (0.2 = up to 20%% more), got %v", maxJitter, h.Jitter)
+	}
+	if h.SweepInterval < 0 {
+		return fmt.Errorf("weir: sweep_interval must not be negative")
+	}
+	if len(h.StorageRaw) > 0 {
+		var st map[string]any
+		if err := json.Unmarshal(h.StorageRaw, &st); err != nil {
+			return fmt.Errorf("weir: storage must be a storage module object: %v", err)
+		}
+	}
+	d := h.Distributed
+	if d == nil {
+		return nil
+	}
+	if d.Redis == "" {
+		return fmt.Errorf("%s", errNoRedis)
+	}
+	if d.WriteInterval < 0 || d.ReadInterval < 0 || d.PurgeAge < 0 {
+		return fmt.Errorf("weir: distributed: intervals must not be negative")
+	}
+	if d.ExpectedNodes < 0 {
+		return fmt.Errorf("weir: distributed: expected_nodes must be at least 1")
+	}
+	for name, z := range h.RateLimits {
+		if z.MaxEvents == 0 && z.Window == 0 {
+			continue // gcra and concurrency zones stay local
+		}
+		if z.Window < caddy.Duration(time.Second) {
+			return fmt.Errorf("weir: zone %s: with distributed, window must be at least 1s (weir's cluster zones), got %v", name, time.Duration(z.Window))
+		}
+		if z.Window%caddy.Duration(time.Millisecond) != 0 {
+			return fmt.Errorf("weir: zone %s: with distributed, window must be whole milliseconds", name)
+		}
+		if n := max(d.ExpectedNodes, 1); z.MaxEvents < n {
+			return fmt.Errorf("weir: zone %s: events (%d) must be at least expected_nodes (%d)", name, z.MaxEvents, n)
+		}
+	}
+	return nil
+}
+
+// clusterParams makes an events + window zone a cluster zone: weir's sliding-window estimate
+// (two counters per key add up across nodes; an exact log does not), synced through Redis.
+func (d *Distributed) clusterParams(p zoneParams) zoneParams {
+	if p.algorithm != algSliding && p.algorithm != algSlidingLog {
+		return p
+	}
+	if p.algorithm == algSlidingLog && p.bytes > 1<<20 {
+		p.bytes = 1 << 20 // a log zone's default size was for its logs
+	}
+	p.algorithm = algSliding
+	sync := 100 * time.Millisecond
+	if iv := time.Duration(min(d.WriteInterval, d.ReadInterval)); iv > 0 {
+		sync = iv
+	} else if iv := time.Duration(max(d.WriteInterval, d.ReadInterval)); iv > 0 {
+		sync = iv
+	}
+	sync = min(max(sync, 10*time.Millisecond), time.Duration(p.windowNS)/4).Truncate(time.Millisecond)
+	var b strings.Builder
+	fmt.Fprintf(&b, "scope = \"cluster\"\nredis = %s\n", tomlString(d.Redis))
+	if d.Password != "" {
+		fmt.Fprintf(&b, "password = %s\n", tomlString(d.Password))
+	}
+	fmt.Fprintf(&b, "sync_interval = \"%dms\"\nexpected_nodes = %d\n", sync.Milliseconds(), max(d.ExpectedNodes, 1))
+	p.cluster = b.String()
+	return p
+}
+
+// tomlString quotes s as a TOML basic string (JSON's escapes are TOML's).
+func tomlString(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}
+
+// clusterPolicy is the policy text of a distributed handler's zones: one zone and one
+// host-selected limit (`class = "@host"`) each, limit i being zones[i], as newZonesEngine
+// declares them through the C ABI (which has no cluster scope).
+func clusterPolicy(zones []*inlineZone) string {
+	var b strings.Builder
+	for _, z := range zones {
+		p := &z.params
+		fmt.Fprintf(&b, "[zones.%s]\nsize = %d\n", tomlString(p.engName), p.bytes)
+		switch p.algorithm {
+		case algSliding, algSlidingLog:
+			alg := "sliding"
+			if p.algorithm == algSlidingLog {
+				alg = "sliding_log"
+			}
+			fmt.Fprintf(&b, "algorithm = %q\nevents = %d\nwindow = \"%dms\"\n", alg, p.events, p.windowNS/1e6)
+		case algGCRA:
+			unit := map[uint64]string{1e9: "s", 60e9: "m", 3600e9: "h", 86400e9: "d"}[p.periodNS]
+			fmt.Fprintf(&b, "algorithm = \"gcra\"\nrate = \"%dr/%s\"\n", p.count, unit)
+		default:
+			fmt.Fprintf(&b, "algorithm = \"concurrency\"\nmax = %d\n", p.max)
+		}
+		b.WriteString(p.cluster)
+	}
+	levels := []string{"info", "notice", "warn", "error"}
+	for _, z := range zones {
+		p := &z.params
+		fmt.Fprintf(&b, "\n[[limit]]\nclass = \"@host\"\nzone = %s\nname = %s\nkey = %s\nlog_level = %q\n",
+			tomlString(p.engName), tomlString(p.engName), tomlString(p.key), levels[p.logLevel])
+		if p.status != 0 {
+			fmt.Fprintf(&b, "status = %d\n", p.status)
+		}
+		if p.key == "ip" {
+			fmt.Fprintf(&b, "ipv4_prefix = %d\nipv6_prefix = %d\n", p.v4, p.v6)
+		}
+		switch p.algorithm {
+		case algGCRA:
+			fmt.Fprintf(&b, "burst = %d\nnodelay = true\n", p.burst)
+		case algConcurrency:
+			if p.queue > 0 {
+				fmt.Fprintf(&b, "queue = %d\n", p.queue)
+			}
+			if p.timeoutNS > 0 {
+				fmt.Fprintf(&b, "timeout = \"%dms\"\n", p.timeoutNS/1e6)
+			}
+		}
+	}
+	return b.String()
+}
+
+// newClusterZonesState makes the engine of a distributed handler's zones (its cluster
+// syncers start with it and stop when it is freed).
+func newClusterZonesState(zones []*inlineZone, d *Distributed) (caddy.Destructor, error) {
+	startClusterLog()
+	eng, err := newEngine([]byte(clusterPolicy(zones)), "distributed zones")
+	if err != nil {
+		return nil, fmt.Errorf("distributed (redis %s): %v", d.Redis, err)
+	}
+	names := make([]string, len(zones))
+	for i, z := range zones {
+		names[i] = z.name
+	}
+	s := newEngineState(eng, "distributed zones", names)
+	hub.track(s)
+	return s, nil
+}
+
+// jittered is a Retry-After of wait seconds stretched by up to jitter·wait, at random:
+// between wait and ⌈wait·(1 + jitter)⌉.
+func jittered(wait int64, jitter float64) int64 {
+	if jitter <= 0 || wait <= 0 {
+		return wait
+	}
+	return int64(math.Ceil(float64(wait) * (1 + rand.Float64()*jitter)))
+}
+
+// appendMasked appends key masked to its network when it is an IP address and a prefix is
+// set for its family (IPv4-mapped IPv6 counts as IPv4), as caddy-ratelimit writes it
+// ("192.0.2.0/24", "2001:db8::/64"); ok false leaves the key as it is.
+func appendMasked(dst []byte, key string, v4, v6 int) ([]byte, bool) {
+	if v4 == 0 && v6 == 0 {
+		return dst, false
+	}
+	a, err := netip.ParseAddr(key)
+	if err != nil || a.Zone() != "" {
+		return dst, false
+	}
+	a = a.Unmap()
+	bits := v6
+	if a.Is4() {
+		bits = v4
+	}
+	if bits == 0 {
+		return dst, false
+	}
+	pfx, err := a.Prefix(bits)
+	if err != nil {
+		return dst, false
+	}
+	dst = pfx.Addr().AppendTo(dst)
+	dst = append(dst, '/')
+	return strconv.AppendInt(dst, int64(bits), 10), true
+}
