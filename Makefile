@@ -33,7 +33,7 @@ demo: setup nginx-module
 demo-engine:
 	$(CARGO) run --release --example demo -- examples/wiki.toml
 
-test: setup lint unit c-test install-test nginx-test nginx-versions deb-test caddy-test loom fuzz bench-build
+test: setup lint unit crate-outside c-test install-test nginx-test nginx-versions deb-test caddy-test loom fuzz bench-build
 	@echo "make test: all passed"
 
 lint:
@@ -43,6 +43,13 @@ lint:
 # WEIR_PROMCHECK: the tower layer's host scenarios check its metrics with it.
 unit: promcheck
 	WEIR_PROMCHECK=$(CURDIR)/target/caddy/promcheck $(CARGO) test --release --workspace
+
+# The crates as a project outside this repository gets them (no build flags): README.md's
+# dependency lines and Rust examples, tower/examples/axum_service.rs over HTTP, and shared
+# tables refused where the 16-byte CAS is not lock-free. Builds in target/outside.
+.PHONY: crate-outside
+crate-outside:
+	bash scripts/crate-outside.sh
 
 # Every interleaving with up to 4 preemptions (unbounded takes over 15 minutes since a lookup
 # loads a whole 4-slot bucket; 4 takes about 2 minutes on 2 cores).

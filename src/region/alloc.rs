@@ -74,7 +74,9 @@ impl Mapping {
         // SAFETY: `[ptr, ptr + len)` is mapped, readable and writable until `self` is dropped
         // (holders keep the mapping alive beside their handles: `owner::Backing`), and a new
         // private mapping has no other user.
-        unsafe { Region::new(self.ptr, self.len, REGION_ALIGN) }.expect("a mapping is aligned")
+        let region = unsafe { Region::new(self.ptr, self.len, REGION_ALIGN) };
+        // MAP_PRIVATE: no other process reaches these bytes (a fork gets a copy).
+        region.expect("a mapping is aligned").process_private()
     }
 }
 

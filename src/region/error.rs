@@ -56,7 +56,7 @@ impl std::fmt::Display for RegionError {
                 "region was created for schema {created:#x}, now asked for {now:#x} (the zone's algorithm or key changed); use a new zone name or restart"
             ),
             RegionError::NoLockFree128 => f.write_str(
-                "this CPU lacks a lock-free 16-byte compare-exchange (cmpxchg16b); shared tables are refused",
+                "this CPU has no lock-free 16-byte compare-exchange (x86-64: cmpxchg16b), so weir refuses shared-memory zones here (a lock would protect one process only); give the machine or VM a CPU model with cmpxchg16b, or use in-process tables",
             ),
             RegionError::Alloc { bytes } => write!(f, "could not allocate {bytes} bytes"),
         }

@@ -43,6 +43,10 @@ pub const REGION_ALIGN: usize = 64;
 pub struct Region {
     ptr: NonNull<u8>,
     len: usize,
+    /// Only this process maps the bytes (a [`alloc::Mapping`]); a caller's region may be
+    /// shared with other processes, so formats that need a lock-free 16-byte compare-exchange
+    /// refuse it where the CPU has none (a lock would be private to each process).
+    private: bool,
 }
 
 // SAFETY: a region is only reached through atomics (type invariant), so handles may move to
@@ -94,7 +98,11 @@ impl Region {
     pub unsafe fn new(ptr: *mut u8, len: usize, align: usize) -> Result<Region, RegionError> {
         debug_assert!(align.is_power_of_two());
         match NonNull::new(ptr) {
-            Some(ptr) if ptr.as_ptr() as usize % align == 0 => Ok(Region { ptr, len }),
+            Some(ptr) if ptr.as_ptr() as usize % align == 0 => Ok(Region {
+                ptr,
+                len,
+                private: false,
+            }),
             _ => Err(RegionError::Misaligned { align }),
         }
     }
@@ -105,6 +113,20 @@ impl Region {
 
     pub fn is_empty(&self) -> bool {
         self.len == 0
+    }
+
+    /// The same region, known to be mapped by this process only (the caller's invariant: no
+    /// other process can reach the bytes, e.g. a private anonymous mapping).
+    pub(crate) fn process_private(self) -> Region {
+        Region {
+            private: true,
+            ..self
+        }
+    }
+
+    /// Whether other processes may map the bytes (every caller's region may).
+    pub(crate) fn may_be_shared(&self) -> bool {
+        !self.private
     }
 
     /// The first byte (for formats that keep their own typed pointers: src/table/).
@@ -122,7 +144,7 @@ impl Region {
         );
         // SAFETY: `offset <= len` (checked above): inside the region or one past its end.
         let ptr = unsafe { self.ptr.add(offset) };
-        Region { ptr, len }
+        Region { ptr, len, ..*self }
     }
 
     /// The `T` at byte `offset`. Panics when it does not lie inside the region or is not

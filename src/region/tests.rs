@@ -286,3 +286,56 @@ fn regions_refuse_null_and_misalignment_and_views_stay_inside() {
     assert!(std::panic::catch_unwind(|| r.view::<AtomicU64>(4092)).is_err());
     assert!(std::panic::catch_unwind(|| r.view::<AtomicU64>(4)).is_err());
 }
+
+/// A caller's region may be shared between processes, so where a 16-byte compare-exchange is
+/// not lock-free (portable-atomic would take a lock private to this process) tables and logs
+/// refuse it with an operator's message; in-process ones work either way. The lock path runs
+/// in a build with `--cfg portable_atomic_no_outline_atomics` and no `+cmpxchg16b`
+/// (scripts/crate-outside.sh), which sets `WEIR_EXPECT_LOCK_FREE=0` so the test knows which
+/// path it must have taken.
+#[test]
+fn shared_regions_need_a_lock_free_16_byte_cas() {
+    let lock_free = crate::table::lock_free_128();
+    if let Ok(expected) = std::env::var("WEIR_EXPECT_LOCK_FREE") {
+        assert_eq!(
+            lock_free,
+            expected == "1",
+            "WEIR_EXPECT_LOCK_FREE={expected}"
+        );
+    }
+    let sw = SlidingWindow::new(1, 1_000_000_000).unwrap();
+    let log = SlidingLog::new(1, 1_000_000_000).unwrap();
+
+    // In-process: this process's own mapping, whatever the CPU.
+    let t = Table::new(Table::bytes_for(256), 1, 0).unwrap();
+    let k = t.key_hash(b"client");
+    assert_eq!(t.check(&sw, k, 1, 1).decision, Decision::Pass);
+    assert_eq!(t.check(&sw, k, 1, 2).decision, Decision::Reject);
+    let l = t.log_in_slots(log).unwrap();
+    assert_eq!(l.check(k, 1).decision, Decision::Pass);
+    assert_eq!(l.check(k, 2).decision, Decision::Reject);
+    let l = LogTable::new(LogTable::bytes_for(&log, 16), log, 0).unwrap();
+    assert_eq!(l.check(k, 1).decision, Decision::Pass);
+    let m = Mapping::new(Table::bytes_for(64)).unwrap();
+    assert!(!m.region().part(64, 64).may_be_shared());
+
+    // A caller's region (here the same kind of mapping, handed over as a host would).
+    // SAFETY: the mapping is valid for its length while `m` lives, which outlives the handles.
+    let shared = unsafe { Region::new(m.region().as_ptr(), m.region().len(), REGION_ALIGN) };
+    let shared = shared.unwrap();
+    assert!(shared.may_be_shared() && shared.part(64, 64).may_be_shared());
+    let table = Table::create_or_attach_in(shared, 1, 0, Fresh::Zeroed).map(|_| ());
+    let log = LogTable::create_or_attach_in(shared, log, 0, Fresh::Unknown).map(|_| ());
+    if lock_free {
+        assert_eq!(table, Ok(()));
+        assert_eq!(log, Ok(()));
+    } else {
+        assert_eq!(table, Err(RegionError::NoLockFree128));
+        assert_eq!(log, Err(RegionError::NoLockFree128));
+        let msg = RegionError::NoLockFree128.to_string();
+        assert!(
+            msg.contains("cmpxchg16b") && msg.contains("shared"),
+            "{msg}"
+        );
+    }
+}

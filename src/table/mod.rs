@@ -261,9 +261,10 @@ impl Table {
             window: (PROBE_WINDOW / BUCKET_SLOTS).min(capacity / BUCKET_SLOTS),
             hasher: ahash::RandomState::with_seeds(seed[0], seed[1], seed[2], seed[3]),
             clock_base: h.clock_base.load(Relaxed),
-            #[cfg(target_arch = "x86_64")]
-            avx: std::arch::is_x86_feature_detected!("avx"),
-            #[cfg(not(target_arch = "x86_64"))]
+            // Plain loads would bypass portable-atomic's lock where it takes one.
+            #[cfg(all(target_arch = "x86_64", not(loom)))]
+            avx: std::arch::is_x86_feature_detected!("avx") && lock_free_128(),
+            #[cfg(not(all(target_arch = "x86_64", not(loom))))]
             avx: false,
             backing,
         }
@@ -306,7 +307,11 @@ impl Table {
         let len = self.region_len();
         // SAFETY: the table's own region (`len` recorded at creation, checked on attach),
         // valid as long as `self.backing`, which the log handle shares below.
-        let region = unsafe { Region::new(self.header.as_ptr().cast(), len, REGION_ALIGN) }?;
+        let mut region = unsafe { Region::new(self.header.as_ptr().cast(), len, REGION_ALIGN) }?;
+        if let Backing::Mapped(_) = self.backing {
+            // This process's own mapping (`Table::new`), as the table's region was.
+            region = region.process_private();
+        }
         let skip = Table::bytes_for(0) - MIN_CAPACITY * SLOT_BYTES;
         let area = region.part(skip, len - skip);
         let (t, _) = LogTable::create_or_attach_in(area, log, self.clock_base, Fresh::Zeroed)?;
@@ -529,6 +534,14 @@ impl Table {
     }
 }
 
+/// Whether a 16-byte compare-exchange is one lock-free instruction on this CPU (cmpxchg16b,
+/// detected at run time unless the build enables it). Without it portable-atomic takes a lock
+/// of this process: fine for a table only this process maps, never for a shared region.
+#[cfg(not(loom))]
+pub(crate) fn lock_free_128() -> bool {
+    portable_atomic::AtomicU128::is_lock_free()
+}
+
 /// The header of the table in `region` and the slots that fit after it.
 #[cfg(not(loom))]
 fn table_header(region: &Region) -> Result<(&Header, usize), TableError> {
@@ -544,7 +557,7 @@ fn header_in(
     capacity: usize,
     minimum: usize,
 ) -> Result<(&Header, usize), TableError> {
-    if !portable_atomic::AtomicU128::is_lock_free() {
+    if region.may_be_shared() && !lock_free_128() {
         return Err(TableError::NoLockFree128);
     }
     if region.as_ptr() as usize % REGION_ALIGN != 0 {
