@@ -8,6 +8,12 @@
 #
 #   benches/nginx_wrk.sh [MODULE.so]      (make nginx-module first; needs wrk)
 #
+# With INSTR=1 it counts instructions instead (needs valgrind; load-independent): each
+# configuration runs in one nginx process under callgrind, sent N1 and then N2 requests on one
+# keep-alive connection; the figure is the nginx process's user-space instructions per
+# request, (I(N2) - I(N1)) / (N2 - N1). The kernel's share (TCP, the file) is not in it, so
+# the relative cost of a limit is larger here than in requests/s. Env: N1 (200), N2 (1200).
+#
 # Each configuration runs ROUNDS times, the rounds interleaved (plain, stock, weir_req,
 # policy, plain, …) so that load from other jobs on the machine hits all of them alike; the
 # table gives the median requests/s and the median worker CPU time per request (utime+stime
@@ -21,10 +27,15 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 module=$(realpath "${1:-$here/target/nginx/ngx_http_weir_module.so}")
 duration=${DURATION:-5s}
 rounds=${ROUNDS:-3}
+[ -n "${INSTR:-}" ] && rounds=1 # exact: one round
 conns=${CONNS:-32}
 threads=${THREADS:-2}
 workers=${WORKERS:-1}
-command -v wrk >/dev/null || { echo "wrk missing: apt-get install wrk" >&2; exit 1; }
+if [ -n "${INSTR:-}" ]; then
+    command -v valgrind >/dev/null || { echo "valgrind missing: apt-get install valgrind" >&2; exit 1; }
+else
+    command -v wrk >/dev/null || { echo "wrk missing: apt-get install wrk" >&2; exit 1; }
+fi
 [ -f "$module" ] || { echo "$module missing: make nginx-module" >&2; exit 1; }
 
 dir=$(mktemp -d)
@@ -132,6 +143,10 @@ http {
     }
 }
 CONF
+    if [ -n "${INSTR:-}" ]; then
+        instr "$@"
+        return
+    fi
     /usr/sbin/nginx -p "$dir/" -c "$dir/nginx.conf"
     sleep 0.3
     pid=$(cat "$dir/nginx.pid")
@@ -148,6 +163,38 @@ CONF
     fi
     reqs=$(awk '/requests in/ {print $1}' "$dir/wrk.out")
     echo "$1|$4|$(awk '/Requests\/sec/ {print $2}' "$dir/wrk.out")|$(( (t1 - t0) * 1000000 / $(getconf CLK_TCK) * 100 / reqs ))" >> "$dir/results"
+}
+
+instr() { # as run, under callgrind: instructions per request, in the CPU column (×100)
+    local n total=() i
+    for n in "${N1:-200}" "${N2:-1200}"; do
+        valgrind --tool=callgrind --callgrind-out-file="$dir/cg.out" /usr/sbin/nginx -p "$dir/" \
+            -c "$dir/nginx.conf" -g "daemon off; master_process off;" 2> "$dir/vg.err" &
+        pid=$!
+        python3 - "$port" "$n" "$4" <<'PY'
+import http.client, sys, time
+port, n, keys = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+for _ in range(600):
+    try:
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        c.connect()
+        break
+    except OSError:
+        time.sleep(0.1)
+for i in range(n):
+    c.request("GET", f"/k{i}" if keys == "churn" else "/f")
+    r = c.getresponse()
+    r.read()
+    if r.status != 200:
+        sys.exit(f"status {r.status}: a limit rejected")
+PY
+        kill -QUIT "$pid"
+        wait "$pid" || true
+        pid=
+        total+=("$(sed -n 's/^summary: *//p' "$dir/cg.out")")
+    done
+    i=$(( (total[1] - total[0]) / (${N2:-1200} - ${N1:-200}) ))
+    echo "$1|$4|0|$(( i * 100 ))" >> "$dir/results"
 }
 
 worker_ticks() { # utime + stime of the workers, in clock ticks
@@ -171,15 +218,17 @@ for round in $(seq "$rounds"); do
 done
 
 python3 - "$dir/results" <<'PY'
-import sys, statistics, collections
+import os, sys, statistics, collections
+instr = bool(os.environ.get("INSTR"))
 rows = collections.OrderedDict()
 for line in open(sys.argv[1]):
     name, keys, rps, cpu = line.strip().split("|")
     rows.setdefault((keys, name), []).append((float(rps), int(cpu) / 100))
-print(f"{'configuration':<22} {'keys':<6} {'req/s (median)':>15} {'vs plain':>9} {'worker CPU us/req':>18} {'vs plain':>9}")
+cost = "instructions/req" if instr else "worker CPU us/req"
+print(f"{'configuration':<22} {'keys':<6} {'req/s (median)':>15} {'vs plain':>9} {cost:>18} {'vs plain':>9}")
 for keys in ("hot", "churn"):
     base = rows[(keys, "plain (no limit)")]
-    b_rps = statistics.median(r for r, _ in base)
+    b_rps = statistics.median(r for r, _ in base) or 1
     b_cpu = statistics.median(c for _, c in base)
     for (k, name), v in rows.items():
         if k != keys:
@@ -188,4 +237,8 @@ for keys in ("hot", "churn"):
         cpu = statistics.median(c for _, c in v)
         print(f"{name:<22} {keys:<6} {rps:>15.0f} {rps / b_rps:>9.2f} {cpu:>18.2f} {cpu / b_cpu:>9.2f}")
 PY
-echo "(wrk -t$threads -c$conns -d$duration, $rounds interleaved rounds, $workers worker(s), $(nproc) cores shared with other jobs; load average $(cut -d' ' -f1-3 /proc/loadavg))"
+if [ -n "${INSTR:-}" ]; then
+    echo "(callgrind, one nginx process, requests ${N1:-200} to ${N2:-1200} on one keep-alive connection)"
+else
+    echo "(wrk -t$threads -c$conns -d$duration, $rounds interleaved rounds, $workers worker(s), $(nproc) cores shared with other jobs; load average $(cut -d' ' -f1-3 /proc/loadavg))"
+fi
