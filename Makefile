@@ -1,6 +1,7 @@
 # weir — every command CI runs is reachable from here.
 #   make demo    the main job: the crawler incident through nginx + weir on examples/wiki.toml
 #   make lib     libweir.a / libweir.so (C ABI); make header regenerates include/weir.h
+#   make dist    the Caddy plugin tarball (linux/amd64; make dist-arm64: linux/arm64)
 #   make install libweir.a, libweir.so, weir.h, weir.pc under PREFIX (docs/C-API.md)
 #   make test    everything CI runs (formatting, lints, unit/integration/multi-process tests,
 #                the nginx differential test, loom models, bounded fuzzing, benchmark builds)
@@ -82,8 +83,8 @@ install: lib
 
 # make install into a temporary prefix; docs/C-API.md's host built with pkg-config from it
 # (shared and static) and from the tree, and run.
-install-test: lib pc
-	bash tests/c/install_test.sh $(CARGO_OUT)/release
+install-test: lib pc dist-arm64
+	ARM64_LIB=$(CURDIR)/target/caddy/linux_arm64/libweir_caddy.a bash tests/c/install_test.sh $(CARGO_OUT)/release
 
 # The C ABI from C: under ASan+UBSan (static lib) and under valgrind memcheck; the .so must
 # export weir_* symbols only, and the static lib must link with --exclude-libs,ALL.
@@ -220,6 +221,30 @@ WEIR_VERSION = $(shell sed -n 's/^version = "\(.*\)"/\1/p' ffi/Cargo.toml)
 DIST_TARBALL = target/dist/weir-caddy-$(WEIR_VERSION)-$(subst _,-,$(GO_PLATFORM)).tar.gz
 dist: caddy-lib
 	bash scripts/caddy-dist.sh caddy-plugin $(WEIR_VERSION) $(GO_PLATFORM) target/dist
+
+# target/dist/weir-caddy-VERSION-linux-arm64.tar.gz: the same for linux/arm64, cross-built
+# (Rust's aarch64-unknown-linux-gnu target, Debian's gcc-aarch64-linux-gnu; make setup-arm64).
+ARM64_TARGET = aarch64-unknown-linux-gnu
+ARM64_TARBALL = target/dist/weir-caddy-$(WEIR_VERSION)-linux-arm64.tar.gz
+.PHONY: setup-arm64 dist-arm64 caddy-dist-test-arm64
+setup-arm64:
+	@bash scripts/setup.sh arm64
+dist-arm64: setup-arm64
+	CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc \
+		$(CARGO) build --release --target $(ARM64_TARGET) -p weir-ffi
+	CROSS=aarch64-linux-gnu- bash scripts/caddy-lib.sh \
+		$(RUST_TARGET)/$(ARM64_TARGET)/release/libweir.a target/caddy/linux_arm64
+	mkdir -p caddy-plugin/lib/linux_arm64
+	cp include/weir.h caddy-plugin/lib/weir.h
+	cp target/caddy/linux_arm64/libweir_caddy.a caddy-plugin/lib/linux_arm64/libweir_caddy.a
+	bash scripts/caddy-dist.sh caddy-plugin $(WEIR_VERSION) linux_arm64 target/dist
+
+# The arm64 tarball as an arm64 user takes it: Caddy cross-built from it by xcaddy
+# (GOARCH=arm64, CC=aarch64-linux-gnu-gcc) and run under qemu-aarch64, a request refused.
+caddy-dist-test-arm64: dist-arm64 $(XCADDY)
+	GOFLAGS="$(or $(GOFLAGS),-p=1)" GOARCH=arm64 CC=aarch64-linux-gnu-gcc \
+		RUN="qemu-aarch64 -L /usr/aarch64-linux-gnu" \
+		bash scripts/caddy-dist-test.sh $(ARM64_TARBALL) $(XCADDY) $(CADDY_VERSION)
 
 # The tarball as a user takes it: unpacked outside the repository, Caddy built from it by
 # xcaddy, a request refused over real HTTP (reuses the Go build cache of `make caddy`).

@@ -3,6 +3,7 @@
 # the repository, Caddy built from it by xcaddy (CGO_ENABLED=1, no other setting), started on
 # 127.0.0.1 with a Caddyfile using weir, and a third request inside a 2-event window refused.
 # Usage: caddy-dist-test.sh TARBALL XCADDY CADDY_VERSION
+# Cross builds: GOARCH (and CC) for the build, RUN for the runner (e.g. qemu-aarch64 -L ...).
 set -euo pipefail
 tarball=$(realpath "${1:?usage: caddy-dist-test.sh tarball xcaddy caddy_version}")
 xcaddy=$(realpath "${2:?xcaddy}")
@@ -23,7 +24,7 @@ if ls "$dir"/*_test.go >/dev/null 2>&1 || grep -q '^//go:build weirtest' "$dir"/
 fi
 (cd "$tmp" && CGO_ENABLED=1 XCADDY_SKIP_CLEANUP=0 timeout 900 "$xcaddy" build "$caddy_version" \
     --with "github.com/weir-rs/weir/caddy-plugin@v0.0.0=$dir" --output "$tmp/caddy")
-"$tmp/caddy" list-modules | grep -qx 'http.handlers.weir'
+${RUN:-} "$tmp/caddy" list-modules | grep -qx 'http.handlers.weir'
 
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 cat > "$tmp/Caddyfile" <<CADDYFILE
@@ -43,7 +44,7 @@ http://127.0.0.1:$port {
 }
 CADDYFILE
 mkdir "$tmp/home"
-HOME=$tmp/home XDG_CONFIG_HOME=$tmp/home XDG_DATA_HOME=$tmp/home "$tmp/caddy" run --config "$tmp/Caddyfile" \
+HOME=$tmp/home XDG_CONFIG_HOME=$tmp/home XDG_DATA_HOME=$tmp/home ${RUN:-} "$tmp/caddy" run --config "$tmp/Caddyfile" \
     --adapter caddyfile > "$tmp/caddy.log" 2>&1 &
 pid=$!
 status() { curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/" || true; }
@@ -60,4 +61,4 @@ if [ "$codes" != "200 200 429" ]; then
     cat "$tmp/caddy.log" >&2
     exit 1
 fi
-echo "caddy-dist-test: $(basename "$tarball") built Caddy $caddy_version with weir; 429 after 2 requests"
+echo "caddy-dist-test: $(basename "$tarball") built Caddy $caddy_version with weir${GOARCH:+ for $GOARCH}; 429 after 2 requests"

@@ -47,4 +47,18 @@ if ! command -v go >/dev/null 2>&1; then
     echo "setup: go not found: the Caddy plugin needs Go >= 1.26 (https://go.dev/dl)" >&2
     exit 1
 fi
+# `setup.sh arm64` (make dist-arm64): the linux/arm64 cross toolchain, and qemu-user to run
+# what it builds.
+if [ "${1:-}" = arm64 ]; then
+    cross=()
+    command -v aarch64-linux-gnu-gcc >/dev/null 2>&1 || cross+=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross)
+    command -v qemu-aarch64 >/dev/null 2>&1 || cross+=(qemu-user)
+    if [ ${#cross[@]} -gt 0 ]; then
+        echo "setup: installing ${cross[*]}"
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${cross[@]}" >/dev/null ||
+            { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${cross[@]}" >/dev/null; }
+    fi
+    rustup target list --installed | grep -qx aarch64-unknown-linux-gnu ||
+        rustup target add aarch64-unknown-linux-gnu
+fi
 echo "setup: ok"

@@ -80,7 +80,7 @@ pub struct Table {
     clock_base: u64,
     /// The CPU has AVX, so an aligned 16-byte `vmovdqa` is an atomic load (see
     /// [`atomic_load_x4`]).
-    #[cfg_attr(loom, allow(dead_code))]
+    #[cfg_attr(any(loom, not(target_arch = "x86_64")), allow(dead_code))]
     avx: bool,
     backing: Backing<Model>,
 }

@@ -4,7 +4,7 @@
 # through `pkg-config --static`, and against the tree through weir-uninstalled.pc; each run.
 # Also: the DESTDIR layout, the soname links, no debug info in what is installed, SPLIT_DEBUG.
 #
-#   install_test.sh CARGO_RELEASE_DIR   (after make lib pc)
+#   [ARM64_LIB=...] install_test.sh CARGO_RELEASE_DIR   (after make lib pc [dist-arm64])
 set -euo pipefail
 
 out=$(cd "${1:?usage: install_test.sh CARGO_RELEASE_DIR}" && pwd)
@@ -87,4 +87,14 @@ unset PKG_CONFIG_DISABLE_UNINSTALLED
 eval "$(cat ../tree.sh)"
 [ "$(pkg-config --variable=libdir weir)" = "$out" ] || fail "pkg-config did not take weir-uninstalled.pc"
 LD_LIBRARY_PATH=/nonexistent check "in the tree" yes
+
+# ARM64_LIB: the library of the linux/arm64 Caddy tarball (make dist-arm64); the same host,
+# cross-compiled against it, runs under qemu-aarch64.
+if [ -n "${ARM64_LIB:-}" ]; then
+    aarch64-linux-gnu-gcc -I"$root/include" host.c "$ARM64_LIB" -lm -ldl -lpthread -lrt -lutil \
+        -lgcc_s -o host || fail "arm64: cross-compiling host.c against $ARM64_LIB failed"
+    readelf -h host | grep -q 'Machine:.*AArch64' || fail "arm64: host is not an AArch64 binary"
+    run="qemu-aarch64 -L /usr/aarch64-linux-gnu $run"
+    check "linux/arm64 (qemu)" no
+fi
 echo "install-test: passed"
