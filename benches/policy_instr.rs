@@ -26,6 +26,23 @@ fn engine(src: &str) -> Engine {
         .unwrap()
 }
 
+/// As benches/policy.rs `rejections`: 16 clients over `1r/m`, the clock standing still.
+fn rejections(engine: Engine, n: usize) {
+    let peers: Vec<_> = (1..=16u8)
+        .map(|c| OwnedRequest::new("GET", "/", IpAddr::from([198, 51, 100, c])))
+        .collect();
+    let now = 1_000_000_000u64;
+    for r in &peers {
+        engine.evaluate(r, now).unwrap();
+    }
+    for i in 0..n {
+        let out = engine
+            .evaluate(black_box(&peers[i % peers.len()]), now)
+            .unwrap();
+        black_box(out.action);
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let (Some(case), Some(n)) = (args.first(), args.get(1).and_then(|n| n.parse().ok())) else {
@@ -67,7 +84,19 @@ fn main() {
                 .map(|c| OwnedRequest::new("GET", "/", IpAddr::from([198, 51, 100, c])))
                 .collect(),
         ),
-        other => panic!("unknown case {other:?} (wiki, wiki_long_cookie, static, api, mix, min)"),
+        "reject" | "reject_no_top_keys" => {
+            let status = if case == "reject" {
+                ""
+            } else {
+                "[status]\ntop_keys = false\n"
+            };
+            let src = format!("{status}{}", fixture::MINIMAL_POLICY).replace("10r/s", "1r/m");
+            return rejections(engine(&src), n);
+        }
+        other => panic!(
+            "unknown case {other:?} (wiki, wiki_long_cookie, static, api, mix, min, reject, \
+             reject_no_top_keys)"
+        ),
     };
     // As benches/policy.rs: 100 ms per request, so every request passes.
     let mut now = 1_000_000_000u64;
