@@ -437,3 +437,32 @@ func logZoneBytes(events, keys uint64) uint64 {
 
 // zoneMinBytes is the smallest table a GCRA, sliding or concurrency zone can have.
 func zoneMinBytes() uint64 { return uint64(C.weir_zone_min_bytes()) }
+
+// statusJSON renders engines (nil entries skipped) as one JSON status (weir_metrics with
+// WEIR_FORMAT_JSON: totals summed, limits and zones listed in turn; docs/METRICS.md).
+func statusJSON(engines []*engine) []byte {
+	ptrs := make([]*C.weir_engine, 0, len(engines))
+	for _, e := range engines {
+		if e != nil {
+			ptrs = append(ptrs, e.p)
+		}
+	}
+	var first **C.weir_engine
+	if len(ptrs) > 0 {
+		first = &ptrs[0] // Go memory holding C pointers only: cgo may take it
+	}
+	buf := make([]byte, 64<<10)
+	for {
+		var n C.size_t
+		rc := C.weir_metrics(first, C.size_t(len(ptrs)), C.WEIR_FORMAT_JSON, bptr(buf),
+			C.size_t(len(buf)), &n)
+		switch {
+		case rc == C.WEIR_OK:
+			return buf[:n]
+		case rc == C.WEIR_ERR_BUFFER_TOO_SMALL && int(n) >= len(buf):
+			buf = make([]byte, 2*int(n)) // counters may gain digits meanwhile
+		default:
+			return nil
+		}
+	}
+}

@@ -10,6 +10,7 @@
 //! "Last minute" is the current and the previous minute bucket; "last 15 minutes" every
 //! bucket of the last 15 minutes, merged by adding counts (Space-Saving summaries merge so).
 
+mod atom;
 mod display;
 mod ring;
 mod summary;
@@ -20,12 +21,15 @@ use std::sync::atomic::AtomicU64;
 pub use display::Exposure;
 pub use ring::{PerSecond, SECONDS};
 pub use summary::Counted;
+/// The summary and history over any atomic words, for the loom models.
+#[doc(hidden)]
+pub use {atom::Atom, ring::Ring, summary::Summary};
 
 use crate::policy::key::{KeySpec, KEY_BUF_LEN};
 use crate::policy::request::PreparedRequest;
 use display::{tag, write_ip, write_key, Text};
-use ring::{Ring, SLOT_WORDS};
-use summary::{top, Summary};
+use ring::SLOT_WORDS;
+use summary::top;
 
 /// Minute buckets kept.
 pub const BUCKETS: usize = 15;
@@ -80,7 +84,7 @@ impl TopArea<'_> {
         &self.words[i * LIMIT_WORDS..(i + 1) * LIMIT_WORDS]
     }
 
-    fn summaries(&self, i: usize, minute: u32) -> (Summary<'_>, Summary<'_>) {
+    fn summaries(&self, i: usize, minute: u32) -> (Summary<'_, AtomicU64>, Summary<'_, AtomicU64>) {
         let at = minute as usize % BUCKETS * BUCKET_WORDS;
         let b = &self.limit(i)[at..at + BUCKET_WORDS];
         let (keys, clients) = b.split_at(TOP * KEY_WORDS);
@@ -96,7 +100,7 @@ impl TopArea<'_> {
         )
     }
 
-    fn ring(&self, i: usize) -> Ring<'_> {
+    fn ring(&self, i: usize) -> Ring<'_, AtomicU64> {
         Ring {
             words: &self.limit(i)[BUCKETS * BUCKET_WORDS..],
         }

@@ -10,34 +10,35 @@
 //! the new second and adds). Passes cost the pass path nothing: second `s` passed
 //! `total(s + 1) − total(s)` when both seconds were sampled, and is unknown otherwise.
 
-use std::sync::atomic::{AtomicU64, Ordering::*};
+use std::sync::atomic::Ordering::*;
+
+use super::atom::Atom;
 
 /// Seconds of history.
 pub const SECONDS: usize = 900;
 pub(super) const SLOT_WORDS: usize = 4;
 
 /// One limit's ring.
-#[derive(Clone, Copy)]
-pub(super) struct Ring<'a> {
-    pub words: &'a [AtomicU64],
+pub struct Ring<'a, A> {
+    pub words: &'a [A],
 }
 
 /// Adds one to a `second << 32 | count` word for `second`.
-fn bump(w: &AtomicU64, second: u32) {
+fn bump(w: &impl Atom, second: u32) {
     let mut cur = w.load(Relaxed);
     loop {
         if (cur >> 32) as u32 == second {
             w.fetch_add(1, Relaxed);
             return;
         }
-        match w.compare_exchange_weak(cur, u64::from(second) << 32 | 1, Relaxed, Relaxed) {
+        match w.compare_exchange(cur, u64::from(second) << 32 | 1, Relaxed, Relaxed) {
             Ok(_) => return,
             Err(now) => cur = now,
         }
     }
 }
 
-fn count_in(w: &AtomicU64, second: u32) -> u64 {
+fn count_in(w: &impl Atom, second: u32) -> u64 {
     let v = w.load(Relaxed);
     if (v >> 32) as u32 == second {
         v & 0xffff_ffff
@@ -56,9 +57,10 @@ pub struct PerSecond {
     pub rejected: Vec<u64>,
 }
 
-impl Ring<'_> {
-    fn slot(&self, second: u32) -> &[AtomicU64] {
-        let i = second as usize % SECONDS * SLOT_WORDS;
+impl<A: Atom> Ring<'_, A> {
+    fn slot(&self, second: u32) -> &[A] {
+        // SECONDS slots in a region; fewer in the loom models.
+        let i = second as usize % (self.words.len() / SLOT_WORDS) * SLOT_WORDS;
         &self.words[i..i + SLOT_WORDS]
     }
 
@@ -79,12 +81,17 @@ impl Ring<'_> {
         bump(&self.slot(second)[3], second);
     }
 
+    /// Rejections counted in `second` (0 once its slot holds another second).
+    pub fn rejected_in(&self, second: u32) -> u64 {
+        count_in(&self.slot(second)[3], second)
+    }
+
     /// The passed total sampled in `second`, if any.
     fn total_at(&self, second: u32) -> Option<u64> {
         let s = self.slot(second);
         let stamp = s[0].load(Acquire);
         let t = s[1].load(Relaxed);
-        std::sync::atomic::fence(Acquire);
+        A::fence(Acquire);
         (stamp == u64::from(second) && s[0].load(Relaxed) == stamp).then_some(t)
     }
 
@@ -114,7 +121,7 @@ impl Ring<'_> {
             };
             p.passed.push(passed);
             p.delayed.push(count_in(&self.slot(s)[2], s));
-            p.rejected.push(count_in(&self.slot(s)[3], s));
+            p.rejected.push(self.rejected_in(s));
         }
         p
     }
@@ -123,6 +130,7 @@ impl Ring<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::AtomicU64;
 
     #[test]
     fn seconds_are_counted_in_their_slot_and_old_seconds_read_as_zero() {

@@ -20,7 +20,9 @@
 //! error of one count per such race. Readers use the meta word as a sequence lock and skip
 //! entries being rewritten.
 
-use std::sync::atomic::{fence, AtomicU64, Ordering::*};
+use std::sync::atomic::Ordering::*;
+
+use super::atom::Atom;
 
 /// Meta word's busy bit.
 const BUSY: u64 = 1;
@@ -36,24 +38,30 @@ pub struct Counted {
 }
 
 /// A summary over `words` (`k` entries of `width` words each).
-#[derive(Clone, Copy)]
-pub(super) struct Summary<'a> {
-    pub words: &'a [AtomicU64],
+pub struct Summary<'a, A> {
+    pub words: &'a [A],
     pub width: usize,
 }
+
+impl<A> Clone for Summary<'_, A> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<A> Copy for Summary<'_, A> {}
 
 fn minute_of(meta: u64) -> u32 {
     (meta >> 32) as u32
 }
 
-impl Summary<'_> {
-    fn entries(&self) -> impl Iterator<Item = &[AtomicU64]> {
+impl<A: Atom> Summary<'_, A> {
+    fn entries(&self) -> impl Iterator<Item = &[A]> {
         self.words.chunks_exact(self.width)
     }
 
     /// Counts one occurrence of `name` (hash `tag`, non-zero) in `minute`.
     pub fn record(&self, minute: u32, tag: u64, name: &[u8]) {
-        let mut victim: Option<(&[AtomicU64], u64, u64)> = None;
+        let mut victim: Option<(&[A], u64, u64)> = None;
         for e in self.entries() {
             let meta = e[0].load(Acquire);
             let current = minute_of(meta) == minute;
@@ -76,7 +84,7 @@ impl Summary<'_> {
             return;
         }
         // The meta word says busy before any other word changes (sequence lock).
-        fence(Release);
+        A::fence(Release);
         e[1].store(count + 1, Relaxed);
         e[2].store(tag, Relaxed);
         for (i, w) in e[NAME_AT..].iter().enumerate() {
@@ -102,7 +110,7 @@ impl Summary<'_> {
                 .iter()
                 .flat_map(|w| w.load(Relaxed).to_le_bytes())
                 .collect();
-            fence(Acquire);
+            A::fence(Acquire);
             if e[0].load(Relaxed) != meta || count == 0 || tag == 0 {
                 continue;
             }
@@ -136,6 +144,7 @@ pub fn top(mut counted: Vec<Counted>, n: usize) -> Vec<Counted> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::AtomicU64;
 
     fn words(n: usize) -> Vec<AtomicU64> {
         (0..n).map(|_| AtomicU64::new(0)).collect()
