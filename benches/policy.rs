@@ -227,15 +227,9 @@ fn rejections(c: &mut Criterion) {
         ("reject/top_keys", ""),
         ("reject/no_top_keys", "[status]\ntop_keys = false\n"),
     ] {
-        let src = format!("{status}{}", fixture::MINIMAL_POLICY).replace("10r/s", "1r/m");
-        let engine = engine(&src);
-        let peers: Vec<_> = (1..=16u8)
-            .map(|c| OwnedRequest::new("GET", "/", IpAddr::from([198, 51, 100, c])))
-            .collect();
+        let engine = engine(&fixture::reject_policy(status));
         let now = 1_000_000_000u64;
-        for r in &peers {
-            engine.evaluate(r, now).unwrap();
-        }
+        let peers = fixture::over_limit_peers(&engine, now);
         let mut i = 0usize;
         c.bench_function(name, |b| {
             b.iter(|| {

@@ -28,13 +28,8 @@ fn engine(src: &str) -> Engine {
 
 /// As benches/policy.rs `rejections`: 16 clients over `1r/m`, the clock standing still.
 fn rejections(engine: Engine, n: usize) {
-    let peers: Vec<_> = (1..=16u8)
-        .map(|c| OwnedRequest::new("GET", "/", IpAddr::from([198, 51, 100, c])))
-        .collect();
     let now = 1_000_000_000u64;
-    for r in &peers {
-        engine.evaluate(r, now).unwrap();
-    }
+    let peers = fixture::over_limit_peers(&engine, now);
     for i in 0..n {
         let out = engine
             .evaluate(black_box(&peers[i % peers.len()]), now)
@@ -90,8 +85,7 @@ fn main() {
             } else {
                 "[status]\ntop_keys = false\n"
             };
-            let src = format!("{status}{}", fixture::MINIMAL_POLICY).replace("10r/s", "1r/m");
-            return rejections(engine(&src), n);
+            return rejections(engine(&fixture::reject_policy(status)), n);
         }
         other => panic!(
             "unknown case {other:?} (wiki, wiki_long_cookie, static, api, mix, min, reject, \

@@ -381,10 +381,18 @@ func (e *engine) logLevel(i int) int { return int(C.weir_engine_limit_log_level(
 
 // prometheus is the engine's counters in Prometheus text (weir_engine_prometheus).
 func (e *engine) prometheus() []byte {
-	buf := make([]byte, 16<<10)
+	return rendered(16<<10, func(buf []byte, n *C.size_t) C.int {
+		return C.weir_engine_prometheus(e.p, bptr(buf), C.size_t(len(buf)), n)
+	})
+}
+
+// rendered calls render (the C ABI's buffer contract: weir_metrics) with a buffer of size
+// bytes, then larger ones until the text fits; nil on another error.
+func rendered(size int, render func(buf []byte, n *C.size_t) C.int) []byte {
+	buf := make([]byte, size)
 	for {
 		var n C.size_t
-		rc := C.weir_engine_prometheus(e.p, bptr(buf), C.size_t(len(buf)), &n)
+		rc := render(buf, &n)
 		switch {
 		case rc == C.WEIR_OK:
 			return buf[:n]
@@ -451,18 +459,8 @@ func statusJSON(engines []*engine) []byte {
 	if len(ptrs) > 0 {
 		first = &ptrs[0] // Go memory holding C pointers only: cgo may take it
 	}
-	buf := make([]byte, 64<<10)
-	for {
-		var n C.size_t
-		rc := C.weir_metrics(first, C.size_t(len(ptrs)), C.WEIR_FORMAT_JSON, bptr(buf),
-			C.size_t(len(buf)), &n)
-		switch {
-		case rc == C.WEIR_OK:
-			return buf[:n]
-		case rc == C.WEIR_ERR_BUFFER_TOO_SMALL && int(n) >= len(buf):
-			buf = make([]byte, 2*int(n)) // counters may gain digits meanwhile
-		default:
-			return nil
-		}
-	}
+	return rendered(64<<10, func(buf []byte, n *C.size_t) C.int {
+		return C.weir_metrics(first, C.size_t(len(ptrs)), C.WEIR_FORMAT_JSON, bptr(buf),
+			C.size_t(len(buf)), n)
+	})
 }

@@ -118,10 +118,8 @@ impl TopArea<'_> {
         now: u64,
         passed: impl FnOnce() -> u64,
     ) {
+        self.rejected_unnamed(i, now, passed);
         let second = (now / NS_PER_S) as u32;
-        let ring = self.ring(i);
-        ring.sample(second, passed);
-        ring.rejected(second);
         let (keys, clients) = self.summaries(i, second / 60);
         let mut buf = [0u8; KEY_BUF_LEN];
         let mut t = Text {
