@@ -212,6 +212,7 @@ impl Counters {
 
     /// Counts a rejection by limit `i` and records its key (`spec` for `req`) and client.
     #[cold]
+    #[inline(never)]
     pub(crate) fn rejected(&self, i: usize, spec: &KeySpec, req: &PreparedRequest<'_>, now: u64) {
         self.add_limit(i, |c| &c.rejected);
         let top = self.top();
@@ -222,9 +223,11 @@ impl Counters {
         }
     }
 
-    /// Records a delay by limit `i` in its per-second history (counted with the others).
+    /// Counts a delay by limit `i` and records it in its per-second history.
     #[cold]
+    #[inline(never)]
     pub(crate) fn delayed(&self, i: usize, now: u64) {
+        self.add_limit(i, |c| &c.delayed);
         self.top().delayed(i, now, || self.limit(i).passed);
     }
 

@@ -193,14 +193,11 @@ impl Engine {
             }
         }
         for (k, h) in hits.iter().enumerate() {
-            self.counters.add_limit(h.limit, |c| match pending[k] {
-                Counted::Pass => &c.passed,
-                Counted::Delayed => &c.delayed,
-                Counted::DryDelayed => &c.dry_run_delayed,
-                Counted::DryRejected => &c.dry_run_rejected,
-            });
-            if pending[k] == Counted::Delayed {
-                self.counters.delayed(h.limit, now);
+            match pending[k] {
+                Counted::Pass => self.counters.add_limit(h.limit, |c| &c.passed),
+                Counted::Delayed => self.counters.delayed(h.limit, now),
+                Counted::DryDelayed => self.counters.add_limit(h.limit, |c| &c.dry_run_delayed),
+                Counted::DryRejected => self.counters.add_limit(h.limit, |c| &c.dry_run_rejected),
             }
         }
         Ok(out)

@@ -25,7 +25,7 @@ pub use summary::Counted;
 #[doc(hidden)]
 pub use {atom::Atom, ring::Ring, summary::Summary};
 
-use crate::policy::key::{KeySpec, KEY_BUF_LEN};
+use crate::policy::key::KeySpec;
 use crate::policy::request::PreparedRequest;
 use display::{tag, write_ip, write_key, Text};
 use ring::SLOT_WORDS;
@@ -121,21 +121,16 @@ impl TopArea<'_> {
         self.rejected_unnamed(i, now, passed);
         let second = (now / NS_PER_S) as u32;
         let (keys, clients) = self.summaries(i, second / 60);
-        let mut buf = [0u8; KEY_BUF_LEN];
-        let mut t = Text {
-            buf: &mut buf,
-            len: 0,
-        };
-        write_key(&mut t, spec, req, self.exposure, self.seed);
-        let n = t.len;
-        keys.record(second / 60, tag(0, &buf[..n]), &buf[..n]);
-        let mut t = Text {
-            buf: &mut buf,
-            len: 0,
-        };
-        write_ip(&mut t, req.client, None, self.exposure, self.seed);
-        let n = t.len;
-        clients.record(second / 60, tag(0, &buf[..n]), &buf[..n]);
+        // Longer than any stored name (truncated to the entry).
+        let mut buf = [0u8; 128];
+        let key = Text::write(&mut buf, |t| {
+            write_key(t, spec, req, self.exposure, self.seed)
+        });
+        keys.record(second / 60, tag(0, key), key);
+        let client = Text::write(&mut buf, |t| {
+            write_ip(t, req.client, None, self.exposure, self.seed)
+        });
+        clients.record(second / 60, tag(0, client), client);
     }
 
     /// Records a rejection by limit `i` at `now` (ns) in its history only.
@@ -194,11 +189,6 @@ impl TopArea<'_> {
 /// The client part of a status for an address, as the summaries name it (tests and docs).
 pub fn client_name(ip: Option<IpAddr>, exposure: Exposure, seed: u64) -> String {
     let mut buf = [0u8; 64];
-    let mut t = Text {
-        buf: &mut buf,
-        len: 0,
-    };
-    write_ip(&mut t, ip, None, exposure, seed);
-    let n = t.len;
-    String::from_utf8_lossy(&buf[..n]).into_owned()
+    let name = Text::write(&mut buf, |t| write_ip(t, ip, None, exposure, seed));
+    String::from_utf8_lossy(name).into_owned()
 }
