@@ -4,7 +4,7 @@
 //!
 //! ```sh
 //! BIN=$(cargo bench --bench policy_instr --no-run 2>&1 | sed -n 's/.*(\(target[^)]*\)).*/\1/p')
-//! for case in wiki wiki_long_cookie static api mix min; do
+//! for case in wiki wiki_long_cookie static api mix min reject reject_no_top_keys; do
 //!   a=$(valgrind --tool=callgrind --callgrind-out-file=/dev/null $BIN $case 1000 2>&1 | sed -n 's/.*refs: *//p' | tr -d ,)
 //!   b=$(valgrind --tool=callgrind --callgrind-out-file=/dev/null $BIN $case 11000 2>&1 | sed -n 's/.*refs: *//p' | tr -d ,)
 //!   echo "$case $(( (b - a) / 10000 ))"
