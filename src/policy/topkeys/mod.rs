@@ -137,20 +137,29 @@ impl TopArea<'_> {
     #[cold]
     #[inline(never)]
     pub fn rejected_unnamed(&self, i: usize, now: u64, passed: impl FnOnce() -> u64) {
-        let second = (now / NS_PER_S) as u32;
-        let ring = self.ring(i);
-        ring.sample(second, passed);
-        ring.rejected(second);
+        self.history(i, now, passed, |r, s| r.rejected(s));
     }
 
     /// Records a delay by limit `i` at `now` (ns).
     #[cold]
     #[inline(never)]
     pub fn delayed(&self, i: usize, now: u64, passed: impl FnOnce() -> u64) {
+        self.history(i, now, passed, |r, s| r.delayed(s));
+    }
+
+    /// Samples limit `i`'s passed total for the second of `now` (once a second) and `add`s
+    /// to that second.
+    fn history(
+        &self,
+        i: usize,
+        now: u64,
+        passed: impl FnOnce() -> u64,
+        add: impl FnOnce(&Ring<'_, AtomicU64>, u32),
+    ) {
         let second = (now / NS_PER_S) as u32;
         let ring = self.ring(i);
         ring.sample(second, passed);
-        ring.delayed(second);
+        add(&ring, second);
     }
 
     /// Limit `i` as of `now` (ns), whose passed total is `passed`.
