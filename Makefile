@@ -203,6 +203,7 @@ caddy: caddy-lib $(XCADDY)
 	$(CADDY_ENV) XCADDY_SKIP_CLEANUP=0 $(XCADDY) build $(CADDY_VERSION) \
 		--with $(CADDY_MODULE)@v0.0.0=./caddy-plugin --output target/caddy/caddy
 	target/caddy/caddy list-modules | grep -qx 'http.handlers.weir'
+	target/caddy/caddy list-modules | grep -qx 'admin.api.weir'
 
 # target/caddy/caddy-weirtest: the same with the test hooks (-tags weirtest, see
 # caddy-plugin/testhook_on.go); built from caddy-plugin/cmd/caddy-weir, not by xcaddy, with

@@ -44,7 +44,7 @@ for g in "${groups[@]}"; do
 		;;
 	policy)
 		echo "policy engine: instructions per request (evaluate + release)"
-		per "$(bin --bench policy_instr)" 1000 11000 wiki wiki_long_cookie static api mix min
+		per "$(bin --bench policy_instr)" 1000 11000 wiki wiki_long_cookie static api mix min reject reject_no_top_keys
 		;;
 	tower)
 		echo "tower: instructions per request (request construction and inner service included)"

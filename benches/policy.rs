@@ -219,5 +219,29 @@ fn benches(c: &mut Criterion) {
     run(c, "minimal_1_limit/get_root", &min, &peers);
 }
 
-criterion_group!(policy, benches, at_scale);
+/// The reject path: 16 clients over their limit (`1r/m`, the clock standing still), with the
+/// rejected keys and clients recorded for the JSON status (`[status] top_keys`, the default)
+/// and without (only the per-second history).
+fn rejections(c: &mut Criterion) {
+    for (name, status) in [
+        ("reject/top_keys", ""),
+        ("reject/no_top_keys", "[status]\ntop_keys = false\n"),
+    ] {
+        let engine = engine(&fixture::reject_policy(status));
+        let now = 1_000_000_000u64;
+        let peers = fixture::over_limit_peers(&engine, now);
+        let mut i = 0usize;
+        c.bench_function(name, |b| {
+            b.iter(|| {
+                let r = &peers[i % peers.len()];
+                i = i.wrapping_add(1);
+                let out = engine.evaluate(black_box(r), now).unwrap();
+                assert_eq!(out.action, weir::policy::Action::Reject);
+                black_box(out.action)
+            })
+        });
+    }
+}
+
+criterion_group!(policy, benches, at_scale, rejections);
 criterion_main!(policy);

@@ -4,7 +4,7 @@
 //!
 //! ```sh
 //! BIN=$(cargo bench --bench policy_instr --no-run 2>&1 | sed -n 's/.*(\(target[^)]*\)).*/\1/p')
-//! for case in wiki wiki_long_cookie static api mix min; do
+//! for case in wiki wiki_long_cookie static api mix min reject reject_no_top_keys; do
 //!   a=$(valgrind --tool=callgrind --callgrind-out-file=/dev/null $BIN $case 1000 2>&1 | sed -n 's/.*refs: *//p' | tr -d ,)
 //!   b=$(valgrind --tool=callgrind --callgrind-out-file=/dev/null $BIN $case 11000 2>&1 | sed -n 's/.*refs: *//p' | tr -d ,)
 //!   echo "$case $(( (b - a) / 10000 ))"
@@ -24,6 +24,18 @@ mod fixture;
 fn engine(src: &str) -> Engine {
     Engine::new(CompiledPolicy::parse(src, Some("bench.toml")).unwrap_or_else(|e| panic!("{e}")))
         .unwrap()
+}
+
+/// As benches/policy.rs `rejections`: 16 clients over `1r/m`, the clock standing still.
+fn rejections(engine: Engine, n: usize) {
+    let now = 1_000_000_000u64;
+    let peers = fixture::over_limit_peers(&engine, now);
+    for i in 0..n {
+        let out = engine
+            .evaluate(black_box(&peers[i % peers.len()]), now)
+            .unwrap();
+        black_box(out.action);
+    }
 }
 
 fn main() {
@@ -67,7 +79,18 @@ fn main() {
                 .map(|c| OwnedRequest::new("GET", "/", IpAddr::from([198, 51, 100, c])))
                 .collect(),
         ),
-        other => panic!("unknown case {other:?} (wiki, wiki_long_cookie, static, api, mix, min)"),
+        "reject" | "reject_no_top_keys" => {
+            let status = if case == "reject" {
+                ""
+            } else {
+                "[status]\ntop_keys = false\n"
+            };
+            return rejections(engine(&fixture::reject_policy(status)), n);
+        }
+        other => panic!(
+            "unknown case {other:?} (wiki, wiki_long_cookie, static, api, mix, min, reject, \
+             reject_no_top_keys)"
+        ),
     };
     // As benches/policy.rs: 100 ms per request, so every request passes.
     let mut now = 1_000_000_000u64;

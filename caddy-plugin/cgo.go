@@ -381,10 +381,18 @@ func (e *engine) logLevel(i int) int { return int(C.weir_engine_limit_log_level(
 
 // prometheus is the engine's counters in Prometheus text (weir_engine_prometheus).
 func (e *engine) prometheus() []byte {
-	buf := make([]byte, 16<<10)
+	return rendered(16<<10, func(buf []byte, n *C.size_t) C.int {
+		return C.weir_engine_prometheus(e.p, bptr(buf), C.size_t(len(buf)), n)
+	})
+}
+
+// rendered calls render (the C ABI's buffer contract: weir_metrics) with a buffer of size
+// bytes, then larger ones until the text fits; nil on another error.
+func rendered(size int, render func(buf []byte, n *C.size_t) C.int) []byte {
+	buf := make([]byte, size)
 	for {
 		var n C.size_t
-		rc := C.weir_engine_prometheus(e.p, bptr(buf), C.size_t(len(buf)), &n)
+		rc := render(buf, &n)
 		switch {
 		case rc == C.WEIR_OK:
 			return buf[:n]
@@ -437,3 +445,22 @@ func logZoneBytes(events, keys uint64) uint64 {
 
 // zoneMinBytes is the smallest table a GCRA, sliding or concurrency zone can have.
 func zoneMinBytes() uint64 { return uint64(C.weir_zone_min_bytes()) }
+
+// statusJSON renders engines (nil entries skipped) as one JSON status (weir_metrics with
+// WEIR_FORMAT_JSON: totals summed, limits and zones listed in turn; docs/METRICS.md).
+func statusJSON(engines []*engine) []byte {
+	ptrs := make([]*C.weir_engine, 0, len(engines))
+	for _, e := range engines {
+		if e != nil {
+			ptrs = append(ptrs, e.p)
+		}
+	}
+	var first **C.weir_engine
+	if len(ptrs) > 0 {
+		first = &ptrs[0] // Go memory holding C pointers only: cgo may take it
+	}
+	return rendered(64<<10, func(buf []byte, n *C.size_t) C.int {
+		return C.weir_metrics(first, C.size_t(len(ptrs)), C.WEIR_FORMAT_JSON, bptr(buf),
+			C.size_t(len(buf)), n)
+	})
+}

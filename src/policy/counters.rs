@@ -8,9 +8,12 @@
 //! threads in docs/PERFORMANCE.md).
 //!
 //! Layout (all little-endian u64, offsets in words): `[0]` magic, `[1]` number of limits,
-//! `[2]` fingerprint of the limit names, `[3..8]` reserved, then [`STRIPES`] stripes, each of
-//! its owner word, [`EngineCounters`], and [`LimitCounters`] (6 words) per limit in policy
-//! order, padded to whole 64-byte lines.
+//! `[2]` fingerprint of the limit names, `[3]` a random seed (for hashed client addresses),
+//! `[4..8]` reserved, then [`STRIPES`] stripes, each of its owner word, [`EngineCounters`],
+//! and [`LimitCounters`] (6 words) per limit in policy order, padded to whole 64-byte lines;
+//! then the live top keys and per-second history of every limit (`policy::topkeys`).
+
+use std::net::IpAddr;
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
@@ -20,7 +23,12 @@ use crate::region::owner::Backing;
 use crate::region::stripes::{add as add_to_stripe, STRIPES};
 use crate::region::{atomic_words, Region, WordSpan};
 
-const MAGIC: u64 = magic(b"WEIRCNT", b'3');
+use super::key::KeySpec;
+use super::request::PreparedRequest;
+use super::topkeys::{Exposure, LimitTop, TopArea};
+
+const MAGIC: u64 = magic(b"WEIRCNT", b'4');
+const SEED_WORD: usize = 3;
 const HEADER_WORDS: usize = 8;
 /// A stripe's first word: its owner.
 const OWNER_WORDS: usize = 1;
@@ -83,6 +91,10 @@ pub struct Counters {
     limits: usize,
     /// Words per stripe: `stripe_words(limits)`.
     stride: usize,
+    /// How the top-keys area shows client addresses (the policy's `[status] clients`).
+    pub(crate) exposure: Exposure,
+    /// Whether rejections record their key and client (the policy's `[status] top_keys`).
+    pub(crate) record_keys: bool,
     _backing: Backing<()>,
 }
 
@@ -94,7 +106,12 @@ fn stripe_words(limits: usize) -> usize {
 impl Counters {
     /// Bytes a block for `limits` limits takes.
     pub fn bytes_for(limits: usize) -> usize {
-        (HEADER_WORDS + STRIPES * stripe_words(limits)) * 8
+        (Self::top_at(limits) + TopArea::words_for(limits)) * 8
+    }
+
+    /// Word index of the top-keys area.
+    fn top_at(limits: usize) -> usize {
+        HEADER_WORDS + STRIPES * stripe_words(limits)
     }
 
     /// A block in this process's memory (its stripes on their own cache lines).
@@ -131,12 +148,15 @@ impl Counters {
             schema: &[(2, fingerprint)],
         };
         let (mismatch, fresh) = (Mismatch::Reformat, Fresh::Unknown);
-        let kept = create_or_attach(&region, |i| &words[i], &ident, mismatch, fresh, || {});
+        let seed = || words[SEED_WORD].store(random_seed(), Relaxed);
+        let kept = create_or_attach(&region, |i| &words[i], &ident, mismatch, fresh, seed);
         kept.map_err(|e| e.to_string())?;
         Ok(Counters {
             words: region.word_span(),
             limits,
             stride: stripe_words(limits),
+            exposure: Exposure::default(),
+            record_keys: true,
             _backing: Backing::Borrowed,
         })
     }
@@ -180,6 +200,48 @@ impl Counters {
         add_to_stripe(|s| self.owner_in(s), |s| field(self.limit_in(s, i)));
     }
 
+    /// The top-keys area.
+    fn top(&self) -> TopArea<'_> {
+        let at = Self::top_at(self.limits);
+        TopArea {
+            words: self.words.slice(at, TopArea::words_for(self.limits)),
+            seed: self.words.view::<AtomicU64>(SEED_WORD).load(Relaxed),
+            exposure: self.exposure,
+        }
+    }
+
+    /// Counts a rejection by limit `i` and records its key (`spec` for `req`) and client.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn rejected(&self, i: usize, spec: &KeySpec, req: &PreparedRequest<'_>, now: u64) {
+        self.add_limit(i, |c| &c.rejected);
+        let top = self.top();
+        if self.record_keys {
+            top.rejected(i, spec, req, now, || self.limit(i).passed);
+        } else {
+            top.rejected_unnamed(i, now, || self.limit(i).passed);
+        }
+    }
+
+    /// Counts a delay by limit `i` and records it in its per-second history.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn delayed(&self, i: usize, now: u64) {
+        self.add_limit(i, |c| &c.delayed);
+        self.top().delayed(i, now, || self.limit(i).passed);
+    }
+
+    /// Limit `i`'s top keys and history as of `now` (ns).
+    pub fn limit_top(&self, i: usize, now: u64) -> LimitTop {
+        self.top().read(i, now, self.limit(i).passed)
+    }
+
+    /// The name the status gives client `ip` under this block's exposure.
+    pub fn client_name(&self, ip: Option<IpAddr>) -> String {
+        let t = self.top();
+        super::topkeys::client_name(ip, t.exposure, t.seed)
+    }
+
     /// Engine-wide counts.
     pub fn totals(&self) -> EngineCounts {
         let mut t = EngineCounts::default();
@@ -206,6 +268,18 @@ impl Counters {
             t.dry_run_rejected += c.dry_run_rejected.load(Relaxed);
         }
         t
+    }
+}
+
+/// A seed from the system's random source (the clock's nanoseconds if it fails).
+fn random_seed() -> u64 {
+    let mut b = [0u8; 8];
+    // SAFETY: writes at most 8 bytes into `b`.
+    let got = unsafe { libc::getrandom(b.as_mut_ptr().cast(), 8, 0) };
+    if got == 8 {
+        u64::from_le_bytes(b)
+    } else {
+        crate::clock::monotonic_ns()
     }
 }
 

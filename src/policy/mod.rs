@@ -12,6 +12,7 @@ pub mod net;
 pub mod request;
 #[cfg(test)]
 mod test_rng;
+pub mod topkeys;
 
 pub use config::zone_size;
 pub use config::{

@@ -1,6 +1,6 @@
 //! Shared-memory regions: every format weir keeps in memory that processes share (the slot
 //! table `WEIRTBL`, the exact sliding log `WEIRLOG`, the cluster region `WEIRCLS`, the engine
-//! counters `WEIRCNT3`) is laid out on one [`Region`] and created or attached through this
+//! counters `WEIRCNT4`) is laid out on one [`Region`] and created or attached through this
 //! module, which holds all of their pointer handling:
 //!
 //! - [`alloc`]: zero-filled anonymous mappings (huge-page aligned when large) for regions that
@@ -221,5 +221,17 @@ impl WordSpan {
         // `T: Words` is valid for any bytes and reached only through atomics; the memory
         // outlives the handle (the region's invariant).
         unsafe { &*self.ptr.as_ptr().add(word).cast::<T>() }
+    }
+
+    /// Words `[word, word + n)`. Panics when they do not lie inside the span.
+    #[inline]
+    pub(crate) fn slice(&self, word: usize, n: usize) -> &[AtomicU64] {
+        assert!(
+            word <= self.words && n <= self.words - word,
+            "slice past the span"
+        );
+        // SAFETY: as `view`'s: the words lie in the aligned span, atomics of any bit pattern
+        // are valid, and the memory outlives the handle.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr().add(word), n) }
     }
 }

@@ -604,7 +604,7 @@ test_bad_inputs(void)
         char *text = malloc(written + 1);
         CHECK(weir_engine_json(e, (uint8_t *) text, written, &written) == WEIR_OK, "json");
         text[written] = '\0';
-        CHECK(strncmp(text, "{\"version\":1,\"engine\":{\"requests\":", 32) == 0
+        CHECK(strncmp(text, "{\"version\":2,\"engine\":{\"requests\":", 32) == 0
               && strstr(text, "\"limits\":[{\"name\":") != NULL
               && text[written - 1] == '}', "json status: %s", text);
         free(text);

@@ -4,7 +4,7 @@
 
 use std::net::IpAddr;
 
-use weir::policy::OwnedRequest;
+use weir::policy::{Action, Engine, OwnedRequest};
 
 /// 10 classes (path prefix / glob / regex, query-arg glob, header regex,
 /// cookie, CIDR), 3 exemptions, 4 limits: per-IP gcra, global class gcra,
@@ -120,6 +120,24 @@ zone = "per_ip"
 burst = 20
 nodelay = true
 "#;
+
+/// [`MINIMAL_POLICY`] at `1r/m`, after `status` (a `[status]` table, or nothing): the reject
+/// path's benchmarks.
+pub fn reject_policy(status: &str) -> String {
+    format!("{status}{MINIMAL_POLICY}").replace("10r/s", "1r/m")
+}
+
+/// 16 clients that have spent their burst in `engine` ([`reject_policy`]) at `now`: with the
+/// clock standing still, each of their requests is rejected.
+pub fn over_limit_peers(engine: &Engine, now: u64) -> Vec<OwnedRequest> {
+    let peers: Vec<_> = (1..=16u8)
+        .map(|c| OwnedRequest::new("GET", "/", IpAddr::from([198, 51, 100, c])))
+        .collect();
+    for r in &peers {
+        while engine.evaluate(r, now).unwrap().action != Action::Reject {}
+    }
+    peers
+}
 
 const UA_FIREFOX: &str = "Mozilla/5.0 (X11; Linux x86_64; rv:133.0) Gecko/20100101 Firefox/133.0";
 

@@ -1,6 +1,8 @@
 """weir_status's formats (run by run.py: status-json): after known traffic, `?format=json`
 answers the JSON status (application/json) with the counts that traffic must give, the same
-numbers as the default Prometheus text under the same names; an unknown format is 400."""
+numbers as the default Prometheus text under the same names; an unknown format is 400. Then
+rejections from many client addresses (127.0.0.0/8 sources) through two nginx workers: the
+JSON names the hot key and client first and its per-second history counts the rejections."""
 
 import http.client
 import json
@@ -65,7 +67,7 @@ def json_samples(status, text):
     for k, v in (status["engine"] or {}).items():
         out[f"weir_{k}_total"] = v
     for lim in status["limits"]:
-        for k, v in lim.items():
+        for k, v in counts(lim).items():
             if k != "name":
                 out[f'weir_limit_requests_total{{limit="{lim["name"]}",verdict="{k}"}}'] = v
     for group, prefix in (("zones", "weir_zone_"), ("clusters", "weir_cluster_")):
@@ -74,6 +76,11 @@ def json_samples(status, text):
                 if k != "name":
                     out[f'{family(prefix, k)}{{zone="{z["name"]}"}}'] = v
     return out
+
+
+def counts(lim):
+    """A limit's entry without its live view (the objects: top keys, per-second history)."""
+    return {k: v for k, v in lim.items() if not isinstance(v, dict)}
 
 
 def limit(name, passed, rejected):
@@ -105,11 +112,11 @@ def test_status_json(module, promcheck):
                                                          "/d", "/d")]
         check(got == [200, 429, 429, 200, 200, 200, 503], f"traffic: {got}")
         status = status_json(both, promcheck)
-        check(status["version"] == 1, f"version: {status['version']}")
+        check(status["version"] == 2, f"version: {status['version']}")
         check(status["engine"] == {"requests": 5, "exempt": 2, "unmatched": 0, "bad_target": 0},
               f"engine: {status['engine']}")
         # The policy's limit, then the directives' engine's (weir_req zone=rz is limit rz.0).
-        check(status["limits"] == [limit("per-ip", 1, 2), limit("rz.0", 1, 1)],
+        check([counts(x) for x in status["limits"]] == [limit("per-ip", 1, 2), limit("rz.0", 1, 1)],
               f"limits: {status['limits']}")
         zones = {z["name"]: z for z in status["zones"]}
         check(list(zones) == ["pz", "rz"], f"zones: {list(zones)}")
@@ -137,11 +144,73 @@ def test_status_json(module, promcheck):
         status = status_json(zones_only, promcheck)
         # Directives alone: their engine's totals (host-selected limits count no requests).
         check(status["engine"] == {"requests": 0, "exempt": 0, "unmatched": 0, "bad_target": 0}
-              and status["limits"] == [limit("rz.0", 1, 0)], f"no policy: {status}")
+              and [counts(x) for x in status["limits"]] == [limit("rz.0", 1, 0)],
+              f"no policy: {status}")
         check([(z["name"], z["passed"]) for z in status["zones"]] == [("rz", 1)],
               f"no policy: {status['zones']}")
         zones_only.check_log()
     finally:
         zones_only.cleanup()
+    top_keys(module)
     return ("?format=json: the counts of known traffic, the same numbers as the Prometheus "
-            "text under the same names, with a policy and without; unknown formats 400")
+            "text under the same names, with a policy and without; unknown formats 400; "
+            "the top rejected key and client of 30 crawler addresses and one hot one")
+
+
+TOP_POLICY = POLICY.replace('name = "per-ip"', 'name = "per-ip"\nkey = ["ip", "path"]')
+
+TOP_HTTP = """
+%POLICY%
+    server {
+        listen 127.0.0.1:%PORT%;
+        root %DIR%/html;
+        location = /metrics { weir_status; }
+        location / { weir on; try_files /f =404; }
+    }
+"""
+
+
+def from_addr(port, source, target):
+    """GET target from source address `source` (a 127.0.0.0/8 address); the status code."""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10, source_address=(source, 0))
+    try:
+        c.request("GET", target)
+        r = c.getresponse()
+        r.read()
+        return r.status
+    finally:
+        c.close()
+
+
+def top_keys(module):
+    """30 addresses twice each (one 429 each) and 127.0.0.99 twenty times (19 429s), through
+    two workers: the hot key and client lead both windows, every rejection is in the
+    per-second history, and the Prometheus text names no key."""
+    ngx = Nginx(module, TOP_HTTP.replace("%POLICY%", "    weir_policy %DIR%/policy.toml;"),
+                files={"policy.toml": TOP_POLICY, "html/f": "x"}, workers=2)
+    try:
+        ngx.start()
+        got = []
+        for i in range(30):
+            got += [from_addr(ngx.port, f"127.0.0.{10 + i}", f"/crawl/{i}") for _ in range(2)]
+        got += [from_addr(ngx.port, "127.0.0.99", "/hot") for _ in range(20)]
+        check(got.count(429) == 30 + 19, f"traffic: {got}")
+        st, _, body = fetch(ngx.port, "GET", "/metrics?format=json")
+        check(st == 200, f"status {st}")
+        lim = json.loads(body)["limits"][0]
+        check((lim["passed"], lim["rejected"]) == (31, 49), f"counts: {counts(lim)}")
+        for w in ("last_1m", "last_15m"):
+            win = lim[w]
+            # Space-Saving over 16 entries over-counts by at most 49 / 16 rejections.
+            key, client = win["keys"][0], win["clients"][0]
+            check(key["key"] == "127.0.0.99 /hot" and 19 <= key["rejected"] <= 22
+                  and client["client"] == "127.0.0.99" and 19 <= client["rejected"] <= 22
+                  and win["rejected"] == 49 and len(win["clients"]) == 10, f"{w}: {win}")
+        per = lim["per_second"]
+        check(len(per["rejected"]) == 900 and sum(per["rejected"]) == 49
+              and sum(per["rejected"][-120:]) == 49, f"per second: {per['rejected'][-120:]}")
+        st, _, text = fetch(ngx.port, "GET", "/metrics")
+        check("127.0.0.99" not in text and "/hot" not in text, f"Prometheus names a key:\n{text}")
+        ngx.check_log()
+    finally:
+        ngx.cleanup()

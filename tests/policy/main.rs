@@ -29,6 +29,7 @@ mod permits;
 mod policy_config;
 mod policy_iglob;
 mod reload_rate;
+mod topkeys;
 mod vectors;
 mod wiki_example;
 mod zone_rules;

@@ -1,4 +1,5 @@
-//! loom models of the table's compare-exchange protocols. Run with `make loom`
+//! loom models of the table's compare-exchange protocols, and of the live top keys' summary and
+//! per-second history (`weir::policy::topkeys`). Run with `make loom`
 //! (`LOOM_MAX_PREEMPTIONS=4 RUSTFLAGS="--cfg loom" cargo test --release --test loom`).
 #![cfg(loom)]
 
@@ -154,4 +155,81 @@ fn two_threads_claim_one_stripe_and_lose_no_count() {
             assert!([1, 2].contains(&owner.load(Relaxed)));
         });
     }
+}
+
+/// Two threads count a rejection in a per-second slot still stamped with an older second:
+/// one restamps it, the other adds to the new stamp; both counts are kept.
+#[test]
+fn two_rejections_restamp_one_second_and_both_count() {
+    use loom::sync::atomic::AtomicU64;
+    use weir::policy::topkeys::Ring;
+
+    loom::model(|| {
+        // Two slots of 4 words; second 5 shares slot 1 with second 3 (count 7).
+        let words: Arc<Vec<AtomicU64>> = Arc::new((0..8).map(|_| AtomicU64::new(0)).collect());
+        Ring { words: &words[..] }.rejected(3);
+        let handles: Vec<_> = (0..2)
+            .map(|_| {
+                let words = words.clone();
+                thread::spawn(move || Ring { words: &words[..] }.rejected(5))
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap();
+        }
+        let p = Ring { words: &words[..] }.read(5, 0);
+        assert_eq!(p.rejected[p.rejected.len() - 1], 2);
+        assert_eq!(
+            p.rejected[p.rejected.len() - 3],
+            0,
+            "second 3's count is gone"
+        );
+    });
+}
+
+/// Two writers race for a one-entry summary while a reader reads it: the reader never sees a
+/// name under another name's tag (the sequence lock), and no record is counted twice.
+#[test]
+fn summary_writers_race_for_one_entry_and_readers_see_no_torn_name() {
+    use loom::sync::atomic::AtomicU64;
+    use weir::policy::topkeys::Summary;
+
+    fn check(got: &[weir::policy::topkeys::Counted]) {
+        for c in got {
+            let want = if c.tag == 1 { "a" } else { "b" };
+            assert_eq!(c.name, want, "torn entry {c:?}");
+        }
+    }
+    loom::model(|| {
+        // One entry of 4 words: meta, count, tag, one word of name.
+        let words: Arc<Vec<AtomicU64>> = Arc::new((0..4).map(|_| AtomicU64::new(0)).collect());
+        let writers: Vec<_> = [(1u64, "a"), (2, "b")]
+            .into_iter()
+            .map(|(tag, name)| {
+                let words = words.clone();
+                thread::spawn(move || {
+                    let s = Summary {
+                        words: &words[..],
+                        width: 4,
+                    };
+                    s.record(9, tag, name.as_bytes());
+                })
+            })
+            .collect();
+        let s = Summary {
+            words: &words[..],
+            width: 4,
+        };
+        let mut during = Vec::new();
+        s.read(9, &mut during);
+        check(&during);
+        for h in writers {
+            h.join().unwrap();
+        }
+        let mut after = Vec::new();
+        s.read(9, &mut after);
+        check(&after);
+        assert_eq!(after.len(), 1);
+        assert!((1..=2).contains(&after[0].count), "{after:?}");
+    });
 }

@@ -17,7 +17,7 @@ use weir::policy::Engine;
 /// | request | response |
 /// |---|---|
 /// | `GET` (or `HEAD`), no `format` or `?format=prometheus` | 200, Prometheus text (format 0.0.4) |
-/// | `GET ?format=json` | 200, `application/json`: the JSON status, schema version 1 |
+/// | `GET ?format=json` | 200, `application/json`: the JSON status (schema version 2: counters, per-second history, top rejected keys and clients) |
 /// | another `format` | 400 |
 /// | another method | 405 with `Allow: GET, HEAD` |
 ///

@@ -76,7 +76,7 @@ async fn serves_the_same_counts_as_prometheus_text_and_json() {
     let (status, ct, body) = get_status(addr, "GET", "/metrics?x=1&format=json").await;
     assert_eq!((status, ct.as_str()), (200, "application/json"));
     let json: Value = serde_json::from_str(&body).unwrap();
-    assert_eq!(json["version"], 1);
+    assert_eq!(json["version"], 2);
     assert_eq!(json["engine"]["requests"], 3);
     let limit = &json["limits"][0];
     assert_eq!(limit["name"], "per-ip");
@@ -94,4 +94,47 @@ async fn serves_the_same_counts_as_prometheus_text_and_json() {
     let mut post = Conn::send(addr, "POST", "/metrics", &[("content-length", "0")]).await;
     let head = post.head(WAIT).await.unwrap();
     assert_eq!((head.status, head.get("allow")), (405, Some("GET, HEAD")));
+}
+
+/// Clients behind a trusted proxy (`X-Forwarded-For` from 127.0.0.1): the JSON status names
+/// the client the limit rejected most and counts every rejection in its per-second history.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn names_the_most_rejected_client_behind_a_proxy() {
+    let policy = format!("trusted_proxies = [\"127.0.0.1\"]\n{POLICY}");
+    let engine = Arc::new(Engine::new(CompiledPolicy::parse(&policy, None).unwrap()).unwrap());
+    let app = Router::new()
+        .route("/", get(|| async { "hello" }))
+        .layer(WeirLayer::new(engine.clone()))
+        .route_service("/metrics", StatusService::new(engine));
+    let (addr, _server) = serve(app).await;
+    let from = |ip: String| async move {
+        let mut c = Conn::send(addr, "GET", "/", &[("x-forwarded-for", &ip)]).await;
+        c.head(WAIT).await.expect("no response head").status
+    };
+    let mut rejected = 0;
+    for _ in 0..12 {
+        rejected += u32::from(from("203.0.113.9".into()).await == 429);
+    }
+    for i in 0..20 {
+        for _ in 0..2 {
+            rejected += u32::from(from(format!("198.51.100.{i}")).await == 429);
+        }
+    }
+    assert_eq!(rejected, 11 + 20);
+
+    let (status, _, body) = get_status(addr, "GET", "/metrics?format=json").await;
+    assert_eq!(status, 200);
+    let json: Value = serde_json::from_str(&body).unwrap();
+    let limit = &json["limits"][0];
+    let win = &limit["last_1m"];
+    assert_eq!(win["clients"][0]["client"], "203.0.113.9", "{win:#}");
+    assert_eq!(win["clients"][0]["rejected"], 11);
+    assert_eq!(win["keys"][0]["key"], "203.0.113.9");
+    assert_eq!(win["rejected"], 31);
+    let per_second: u64 = (limit["per_second"]["rejected"].as_array().unwrap().iter())
+        .map(|v| v.as_u64().unwrap())
+        .sum();
+    assert_eq!(per_second, 31);
+    let (_, _, text) = get_status(addr, "GET", "/metrics").await;
+    assert!(!text.contains("203.0.113.9"), "{text}");
 }

@@ -1,6 +1,7 @@
 //! Compilation context (error collection with spans) and the top-level pass.
 
 use super::*;
+use crate::policy::topkeys::Exposure;
 
 pub(super) struct Cx<'s> {
     pub(super) src: &'s str,
@@ -90,6 +91,21 @@ pub(super) fn compile(cx: &mut Cx<'_>, spec: FileSpec) -> CompiledPolicy {
         },
     };
 
+    let status_clients = match spec.status.as_ref().and_then(|s| s.clients.as_ref()) {
+        None => Exposure::Full,
+        Some(s) => Exposure::from_name(s.get_ref()).unwrap_or_else(|| {
+            let e = "unknown [status] clients; expected \"full\", \"masked\" or \"hashed\"";
+            cx.err(&s.span(), e.to_string());
+            Exposure::Full
+        }),
+    };
+
+    let status_top_keys = spec
+        .status
+        .as_ref()
+        .and_then(|s| s.top_keys)
+        .unwrap_or(true);
+
     let mut client_ip = ClientIpResolver::default();
     if let Some(list) = &spec.trusted_proxies {
         for (s, span) in items(list) {
@@ -173,6 +189,8 @@ pub(super) fn compile(cx: &mut Cx<'_>, spec: FileSpec) -> CompiledPolicy {
         failure_mode,
         emit_headers: spec.headers.unwrap_or(false),
         client_ip,
+        status_clients,
+        status_top_keys,
         zones,
         classes,
         exemptions,

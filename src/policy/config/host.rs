@@ -142,6 +142,7 @@ impl HostLimits {
             headers: None,
             trusted_proxies: None,
             client_ip_header: None,
+            status: None,
             zones,
             classes: BTreeMap::new(),
             exempt: BTreeMap::new(),

@@ -129,6 +129,10 @@ pub struct CompiledPolicy {
     pub emit_headers: bool,
     /// Client address resolution (trusted proxies).
     pub client_ip: ClientIpResolver,
+    /// How the status shows client addresses (`[status] clients`).
+    pub status_clients: crate::policy::topkeys::Exposure,
+    /// Whether rejections record their key and client (`[status] top_keys`, default true).
+    pub status_top_keys: bool,
     /// Zones, sorted by name.
     pub zones: Vec<Zone>,
     /// Classes, sorted by name.

@@ -9,6 +9,7 @@ pub(super) struct FileSpec {
     pub(super) headers: Option<bool>,
     pub(super) trusted_proxies: Option<Spanned<StrList>>,
     pub(super) client_ip_header: Option<Spanned<String>>,
+    pub(super) status: Option<StatusSpec>,
     #[serde(default)]
     pub(super) zones: BTreeMap<Spanned<String>, Spanned<ZoneSpec>>,
     #[serde(default)]
@@ -17,6 +18,14 @@ pub(super) struct FileSpec {
     pub(super) exempt: BTreeMap<Spanned<String>, Spanned<ClassSpec>>,
     #[serde(default)]
     pub(super) limit: Vec<Spanned<LimitSpec>>,
+}
+
+/// `[status]`: what the JSON status shows (docs/METRICS.md).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct StatusSpec {
+    pub(super) clients: Option<Spanned<String>>,
+    pub(super) top_keys: Option<bool>,
 }
 
 #[derive(Deserialize)]

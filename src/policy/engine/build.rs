@@ -309,6 +309,9 @@ impl Engine {
                 .iter()
                 .any(|l| matches!(l, Limiter::Concurrency(_))),
         );
+        let mut counters = counters;
+        counters.exposure = policy.status_clients;
+        counters.record_keys = policy.status_top_keys;
         let mut engine = Engine {
             ledger,
             headers: HeaderPlan::new(header_names.iter().map(|n| &n[..])),

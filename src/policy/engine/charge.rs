@@ -12,6 +12,7 @@ impl Engine {
     pub(super) fn settle(
         &self,
         hits: &[Hit],
+        req: &PreparedRequest<'_>,
         mut ticket: Option<QueueTicket>,
         now: u64,
         host: bool,
@@ -46,7 +47,7 @@ impl Engine {
                     self.release(std::mem::take(&mut out.permits), now);
                     // A rate limit that rejects the request decides before a full concurrency
                     // limit does; nothing has been charged yet, so a prediction tells.
-                    if let Some(rejected) = self.predicted_rejection(hits, now) {
+                    if let Some(rejected) = self.predicted_rejection(hits, req, now) {
                         if let Some(t) = ticket.take() {
                             self.abandon(t, now);
                         }
@@ -85,7 +86,7 @@ impl Engine {
                             return Ok(out);
                         }
                     }
-                    self.reject(&mut out, h.limit, 0);
+                    self.reject(&mut out, h.limit, 0, req, now);
                     out.excess_milli = 1000;
                     if let Some(t) = ticket.take() {
                         self.abandon(t, now);
@@ -184,7 +185,7 @@ impl Engine {
                     }
                     out.action = Action::Pass;
                     out.wait_ns = 0;
-                    self.reject(&mut out, h.limit, v.retry_after_ns);
+                    self.reject(&mut out, h.limit, v.retry_after_ns, req, now);
                     out.excess_milli = self.excess_milli(h.limit, &v);
                     out.quota = Some(self.quota(h.limit, alg, &v));
                     return Ok(out);
@@ -192,12 +193,12 @@ impl Engine {
             }
         }
         for (k, h) in hits.iter().enumerate() {
-            self.counters.add_limit(h.limit, |c| match pending[k] {
-                Counted::Pass => &c.passed,
-                Counted::Delayed => &c.delayed,
-                Counted::DryDelayed => &c.dry_run_delayed,
-                Counted::DryRejected => &c.dry_run_rejected,
-            });
+            match pending[k] {
+                Counted::Pass => self.counters.add_limit(h.limit, |c| &c.passed),
+                Counted::Delayed => self.counters.delayed(h.limit, now),
+                Counted::DryDelayed => self.counters.add_limit(h.limit, |c| &c.dry_run_delayed),
+                Counted::DryRejected => self.counters.add_limit(h.limit, |c| &c.dry_run_rejected),
+            }
         }
         Ok(out)
     }
@@ -233,7 +234,12 @@ impl Engine {
     /// The first enforced rate limit among `hits` that would reject the request now, as the
     /// outcome to answer (nothing charged, nothing else reported); `None` if none would.
     #[inline(never)]
-    fn predicted_rejection(&self, hits: &[Hit], now: u64) -> Option<Outcome> {
+    fn predicted_rejection(
+        &self,
+        hits: &[Hit],
+        req: &PreparedRequest<'_>,
+        now: u64,
+    ) -> Option<Outcome> {
         for h in hits {
             let (limit, Limiter::Rate(alg)) =
                 (&self.policy.limits[h.limit], &self.limiters[h.limit])
@@ -243,7 +249,7 @@ impl Engine {
             let v = alg.predict(&self.tables[limit.zone], h.key_hash, limit.cost, now);
             if v.decision == Decision::Reject && !limit.dry_run {
                 let mut out = Outcome::new();
-                self.reject(&mut out, h.limit, v.retry_after_ns);
+                self.reject(&mut out, h.limit, v.retry_after_ns, req, now);
                 out.excess_milli = self.excess_milli(h.limit, &v);
                 out.quota = Some(self.quota(h.limit, alg, &v));
                 return Some(out);
@@ -254,7 +260,7 @@ impl Engine {
 }
 
 /// How a limit that applied is counted once the request is decided.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 enum Counted {
     Pass,
     Delayed,

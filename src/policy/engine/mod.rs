@@ -185,6 +185,12 @@ impl Engine {
         self.counters.limit(limit)
     }
 
+    /// Limit `limit`'s top rejected keys and clients and its per-second history, as of `now`
+    /// (CLOCK_MONOTONIC ns, the clock requests are evaluated with).
+    pub fn limit_top(&self, limit: usize, now: u64) -> crate::policy::topkeys::LimitTop {
+        self.counters.limit_top(limit, now)
+    }
+
     /// Engine-wide request counts (summed as [`Engine::counters`]).
     pub fn totals(&self) -> EngineCounts {
         self.counters.totals()
@@ -478,7 +484,7 @@ impl Engine {
             out.unmatched = true;
             return Ok(out);
         }
-        self.settle(&hits, ticket, now, host)
+        self.settle(&hits, &prepared, ticket, now, host)
     }
 
     /// The hash of limit `i`'s key for `req`, or `None` when the limit does not apply: a
@@ -534,8 +540,16 @@ impl Engine {
         EvalError::BadTarget(e)
     }
 
-    fn reject(&self, out: &mut Outcome, limit: usize, retry_after_ns: u64) {
-        self.counters.add_limit(limit, |c| &c.rejected);
+    fn reject(
+        &self,
+        out: &mut Outcome,
+        limit: usize,
+        retry_after_ns: u64,
+        req: &PreparedRequest<'_>,
+        now: u64,
+    ) {
+        let spec = &self.policy.limits[limit].key;
+        self.counters.rejected(limit, spec, req, now);
         out.action = Action::Reject;
         out.status = self.policy.limits[limit].status;
         out.retry_after_ns = retry_after_ns;

@@ -1,11 +1,14 @@
 //! The snapshot as the JSON status (schema version [`JSON_VERSION`], docs/METRICS.md):
 //!
-//! `{"version": 1, "engine": {…} | null, "limits": [{"name": …, …}], "zones": […],
-//! "clusters": […]}`, each object's keys the field tables' keys in their order.
+//! `{"version": 2, "engine": {…} | null, "limits": [{"name": …, …}], "zones": […],
+//! "clusters": […]}`, each object's keys the field tables' keys in their order; a limit's
+//! object then has its live view (`last_1m`, `last_15m`, `per_second`).
 
 use serde::ser::{Serialize, SerializeMap, SerializeStruct, Serializer};
 
 use super::snapshot::{Fields, Named, Snapshot, JSON_VERSION};
+use crate::policy::counters::LimitCounts;
+use crate::policy::topkeys::{Counted, LimitTop, PerSecond, Window};
 
 /// One group as an object: `name` (when named), then every field.
 struct Object<'a, T> {
@@ -38,6 +41,72 @@ impl<T: Fields> Serialize for List<'_, T> {
     }
 }
 
+/// A limit: its counts, then its live view.
+struct LimitObject<'a> {
+    limit: &'a Named<LimitCounts>,
+    top: Option<&'a LimitTop>,
+}
+
+impl Serialize for LimitObject<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry("name", &self.limit.name)?;
+        for f in LimitCounts::FIELDS {
+            m.serialize_entry(f.key, &(f.get)(&self.limit.counts))?;
+        }
+        if let Some(t) = self.top {
+            m.serialize_entry("last_1m", &WindowObject(&t.last_1m))?;
+            m.serialize_entry("last_15m", &WindowObject(&t.last_15m))?;
+            m.serialize_entry("per_second", &SecondsObject(&t.per_second))?;
+        }
+        m.end()
+    }
+}
+
+struct WindowObject<'a>(&'a Window);
+
+impl Serialize for WindowObject<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let w = self.0;
+        let mut m = s.serialize_map(Some(6))?;
+        m.serialize_entry("seconds", &w.seconds)?;
+        m.serialize_entry("passed", &w.passed)?;
+        m.serialize_entry("delayed", &w.delayed)?;
+        m.serialize_entry("rejected", &w.rejected)?;
+        m.serialize_entry("keys", &Names("key", &w.keys))?;
+        m.serialize_entry("clients", &Names("client", &w.clients))?;
+        m.end()
+    }
+}
+
+/// `[{"<what>": name, "rejected": count}]`.
+struct Names<'a>(&'static str, &'a [Counted]);
+
+impl Serialize for Names<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.1.iter().map(|c| {
+            let mut m = serde_json::Map::new();
+            m.insert(self.0.into(), c.name.clone().into());
+            m.insert("rejected".into(), c.count.into());
+            m
+        }))
+    }
+}
+
+struct SecondsObject<'a>(&'a PerSecond);
+
+impl Serialize for SecondsObject<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let p = self.0;
+        let mut m = s.serialize_map(Some(4))?;
+        m.serialize_entry("end", &p.end)?;
+        m.serialize_entry("passed", &p.passed)?;
+        m.serialize_entry("delayed", &p.delayed)?;
+        m.serialize_entry("rejected", &p.rejected)?;
+        m.end()
+    }
+}
+
 impl Serialize for Snapshot {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let mut st = s.serialize_struct("Snapshot", 5)?;
@@ -47,7 +116,13 @@ impl Serialize for Snapshot {
             .as_ref()
             .map(|counts| Object { name: None, counts });
         st.serialize_field("engine", &engine)?;
-        st.serialize_field("limits", &List(&self.limits))?;
+        let limits: Vec<_> = (self.limits.iter().enumerate())
+            .map(|(i, limit)| LimitObject {
+                limit,
+                top: self.tops.get(i),
+            })
+            .collect();
+        st.serialize_field("limits", &limits)?;
         st.serialize_field("zones", &List(&self.zones))?;
         st.serialize_field("clusters", &List(&self.clusters))?;
         st.end()

@@ -2,7 +2,8 @@
 //! 0.0.4) or the JSON status (docs/METRICS.md). Both are rendered from one [`Snapshot`] whose
 //! numbers are named by one set of field tables ([`Fields`]), so the formats cannot drift.
 //!
-//! No per-key data: the output's size is fixed by the policy (limits and zones).
+//! No per-key labels in the Prometheus text; the JSON status adds each limit's bounded top keys
+//! and clients (`policy::topkeys`): the output's size is fixed by the policy (limits and zones).
 
 mod json;
 mod prometheus;

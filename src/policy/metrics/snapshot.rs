@@ -7,11 +7,12 @@
 use crate::cluster::ClusterCounts;
 use crate::policy::counters::{EngineCounts, LimitCounts};
 use crate::policy::engine::Engine;
+use crate::policy::topkeys::LimitTop;
 use crate::table::TableStats;
 
 /// Version of the JSON status schema (docs/METRICS.md). Bumped when a key is renamed, removed
 /// or changes meaning; keys may be added within a version.
-pub const JSON_VERSION: u32 = 1;
+pub const JSON_VERSION: u32 = 2;
 
 /// A number's Prometheus type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -168,14 +169,17 @@ pub struct Named<T> {
 }
 
 /// Every number an engine and the zones beside it expose, read at one time (each counter read
-/// without a lock: counts added meanwhile may or may not show). No per-key data: its size is
-/// fixed by the configuration.
+/// without a lock: counts added meanwhile may or may not show). Its size is fixed by the
+/// configuration (the top keys are a bounded list per limit).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Snapshot {
     /// Engine-wide counts (summed over the engines); `None` without an engine.
     pub engine: Option<EngineCounts>,
     /// The engines' limits, in order.
     pub limits: Vec<Named<LimitCounts>>,
+    /// Each limit's top keys and clients and per-second history, as `limits` (JSON only:
+    /// the Prometheus text has no per-key data).
+    pub tops: Vec<LimitTop>,
     /// The engines' zones, then the zones outside any engine.
     pub zones: Vec<Named<TableStats>>,
     /// The engines' cluster zones.
@@ -204,6 +208,8 @@ impl Snapshot {
             let p = e.policy();
             s.limits
                 .extend((0..p.limits.len()).map(|i| named(e.limit_name(i), e.counters(i))));
+            s.tops
+                .extend((0..p.limits.len()).map(|i| e.limit_top(i, now)));
             s.zones
                 .extend((0..p.zones.len()).map(|z| named(&p.zones[z].name, e.zone_stats(z))));
             s.clusters
