@@ -67,6 +67,10 @@ fn rates_come_from_the_per_second_history() {
     assert_eq!(l.last_15m.rejected_per_s, (840.0 + 120.0) / 900.0);
     // Passes over the 30 seconds where they are known, not over 60.
     assert_eq!(l.last_1m.passed_per_s, Some(4.0));
+    assert_eq!(
+        (l.last_1m.passed_known_s, l.last_15m.passed_known_s),
+        (30, 30)
+    );
     assert_eq!(l.last_15m.passed_per_s, Some(4.0));
     assert_eq!(l.last_1m.delayed_per_s, 0.0);
     assert_eq!(l.last_1m.keys[0].key, "* /w/Special:WhatLinksHere");
@@ -83,6 +87,7 @@ fn unknown_passes_are_null_and_missing_views_are_zero() {
     let v = serde_json::to_value(&snap).unwrap();
     assert_eq!(v["weir_top"], 1);
     assert_eq!(v["limits"][0]["last_1m"]["passed_per_s"], Value::Null);
+    assert_eq!(v["limits"][0]["last_1m"]["passed_known_s"], 0);
     assert_eq!(v["limits"][0]["last_1m"]["rejected_per_s"], 0.0);
     assert_eq!(v["limits"][0]["bans"], Value::Null);
     assert_eq!(v["limits"][1]["name"], "bare");
@@ -348,4 +353,8 @@ fn errors_are_one_line_and_exit_2() {
     let (code, _, err) = weir_top(&["--json", &addr]);
     assert_eq!(code, 2);
     assert!(err.contains("--json needs --once"), "{err}");
+    // The screen needs a terminal; here standard output is a pipe.
+    let (code, _, err) = weir_top(&["127.0.0.1:1"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("not a terminal: use --once"), "{err}");
 }

@@ -42,6 +42,8 @@ pub struct WindowView {
     pub seconds: u64,
     /// Passes per second over the window's seconds whose passes are known; `None` if none is.
     pub passed_per_s: Option<f64>,
+    /// Seconds of the window whose passes are known (what `passed_per_s` is over).
+    pub passed_known_s: u64,
     pub delayed_per_s: f64,
     pub rejected_per_s: f64,
     pub keys: Vec<KeyCount>,
@@ -49,8 +51,9 @@ pub struct WindowView {
 }
 
 /// Rates per second over the last `seconds` entries of `per` (the current second included, as
-/// the status's own windows count): (passed over its known seconds, delayed, rejected).
-pub fn rates(per: &PerSecond, seconds: u64) -> (Option<f64>, f64, f64) {
+/// the status's own windows count): (passed over its known seconds, those seconds, delayed,
+/// rejected).
+pub fn rates(per: &PerSecond, seconds: u64) -> (Option<f64>, u64, f64, f64) {
     let tail = |v: &[Option<u64>]| -> Vec<Option<u64>> {
         let n = (seconds as usize).min(v.len());
         v[v.len() - n..].to_vec()
@@ -66,13 +69,14 @@ pub fn rates(per: &PerSecond, seconds: u64) -> (Option<f64>, f64, f64) {
             t.iter().flatten().sum::<u64>() as f64 / seconds as f64
         }
     };
-    (passed, per_s(&per.delayed), per_s(&per.rejected))
+    let known_s = known.len() as u64;
+    (passed, known_s, per_s(&per.delayed), per_s(&per.rejected))
 }
 
 fn window(w: Option<&Window>, per: Option<&PerSecond>, seconds: u64) -> WindowView {
     let empty = Window::default();
     let w = w.unwrap_or(&empty);
-    let (passed_per_s, delayed_per_s, rejected_per_s) = match per {
+    let (passed_per_s, passed_known_s, delayed_per_s, rejected_per_s) = match per {
         Some(p) => rates(p, seconds),
         // No history: the window's counts over its seconds.
         None => {
@@ -80,6 +84,7 @@ fn window(w: Option<&Window>, per: Option<&PerSecond>, seconds: u64) -> WindowVi
             let seen = w.seconds > 0;
             (
                 seen.then(|| w.passed as f64 / s),
+                w.seconds,
                 w.delayed as f64 / s,
                 w.rejected as f64 / s,
             )
@@ -88,6 +93,7 @@ fn window(w: Option<&Window>, per: Option<&PerSecond>, seconds: u64) -> WindowVi
     WindowView {
         seconds,
         passed_per_s,
+        passed_known_s,
         delayed_per_s,
         rejected_per_s,
         keys: w.keys.clone(),
@@ -159,11 +165,12 @@ pub fn text(s: &Snapshot, top: usize) -> String {
         for w in [&l.last_1m, &l.last_15m] {
             let _ = writeln!(
                 out,
-                "  last {:>3}m: passed {:>8}  delayed {:>8}  rejected {:>8}",
+                "  last {:>3}m: passed {:>8}  delayed {:>8}  rejected {:>8}{}",
                 w.seconds / 60,
                 rate(w.passed_per_s),
                 rate(Some(w.delayed_per_s)),
-                rate(Some(w.rejected_per_s))
+                rate(Some(w.rejected_per_s)),
+                known(w)
             );
         }
         let w = &l.last_1m;
@@ -203,5 +210,14 @@ pub fn ban_left(b: &Ban) -> String {
         (Some(r), _) => format!("{r:.0}s"),
         (None, Some(u)) => format!("until {u:.0}"),
         _ => "-".into(),
+    }
+}
+
+/// `  (passes known in N s)` when the window's passes are not known in all its seconds.
+pub fn known(w: &WindowView) -> String {
+    if w.passed_known_s < w.seconds {
+        format!("  (passes known in {} s)", w.passed_known_s)
+    } else {
+        String::new()
     }
 }

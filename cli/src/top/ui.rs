@@ -9,7 +9,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Cell, Paragraph, Row, Sparkline, Table};
 use ratatui::Frame;
 
-use super::snapshot::{ban_left, limit_view, rate, LimitView};
+use super::snapshot::{ban_left, known, limit_view, rate, LimitView};
 use super::status::{Limit, Status};
 
 /// What the screen shows: the last status fetched, the last error, the selected limit.
@@ -159,11 +159,12 @@ fn limit_panel(f: &mut Frame, area: Rect, l: &Limit, v: &LimitView) {
         .iter()
         .map(|w| {
             Line::from(format!(
-                "last {:>2}m: passed {:>8}  delayed {:>8}  rejected {:>8}",
+                "last {:>2}m: passed {:>8}  delayed {:>8}  rejected {:>8}{}",
                 w.seconds / 60,
                 rate(w.passed_per_s),
                 rate(Some(w.delayed_per_s)),
                 rate(Some(w.rejected_per_s)),
+                known(w),
             ))
         })
         .collect();
