@@ -81,26 +81,7 @@ enum Cmd {
         logs: Vec<String>,
     },
     /// Watch a host's JSON status live: per-limit rates, sparklines, top keys and clients, bans.
-    Top {
-        /// The status endpoint: nginx's weir_status location, Caddy's admin /weir/status, a
-        /// StatusService route (`format=json` is added to the query; http:// only).
-        url: String,
-        /// Seconds between polls (`500ms`, `1s`, `2`, `1m`).
-        #[arg(long, default_value = "1s", value_parser = top::parse_interval)]
-        interval: std::time::Duration,
-        /// Fetch one snapshot, print it and exit (no terminal needed).
-        #[arg(long)]
-        once: bool,
-        /// With --once: print the snapshot as one JSON object (schema in docs/CLI.md).
-        #[arg(long)]
-        json: bool,
-        /// Show only this limit.
-        #[arg(long, value_name = "NAME")]
-        limit: Option<String>,
-        /// How many top keys and clients to print with --once.
-        #[arg(long, default_value_t = 10)]
-        top: usize,
-    },
+    Top(top::Options),
 }
 
 /// A size option: bytes, or a number with `k`, `m` or `g` (powers of 1024).
@@ -111,30 +92,13 @@ fn size(s: &str) -> Result<usize, String> {
 
 fn main() -> ExitCode {
     match Cli::parse().cmd {
-        Cmd::Top {
-            url,
-            interval,
-            once,
-            json,
-            limit,
-            top: n,
-        } => {
-            let opts = top::Options {
-                url,
-                interval,
-                once,
-                json,
-                limit,
-                top: n,
-            };
-            match top::run(&opts) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("weir top: {e}");
-                    ExitCode::from(2)
-                }
+        Cmd::Top(opts) => match top::run(&opts) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("weir top: {e}");
+                ExitCode::from(2)
             }
-        }
+        },
         Cmd::Check {
             deny_warnings,
             policies,

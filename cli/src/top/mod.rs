@@ -10,13 +10,26 @@ pub mod ui;
 use std::io::IsTerminal;
 use std::time::Duration;
 
-/// What `weir top` was asked.
+/// What `weir top` was asked (its command-line arguments).
+#[derive(clap::Args)]
 pub struct Options {
+    /// The status endpoint: nginx's weir_status location, Caddy's admin /weir/status, a
+    /// StatusService route (`format=json` is added to the query; http:// only).
     pub url: String,
+    /// Time between polls (`500ms`, `1s`, `2`, `1m`).
+    #[arg(long, default_value = "1s", value_parser = parse_interval)]
     pub interval: Duration,
+    /// Fetch one snapshot, print it and exit (no terminal needed).
+    #[arg(long)]
     pub once: bool,
+    /// With --once: print the snapshot as one JSON object (schema in docs/CLI.md).
+    #[arg(long)]
     pub json: bool,
+    /// Show only this limit.
+    #[arg(long, value_name = "NAME")]
     pub limit: Option<String>,
+    /// How many top keys and clients to print with --once.
+    #[arg(long, default_value_t = 10)]
     pub top: usize,
 }
 

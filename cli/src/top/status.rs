@@ -1,5 +1,6 @@
 //! The JSON status (docs/METRICS.md "JSON status", version 2) as `weir top` reads it: leniently
-//! (missing keys default, unknown keys are ignored), refusing another `version`.
+//! (missing keys default: every struct is `#[serde(default)]`; unknown keys are ignored),
+//! refusing another `version`.
 
 use serde::Deserialize;
 
@@ -8,98 +9,80 @@ pub const VERSION: u64 = 2;
 
 /// One status: its limits, in policy order.
 #[derive(Debug, Default, Deserialize)]
+#[serde(default)]
 pub struct Status {
-    #[serde(default)]
     pub limits: Vec<Limit>,
 }
 
 /// One limit's entry: totals since start and its live view.
 #[derive(Debug, Default, Deserialize)]
+#[serde(default)]
 pub struct Limit {
-    #[serde(default)]
     pub name: String,
-    #[serde(default)]
     pub passed: u64,
-    #[serde(default)]
     pub delayed: u64,
-    #[serde(default)]
     pub rejected: u64,
-    #[serde(default)]
     pub last_1m: Option<Window>,
-    #[serde(default)]
     pub last_15m: Option<Window>,
-    #[serde(default)]
     pub per_second: Option<PerSecond>,
     /// Active bans, when the host reports them (absent: the status has no bans at all).
-    #[serde(default)]
     pub bans: Option<Vec<Ban>>,
 }
 
 /// `last_1m` / `last_15m`: counts over the window's seconds and its top rejected keys/clients.
 #[derive(Debug, Default, Deserialize)]
+#[serde(default)]
 pub struct Window {
-    #[serde(default)]
     pub seconds: u64,
-    #[serde(default)]
     pub passed: u64,
-    #[serde(default)]
     pub delayed: u64,
-    #[serde(default)]
     pub rejected: u64,
-    #[serde(default)]
     pub keys: Vec<KeyCount>,
-    #[serde(default)]
     pub clients: Vec<ClientCount>,
 }
 
 /// A top key and its rejections.
 #[derive(Debug, Default, Clone, PartialEq, Deserialize, serde::Serialize)]
+#[serde(default)]
 pub struct KeyCount {
-    #[serde(default)]
     pub key: String,
-    #[serde(default)]
     pub rejected: u64,
 }
 
 /// A top client address and its rejections.
 #[derive(Debug, Default, Clone, PartialEq, Deserialize, serde::Serialize)]
+#[serde(default)]
 pub struct ClientCount {
-    #[serde(default)]
     pub client: String,
-    #[serde(default)]
     pub rejected: u64,
 }
 
 /// Per-second history, oldest first, the last entry for second `end` (the current one).
 /// `null` entries (unknown passes) are `None`.
 #[derive(Debug, Default, Deserialize)]
+#[serde(default)]
 pub struct PerSecond {
-    #[serde(default)]
     pub end: u64,
-    #[serde(default)]
     pub passed: Vec<Option<u64>>,
-    #[serde(default)]
     pub delayed: Vec<Option<u64>>,
-    #[serde(default)]
     pub rejected: Vec<Option<u64>>,
 }
 
 /// An active ban: its key (and client, when given) and the seconds it still lasts.
 #[derive(Debug, Default, Clone, PartialEq, Deserialize, serde::Serialize)]
+#[serde(default)]
 pub struct Ban {
-    #[serde(default)]
     pub key: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub client: Option<String>,
     /// Seconds left; `until` (a time in the host's clock) is kept when that is all there is.
     #[serde(
-        default,
         alias = "remaining_s",
         alias = "remaining_seconds",
         skip_serializing_if = "Option::is_none"
     )]
     pub remaining: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub until: Option<f64>,
 }
 
