@@ -1,6 +1,6 @@
 //! The interactive loop: a thread polls the status every interval and sends each result; the
 //! main thread draws and reads keys. The terminal is restored on exit and on panic
-//! (`ratatui::init` installs a panic hook that restores it first).
+//! (`ratatui::try_init` installs a panic hook that restores it first).
 
 use std::sync::mpsc;
 use std::thread;
@@ -32,7 +32,13 @@ pub fn run(fetcher: Fetcher, interval: Duration, only: Option<String>) -> std::i
         }
         thread::sleep(interval);
     });
-    let mut terminal = ratatui::init();
+    let mut terminal = match ratatui::try_init() {
+        Ok(t) => t,
+        Err(e) => {
+            ratatui::restore();
+            return Err(e);
+        }
+    };
     let result = (|| loop {
         while let Ok(r) = rx.try_recv() {
             match r {
