@@ -137,9 +137,11 @@ nginx-module-test: lib
 NGINX_TESTS ?= $(firstword $(wildcard $(CURDIR)/../shared/nginx-tests))
 
 nginx-test: nginx-module nginx-module-test promcheck
+	$(CARGO) build --release -p weir-cli
 	python3 tests/nginx/run.py --module target/nginx/ngx_http_weir_module.so \
 		--test-module target/nginx-test/ngx_http_weir_module.so --promcheck target/caddy/promcheck \
-		--asan-module target/nginx-asan/ngx_http_weir_module.so --vectors $(VECTORS)
+		--asan-module target/nginx-asan/ngx_http_weir_module.so --vectors $(VECTORS) \
+		--weir $(CARGO_OUT)/release/weir
 	@if [ -n "$(NGINX_TESTS)" ]; then \
 		PROVE_FLAGS= bash nginx-module/t/run-nginx-tests.sh "$(NGINX_TESTS)"; \
 	else \
@@ -155,6 +157,7 @@ NGINX_VERSIONS ?= 1.30.4 1.31.4
 NGINX_STATIC ?= 1.31.4
 
 nginx-versions: lib promcheck
+	$(CARGO) build --release -p weir-cli
 	bash nginx-module/t/nginx-versions.sh "$(NGINX_SRC_DIR)" "$(NGINX_TESTS)" "$(NGINX_VERSIONS)" \
 		"$(NGINX_STATIC)" $(CARGO_OUT)/release/libweir.a target/caddy/promcheck
 

@@ -1,4 +1,5 @@
-//! The `weir` command line: check policies, replay access logs against a policy.
+//! The `weir` command line: check policies, replay access logs against a policy, watch a live
+//! status (`top`).
 pub mod check;
 pub mod incident;
 pub mod input;
@@ -7,5 +8,6 @@ mod reorder;
 pub mod replay;
 pub mod report;
 pub mod timefmt;
+pub mod top;
 pub mod topn;
 pub mod unlogged;

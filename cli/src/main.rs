@@ -1,16 +1,17 @@
-//! `weir`: check policies, replay access logs against a policy. See docs/CLI.md.
+//! `weir`: check policies, replay access logs against a policy, watch a live status. See
+//! docs/CLI.md.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use weir_cli::{check, replay, report};
+use weir_cli::{check, replay, report, top};
 
 #[derive(Parser)]
 #[command(
     name = "weir",
     version,
-    about = "weir rate-limit policies: check them, replay access logs against them"
+    about = "weir rate-limit policies: check them, replay access logs against them, watch them live"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -79,6 +80,8 @@ enum Cmd {
         #[arg(required = true, value_name = "LOG")]
         logs: Vec<String>,
     },
+    /// Watch a host's JSON status live: per-limit rates, sparklines, top keys and clients, bans.
+    Top(top::Options),
 }
 
 /// A size option: bytes, or a number with `k`, `m` or `g` (powers of 1024).
@@ -89,6 +92,13 @@ fn size(s: &str) -> Result<usize, String> {
 
 fn main() -> ExitCode {
     match Cli::parse().cmd {
+        Cmd::Top(opts) => match top::run(&opts) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("weir top: {e}");
+                ExitCode::from(2)
+            }
+        },
         Cmd::Check {
             deny_warnings,
             policies,

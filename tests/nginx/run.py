@@ -1342,6 +1342,7 @@ def main():
     import hosts
     import reload_edits
     import status_json
+    import weir_top
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--nginx", default=NGINX, help="the nginx binary (default: $NGINX or "
@@ -1356,6 +1357,9 @@ def main():
     ap.add_argument("--only", help="run only the checks whose name contains this")
     ap.add_argument("--promcheck", default="target/caddy/promcheck",
                     help="strict Prometheus text checker (make promcheck)")
+    ap.add_argument("--weir", default=os.path.join(os.environ.get("CARGO_TARGET_DIR", "target"),
+                                                   "release", "weir"),
+                    help="the weir command line (cargo build --release -p weir-cli)")
     args = ap.parse_args()
     if not args.static and not args.module:
         ap.error("--module is required unless --static")
@@ -1380,6 +1384,7 @@ def main():
         ("reload-rates", lambda: reload_edits.test_reload_rates(args.module)),
         ("metrics", lambda: test_metrics(args.module, args.promcheck)),
         ("status-json", lambda: status_json.test_status_json(args.module, args.promcheck)),
+        ("weir-top", lambda: weir_top.test_weir_top(args.module, args.weir)),
         ("hosts", lambda: hosts.test_hosts(args.test_module, args.hosts, args.promcheck)),
         ("repeated-headers", lambda: test_repeated_headers(args.module)),
         ("fail2ban", lambda: fail2ban.test_fail2ban(args.module)),
