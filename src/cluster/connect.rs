@@ -1,0 +1,216 @@
+//! How a syncer reaches the server holding a zone's counters: one server, a Redis Cluster
+//! (seed nodes; commands go to the node owning each key's slot) or the master a set of
+//! Sentinels names (asked again at every reconnect, so a failover is followed); over TCP, a
+//! Unix socket or TLS (`rediss://`, rustls, with an optional private CA and client
+//! certificate). Building a [`Source`] does no I/O: the policy compiler builds one to check a
+//! zone's settings.
+
+use std::time::Duration;
+
+use redis::cluster::{ClusterClient, ClusterClientBuilder, ClusterConnection, ClusterPipeline};
+use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
+use redis::{Client, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisResult};
+
+use super::{url_password, ClusterSpec, RedisMode, TlsFiles};
+
+/// Where connections come from.
+pub(super) enum Source {
+    One(Client),
+    Cluster(ClusterClient),
+    Sentinel(Box<SentinelClient>),
+}
+
+/// A live connection: to one server (standalone, or the master found through Sentinels), or
+/// to a Redis Cluster (one socket per node, opened as slots are used).
+pub(super) enum Conn {
+    One(redis::Connection),
+    Cluster(Box<ClusterConnection>),
+}
+
+/// A pipeline of per-key commands for [`Conn::query`]. Every command touches one key, so a
+/// cluster pipeline splits it by node without changing what each command does (each is atomic
+/// on its key; no command depends on another's key).
+pub(super) enum Pipe {
+    One(redis::Pipeline),
+    Cluster(ClusterPipeline),
+}
+
+macro_rules! both {
+    ($pipe:expr, $p:ident => $e:expr) => {
+        match $pipe {
+            Pipe::One($p) => {
+                $e;
+            }
+            Pipe::Cluster($p) => {
+                $e;
+            }
+        }
+    };
+}
+
+impl Pipe {
+    /// `INCRBY k d` (its reply kept) and `PEXPIRE k ttl_ms` (reply ignored).
+    pub(super) fn incr(&mut self, k: &str, d: u64, ttl_ms: u64) {
+        both!(self, p => {
+            p.cmd("INCRBY").arg(k).arg(d);
+            p.cmd("PEXPIRE").arg(k).arg(ttl_ms).ignore()
+        });
+    }
+
+    /// `GET k`.
+    pub(super) fn get(&mut self, k: &str) {
+        both!(self, p => p.cmd("GET").arg(k));
+    }
+}
+
+impl Conn {
+    pub(super) fn pipe(&self) -> Pipe {
+        match self {
+            Conn::One(_) => Pipe::One(redis::pipe()),
+            Conn::Cluster(_) => Pipe::Cluster(redis::cluster::cluster_pipe()),
+        }
+    }
+
+    /// The replies of `pipe`'s kept commands, in order.
+    pub(super) fn query(&mut self, pipe: &Pipe) -> RedisResult<Vec<Option<u64>>> {
+        match (pipe, self) {
+            (Pipe::One(p), Conn::One(c)) => p.query(c),
+            (Pipe::Cluster(p), Conn::Cluster(c)) => p.query(c),
+            _ => Err((
+                redis::ErrorKind::ClientError,
+                "pipeline of another connection",
+            )
+                .into()),
+        }
+    }
+
+    /// Proves the server (every cluster primary) answers.
+    pub(super) fn ping(&mut self) -> RedisResult<()> {
+        match self {
+            Conn::One(c) => redis::cmd("PING").query(c),
+            Conn::Cluster(c) => redis::cmd("PING").query(c.as_mut()),
+        }
+    }
+}
+
+fn certificates(tls: &TlsFiles) -> redis::TlsCertificates {
+    redis::TlsCertificates {
+        client_tls: tls
+            .client
+            .as_ref()
+            .map(|(cert, key)| redis::ClientTlsConfig {
+                client_cert: cert.clone(),
+                client_key: key.clone(),
+            }),
+        root_cert: tls.ca.clone(),
+    }
+}
+
+fn is_tls(info: &ConnectionInfo) -> bool {
+    matches!(info.addr, ConnectionAddr::TcpTls { .. })
+}
+
+impl Source {
+    /// The zone's client (no I/O). Errors name what is wrong with the settings.
+    pub(super) fn new(spec: &ClusterSpec, io_timeout: Duration) -> RedisResult<Source> {
+        let mut infos = spec
+            .redis
+            .iter()
+            .map(|u| u.as_str().into_connection_info())
+            .collect::<RedisResult<Vec<_>>>()?;
+        let password = spec.password.clone();
+        let certs = certificates(&spec.tls);
+        match &spec.mode {
+            RedisMode::Standalone => {
+                let mut info = infos.swap_remove(0);
+                if let Some(p) = password {
+                    info.redis.password = Some(p);
+                }
+                let c = if is_tls(&info) {
+                    Client::build_with_tls(info, certs)?
+                } else {
+                    Client::open(info)?
+                };
+                Ok(Source::One(c))
+            }
+            RedisMode::Cluster => {
+                let tls = infos.iter().any(is_tls);
+                let mut b = ClusterClientBuilder::new(infos)
+                    .connection_timeout(io_timeout)
+                    .response_timeout(io_timeout)
+                    // A redirect (MOVED/ASK, a resharding) is retried at once; a node that
+                    // does not answer fails the sync, which backs off as for one server.
+                    .retries(2)
+                    .min_retry_wait(5)
+                    .max_retry_wait(50);
+                if let Some(p) = password {
+                    b = b.password(p);
+                }
+                if tls {
+                    b = b.certs(certs);
+                }
+                Ok(Source::Cluster(b.build()?))
+            }
+            RedisMode::Sentinel { master } => {
+                // The master's password: `password`, else the first URL's (the Sentinels'
+                // own credentials stay in their URLs).
+                let master_pw = password.or_else(|| url_password(&spec.redis[0]));
+                let tls = infos.iter().any(is_tls);
+                let first = infos[0].redis.clone();
+                let mut b = SentinelClientBuilder::new(
+                    infos.into_iter().map(|i| i.addr),
+                    master.clone(),
+                    SentinelServerType::Master,
+                )?;
+                if let Some(u) = first.username {
+                    b = b.set_client_to_sentinel_username(u);
+                }
+                if let Some(p) = first.password {
+                    b = b.set_client_to_sentinel_password(p);
+                }
+                if let Some(p) = master_pw {
+                    b = b.set_client_to_redis_password(p);
+                }
+                if first.db != 0 {
+                    b = b.set_client_to_redis_db(first.db);
+                }
+                if tls {
+                    // rediss:// Sentinels: the master and replicas speak TLS too.
+                    b = b
+                        .set_client_to_sentinel_certificates(certs.clone())
+                        .set_client_to_redis_tls_mode(redis::TlsMode::Secure)
+                        .set_client_to_redis_certificates(certs);
+                }
+                Ok(Source::Sentinel(Box::new(b.build()?)))
+            }
+        }
+    }
+
+    /// A new connection with read/write timeouts `t` (Sentinel: to the master the Sentinels
+    /// name now).
+    pub(super) fn connect(&mut self, t: Duration) -> RedisResult<Conn> {
+        let one = |client: &Client| -> RedisResult<Conn> {
+            let c = client.get_connection_with_timeout(t)?;
+            c.set_read_timeout(Some(t))?;
+            c.set_write_timeout(Some(t))?;
+            Ok(Conn::One(c))
+        };
+        match self {
+            Source::One(client) => one(client),
+            Source::Sentinel(s) => one(&s.get_client()?),
+            Source::Cluster(client) => {
+                let c = client.get_connection()?;
+                c.set_read_timeout(Some(t))?;
+                c.set_write_timeout(Some(t))?;
+                Ok(Conn::Cluster(Box::new(c)))
+            }
+        }
+    }
+}
+
+/// Checks that a zone's settings make a client (the policy compiler's last check).
+pub(crate) fn check_spec(spec: &ClusterSpec) -> Result<(), String> {
+    Source::new(spec, Duration::from_secs(1))
+        .map(drop)
+        .map_err(|e| e.to_string())
+}
