@@ -2,13 +2,14 @@
 //! (seed nodes; commands go to the node owning each key's slot) or the master a set of
 //! Sentinels names (asked again at every reconnect, so a failover is followed); over TCP, a
 //! Unix socket or TLS (`rediss://`, rustls, with an optional private CA and client
-//! certificate). Building a [`Source`] does no I/O: the policy compiler builds one to check a
-//! zone's settings.
+//! certificate). Every step, the Sentinel queries included, has the syncer's I/O timeout
+//! (redis-rs's own Sentinel client has none: a silent Sentinel would hold the syncer, and an
+//! engine's drop, for minutes). Building a [`Source`] does no I/O: the policy compiler builds
+//! one to check a zone's settings.
 
 use std::time::Duration;
 
 use redis::cluster::{ClusterClient, ClusterClientBuilder, ClusterConnection, ClusterPipeline};
-use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
 use redis::{Client, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisResult};
 
 use super::{url_password, ClusterSpec, RedisMode, TlsFiles};
@@ -17,7 +18,17 @@ use super::{url_password, ClusterSpec, RedisMode, TlsFiles};
 pub(super) enum Source {
     One(Client),
     Cluster(ClusterClient),
-    Sentinel(Box<SentinelClient>),
+    Sentinel(Box<Sentinels>),
+}
+
+/// The Sentinels of a master and how to reach the master they name.
+pub(super) struct Sentinels {
+    sentinels: Vec<Client>,
+    master: String,
+    /// The master's database and credentials.
+    redis: redis::RedisConnectionInfo,
+    /// TLS to the master (when the Sentinels' URLs are `rediss://`), with these certificates.
+    tls: Option<redis::TlsCertificates>,
 }
 
 /// A live connection: to one server (standalone, or the master found through Sentinels), or
@@ -154,34 +165,22 @@ impl Source {
             RedisMode::Sentinel { master } => {
                 // The master's password: `password`, else the first URL's (the Sentinels'
                 // own credentials stay in their URLs).
-                let master_pw = password.or_else(|| url_password(&spec.redis[0]));
-                let tls = infos.iter().any(is_tls);
-                let first = infos[0].redis.clone();
-                let mut b = SentinelClientBuilder::new(
-                    infos.into_iter().map(|i| i.addr),
-                    master.clone(),
-                    SentinelServerType::Master,
-                )?;
-                if let Some(u) = first.username {
-                    b = b.set_client_to_sentinel_username(u);
-                }
-                if let Some(p) = first.password {
-                    b = b.set_client_to_sentinel_password(p);
-                }
-                if let Some(p) = master_pw {
-                    b = b.set_client_to_redis_password(p);
-                }
-                if first.db != 0 {
-                    b = b.set_client_to_redis_db(first.db);
-                }
-                if tls {
-                    // rediss:// Sentinels: the master and replicas speak TLS too.
-                    b = b
-                        .set_client_to_sentinel_certificates(certs.clone())
-                        .set_client_to_redis_tls_mode(redis::TlsMode::Secure)
-                        .set_client_to_redis_certificates(certs);
-                }
-                Ok(Source::Sentinel(Box::new(b.build()?)))
+                let mut redis = infos[0].redis.clone();
+                redis.password = password.or_else(|| url_password(&spec.redis[0]));
+                let tls = infos.iter().any(is_tls).then_some(certs);
+                let sentinels = infos
+                    .into_iter()
+                    .map(|i| match &tls {
+                        Some(c) => Client::build_with_tls(i, c.clone()),
+                        None => Client::open(i),
+                    })
+                    .collect::<RedisResult<_>>()?;
+                Ok(Source::Sentinel(Box::new(Sentinels {
+                    sentinels,
+                    master: master.clone(),
+                    redis,
+                    tls,
+                })))
             }
         }
     }
@@ -189,15 +188,15 @@ impl Source {
     /// A new connection with read/write timeouts `t` (Sentinel: to the master the Sentinels
     /// name now).
     pub(super) fn connect(&mut self, t: Duration) -> RedisResult<Conn> {
-        let one = |client: &Client| -> RedisResult<Conn> {
+        let one = |client: &Client| -> RedisResult<redis::Connection> {
             let c = client.get_connection_with_timeout(t)?;
             c.set_read_timeout(Some(t))?;
             c.set_write_timeout(Some(t))?;
-            Ok(Conn::One(c))
+            Ok(c)
         };
         match self {
-            Source::One(client) => one(client),
-            Source::Sentinel(s) => one(&s.get_client()?),
+            Source::One(client) => one(client).map(Conn::One),
+            Source::Sentinel(s) => s.master(one).map(Conn::One),
             Source::Cluster(client) => {
                 let c = client.get_connection()?;
                 c.set_read_timeout(Some(t))?;
@@ -205,6 +204,69 @@ impl Source {
                 Ok(Conn::Cluster(Box::new(c)))
             }
         }
+    }
+}
+
+impl Sentinels {
+    /// A connection to the master: the first Sentinel that answers names it, and the server
+    /// there must say it is a master (`ROLE`: right after a failover a Sentinel may still
+    /// name the old one).
+    fn master(
+        &self,
+        one: impl Fn(&Client) -> RedisResult<redis::Connection>,
+    ) -> RedisResult<redis::Connection> {
+        let mut last: redis::RedisError =
+            (redis::ErrorKind::ClientError, "no Sentinel given").into();
+        for s in &self.sentinels {
+            let found = one(s).and_then(|mut c| {
+                redis::cmd("SENTINEL")
+                    .arg("get-master-addr-by-name")
+                    .arg(&self.master)
+                    .query::<Option<(String, u16)>>(&mut c)
+            });
+            let (host, port) = match found {
+                Ok(Some(a)) => a,
+                Ok(None) => {
+                    last = (
+                        redis::ErrorKind::ClientError,
+                        "the Sentinel knows no such master",
+                    )
+                        .into();
+                    continue;
+                }
+                Err(e) => {
+                    last = e;
+                    continue;
+                }
+            };
+            let info = ConnectionInfo {
+                addr: match self.tls {
+                    Some(_) => ConnectionAddr::TcpTls {
+                        host,
+                        port,
+                        insecure: false,
+                        tls_params: None,
+                    },
+                    None => ConnectionAddr::Tcp(host, port),
+                },
+                redis: self.redis.clone(),
+            };
+            let client = match &self.tls {
+                Some(c) => Client::build_with_tls(info, c.clone())?,
+                None => Client::open(info)?,
+            };
+            let mut conn = one(&client)?;
+            let role: Vec<redis::Value> = redis::cmd("ROLE").query(&mut conn)?;
+            if matches!(role.first(), Some(redis::Value::BulkString(r)) if r == b"master") {
+                return Ok(conn);
+            }
+            last = (
+                redis::ErrorKind::ClientError,
+                "the server the Sentinel names is not a master (failover in progress?)",
+            )
+                .into();
+        }
+        Err(last)
     }
 }
 

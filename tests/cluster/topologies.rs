@@ -1,7 +1,7 @@
 //! Cluster zones over the other ways to Redis, each against real servers on loopback: TLS with
 //! a private CA and client certificates (redis-server's `--tls-port`, certificates made with
 //! `openssl` here), a 3-primary Redis Cluster (`redis-cli --cluster create`), and a master
-//! with a replica behind a Sentinel (failover followed). Each checks that two engines share
+//! with a replica behind a Sentinel (failover followed; a dead Sentinel listed first skipped). Each checks that two engines share
 //! their counts, not just that they connect. Servers are stopped by pid, also on failure.
 
 use std::path::{Path, PathBuf};
@@ -383,8 +383,11 @@ fn sentinel_failover() {
     wait_for("the sentinel to know the replica", 15, || {
         sentinel(&["replicas", "mymaster"]).contains(&rp.to_string())
     });
+    // A Sentinel that is down comes first: the next one is asked.
     let src = policy(&format!(
-        "redis = \"redis://127.0.0.1:{sp}\"\nredis_mode = \"sentinel\"\nsentinel_master = \"mymaster\"\n"
+        "redis = [\"redis://127.0.0.1:{}\", \"redis://127.0.0.1:{sp}\"]\nredis_mode = \"sentinel\"\n\
+         sentinel_master = \"mymaster\"\n",
+        free_port()
     ));
     let (a, b) = (engine(&src), engine(&src));
     wait_for("both engines synced", 10, || synced(&a) && synced(&b));
