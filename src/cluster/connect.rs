@@ -129,6 +129,9 @@ impl Source {
             .iter()
             .map(|u| u.as_str().into_connection_info())
             .collect::<RedisResult<Vec<_>>>()?;
+        if infos.is_empty() {
+            return Err((redis::ErrorKind::InvalidClientConfig, "no redis URL").into());
+        }
         let password = spec.password.clone();
         let certs = certificates(&spec.tls);
         match &spec.mode {
