@@ -28,6 +28,18 @@ type Distributed struct {
 	PurgeAge caddy.Duration `json:"purge_age,omitempty"`
 	// The Redis or Valkey server: redis://[user:password@]host:port/db, rediss://, redis+unix://.
 	Redis string `json:"redis,omitempty"`
+	// Further URLs after redis: the other seed nodes of a Redis Cluster, or the other
+	// Sentinels (with redis_mode).
+	RedisNodes []string `json:"redis_nodes,omitempty"`
+	// "standalone" (default), "cluster" (the URLs are Redis Cluster nodes) or "sentinel"
+	// (the URLs are Sentinels of the master sentinel_master).
+	RedisMode      string `json:"redis_mode,omitempty"`
+	SentinelMaster string `json:"sentinel_master,omitempty"`
+	// For rediss:// URLs: a CA to trust instead of the system's, and a client certificate and
+	// key (mutual TLS); absolute paths of PEM files.
+	TLSCAFile   string `json:"tls_ca_file,omitempty"`
+	TLSCertFile string `json:"tls_cert_file,omitempty"`
+	TLSKeyFile  string `json:"tls_key_file,omitempty"`
 	// Redis password (overrides one in the URL).
 	Password string `json:"password,omitempty"`
 	// Instances sharing the limit: while Redis is unreachable each admits events ÷
@@ -105,9 +117,25 @@ func (d *Distributed) clusterParams(p zoneParams) zoneParams {
 	}
 	sync = min(max(sync, 10*time.Millisecond), time.Duration(p.windowNS)/4).Truncate(time.Millisecond)
 	var b strings.Builder
-	fmt.Fprintf(&b, "scope = \"cluster\"\nredis = %s\n", tomlString(d.Redis))
-	if d.Password != "" {
-		fmt.Fprintf(&b, "password = %s\n", tomlString(d.Password))
+	fmt.Fprintf(&b, "scope = \"cluster\"\n")
+	if len(d.RedisNodes) == 0 {
+		fmt.Fprintf(&b, "redis = %s\n", tomlString(d.Redis))
+	} else {
+		urls := []string{tomlString(d.Redis)}
+		for _, u := range d.RedisNodes {
+			urls = append(urls, tomlString(u))
+		}
+		fmt.Fprintf(&b, "redis = [%s]\n", strings.Join(urls, ", "))
+	}
+	// The engine checks these (mode names, readable PEM files) when it compiles the policy.
+	for _, kv := range [][2]string{
+		{"redis_mode", d.RedisMode}, {"sentinel_master", d.SentinelMaster},
+		{"tls_ca_file", d.TLSCAFile}, {"tls_cert_file", d.TLSCertFile}, {"tls_key_file", d.TLSKeyFile},
+		{"password", d.Password},
+	} {
+		if kv[1] != "" {
+			fmt.Fprintf(&b, "%s = %s\n", kv[0], tomlString(kv[1]))
+		}
 	}
 	fmt.Fprintf(&b, "sync_interval = \"%dms\"\nexpected_nodes = %d\n", sync.Milliseconds(), max(d.ExpectedNodes, 1))
 	p.cluster = b.String()
