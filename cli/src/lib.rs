@@ -1,4 +1,5 @@
 //! The `weir` command line: check policies, replay access logs against a policy.
+pub mod agreement;
 pub mod check;
 pub mod incident;
 pub mod input;

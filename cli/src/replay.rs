@@ -26,6 +26,7 @@ use weir::policy::engine::Permits;
 use weir::policy::key::KeyPart;
 use weir::policy::{Action, Engine};
 
+use crate::agreement::Agreement;
 use crate::input::{self, Line, LineReader};
 use crate::logfmt::{Entry, LogFormat};
 use crate::reorder::{Pool, Reorder};
@@ -113,6 +114,7 @@ struct Sim {
     verdicts: Option<io::BufWriter<std::fs::File>>,
     line_buf: String,
     key_buf: String,
+    agreement: Agreement,
     file_names: Vec<String>,
     bad_shown: usize,
     show: usize,
@@ -193,6 +195,10 @@ impl Sim {
                         "queue"
                     }
                 };
+                let (action, limit) = out.log_decision();
+                let name = limit.map(|l| self.engine.limit_name(usize::from(l)));
+                self.agreement
+                    .add(e.logged_limit(), e.logged_action, (action, name));
                 decided = out.limit.map(usize::from);
                 dry = out.dry_run.map(|d| usize::from(d.0));
                 if dry.is_some() {
@@ -334,6 +340,7 @@ pub fn run(opts: &Options) -> Result<(Report, Timeline), String> {
         verdicts,
         line_buf: String::new(),
         key_buf: String::new(),
+        agreement: Agreement::default(),
         file_names: opts.inputs.clone(),
         bad_shown: 0,
         show: opts.show_malformed,
@@ -518,6 +525,7 @@ fn build_report(sim: &Sim, top: usize, warnings: Vec<String>) -> (Report, Timeli
             .collect(),
         limits,
         warnings,
+        agreement: sim.agreement.report(),
     };
     (report, sim.timeline.clone())
 }
