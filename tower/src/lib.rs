@@ -80,6 +80,32 @@
 //! With [`WeirLayer::expose_verdict`] the layer inserts a [`Verdict`] into the request's
 //! extensions (for the handler: log dry-run verdicts, the delay served, …) and into the
 //! response's (for outer layers: access logs, metrics). Off by default: it costs an allocation.
+//!
+//! # Access logs
+//!
+//! A [`Verdict`] carries what nginx's `$weir_action`, `$weir_limit` and `$weir_key` show
+//! (docs/NGINX.md): [`Verdict::log_action`] (`pass`, `exempt`, `delay`, `queue`, `reject`,
+//! `dry-run-delay`, `dry-run-reject`), [`Verdict::log_limit`] (the deciding limit, also a
+//! dry-run one) and [`Verdict::key`] (its key as the engine renders it, `203.0.113.0/24`;
+//! rendered only when a limit decided). An outer layer logs them from the response:
+//!
+//! ```
+//! use weir::policy::Engine;
+//! use weir_tower::Verdict;
+//!
+//! fn log_line<B>(engine: &Engine, resp: &http::Response<B>) {
+//!     if let Some(v) = resp.extensions().get::<Verdict>() {
+//!         let limit = v.log_limit.map_or("-", |l| engine.limit_name(usize::from(l)));
+//!         tracing::info!(
+//!             status = resp.status().as_u16(),
+//!             weir_action = v.log_action.as_str(),
+//!             weir_limit = limit,
+//!             weir_key = v.key.as_deref().unwrap_or("-"),
+//!             "request"
+//!         );
+//!     }
+//! }
+//! ```
 
 mod body;
 mod status;
