@@ -198,3 +198,75 @@ fn escaped(out: &mut String, v: &[u8]) {
         out.push('…');
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::parse_policy;
+
+    fn engine(key: &str, prefixes: &str) -> Engine {
+        let src = format!(
+            "[zones.z]\nsize = \"64k\"\nalgorithm = \"gcra\"\nrate = \"1r/m\"\n\
+             [[limit]]\nclass = \"*\"\nzone = \"z\"\nname = \"l\"\nkey = {key}\n{prefixes}"
+        );
+        Engine::new(parse_policy(&src, None).unwrap()).unwrap()
+    }
+
+    fn render(e: &Engine, req: &OwnedRequest) -> String {
+        let mut out = String::new();
+        e.render_key(0, req, &mut out);
+        out
+    }
+
+    /// A `var:` value that is an address is rendered as its network, as caddy-ratelimit
+    /// writes a masked key; other values, and families without a prefix, as they are.
+    #[test]
+    fn masked_var_values() {
+        let req = |v: &str| OwnedRequest::new("GET", "/", "192.0.2.1".parse().unwrap()).var(0, v);
+        let both = engine("\"var:k\"", "ipv4_prefix = 24\nipv6_prefix = 64\n");
+        let v4 = engine("\"var:k\"", "ipv4_prefix = 16\n");
+        for (e, value, want) in [
+            (&both, "192.0.2.77", "192.0.2.0/24"),
+            (&v4, "::ffff:192.0.2.77", "192.0.0.0/16"),
+            (&both, "2001:db8:1:2:3:4:5:6", "2001:db8:1:2::/64"),
+            (&v4, "2001:db8::1", "2001:db8::1"),
+            (&both, "example.com", "example.com"),
+            (&both, "fe80::1%eth0", "fe80::1%eth0"),
+            (&both, "a\"b\u{1}", "a\\x22b\\x01"),
+        ] {
+            assert_eq!(render(e, &req(value)), want, "{value}");
+        }
+    }
+
+    #[test]
+    fn parts_named_when_several() {
+        let e = engine("[\"ip\", \"path\", \"header:x-k\"]", "ipv4_prefix = 24\n");
+        let req = OwnedRequest::new("GET", "/a/../b", "192.0.2.9".parse().unwrap());
+        assert_eq!(
+            render(&e, &req),
+            "ip=192.0.2.0/24 path=/b header:x-k=(absent)"
+        );
+        let e = engine("\"ip\"", "");
+        assert_eq!(render(&e, &req), "192.0.2.9");
+        assert_eq!(render(&e, &OwnedRequest::local("GET", "/")), "local");
+    }
+
+    #[test]
+    fn decision_words() {
+        use Action::*;
+        let d = LogAction::decide;
+        assert_eq!(
+            d(Reject, Some(1), false, Some((2, Reject))),
+            (LogAction::Reject, Some(1))
+        );
+        assert_eq!(
+            d(Pass, None, false, Some((2, Delay))),
+            (LogAction::DryRunDelay, Some(2))
+        );
+        assert_eq!(d(Pass, None, true, None), (LogAction::Exempt, None));
+        assert_eq!(d(Pass, None, false, None), (LogAction::Pass, None));
+        for a in LogAction::ALL {
+            assert_eq!(LogAction::parse(a.as_str()), Some(a));
+        }
+    }
+}
