@@ -3,34 +3,12 @@ limited request's line names the deciding limit and its key as the engine render
 and exempt requests name none, in policy mode (a limit, an exemption, a dry-run limit) and
 with the weir_req / weir_conn directives (the zone's name)."""
 
+import os
+
 from run import Nginx, check, request
 
-POLICY = """[zones.net]
-size = "64k"
-algorithm = "gcra"
-rate = "1r/m"
-[zones.dry]
-size = "64k"
-algorithm = "gcra"
-rate = "1r/m"
-[classes.pages]
-match = [{ path_prefix = "/p" }]
-[classes.trial]
-match = [{ path_prefix = "/dry" }]
-[exempt.health]
-match = [{ path = "/health" }]
-[[limit]]
-name = "per-net"
-class = "pages"
-zone = "net"
-ipv4_prefix = 24
-[[limit]]
-name = "trial"
-class = "trial"
-zone = "dry"
-key = ["ip", "path"]
-dry_run = true
-"""
+POLICY = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common",
+                           "access_log_policy.toml")).read()
 
 HTTP = """
     log_format weir '$status|$weir_action|$weir_limit|$weir_key|$request_uri';

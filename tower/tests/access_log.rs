@@ -11,33 +11,7 @@ use tower::{Layer, ServiceExt};
 use weir::policy::{CompiledPolicy, Engine};
 use weir_tower::{LogAction, PeerOverride, Verdict, WeirLayer};
 
-const POLICY: &str = r#"
-[zones.net]
-size = "64k"
-algorithm = "gcra"
-rate = "1r/m"
-[zones.dry]
-size = "64k"
-algorithm = "gcra"
-rate = "1r/m"
-[classes.pages]
-match = [{ path_prefix = "/p" }]
-[classes.trial]
-match = [{ path_prefix = "/dry" }]
-[exempt.health]
-match = [{ path = "/health" }]
-[[limit]]
-name = "per-net"
-class = "pages"
-zone = "net"
-ipv4_prefix = 24
-[[limit]]
-name = "trial"
-class = "trial"
-zone = "dry"
-key = ["ip", "path"]
-dry_run = true
-"#;
+const POLICY: &str = include_str!("../../tests/common/access_log_policy.toml");
 
 #[tokio::test]
 async fn verdict_names_the_deciding_limit_and_its_key() {
