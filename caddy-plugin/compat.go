@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"net/netip"
-	"strconv"
 	"strings"
 	"time"
 
@@ -179,8 +177,13 @@ func clusterPolicy(zones []*inlineZone) string {
 		if p.status != 0 {
 			fmt.Fprintf(&b, "status = %d\n", p.status)
 		}
-		if p.key == "ip" {
-			fmt.Fprintf(&b, "ipv4_prefix = %d\nipv6_prefix = %d\n", p.v4, p.v6)
+		for _, pf := range []struct {
+			name string
+			n    int
+		}{{"ipv4_prefix", p.v4}, {"ipv6_prefix", p.v6}} {
+			if pf.n >= 0 && p.key != "global" {
+				fmt.Fprintf(&b, "%s = %d\n", pf.name, pf.n)
+			}
 		}
 		switch p.algorithm {
 		case algGCRA:
@@ -221,32 +224,4 @@ func jittered(wait int64, jitter float64) int64 {
 		return wait
 	}
 	return int64(math.Ceil(float64(wait) * (1 + rand.Float64()*jitter)))
-}
-
-// appendMasked appends key masked to its network when it is an IP address and a prefix is
-// set for its family (IPv4-mapped IPv6 counts as IPv4), as caddy-ratelimit writes it
-// ("192.0.2.0/24", "2001:db8::/64"); ok false leaves the key as it is.
-func appendMasked(dst []byte, key string, v4, v6 int) ([]byte, bool) {
-	if v4 == 0 && v6 == 0 {
-		return dst, false
-	}
-	a, err := netip.ParseAddr(key)
-	if err != nil || a.Zone() != "" {
-		return dst, false
-	}
-	a = a.Unmap()
-	bits := v6
-	if a.Is4() {
-		bits = v4
-	}
-	if bits == 0 {
-		return dst, false
-	}
-	pfx, err := a.Prefix(bits)
-	if err != nil {
-		return dst, false
-	}
-	dst = pfx.Addr().AppendTo(dst)
-	dst = append(dst, '/')
-	return strconv.AppendInt(dst, int64(bits), 10), true
 }

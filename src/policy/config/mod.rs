@@ -40,7 +40,7 @@ use serde::de::{self, Deserializer, SeqAccess, Visitor};
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::key::{KeyPart, KeySpec};
+use super::key::{KeyPart, KeySpec, VarMask};
 use super::matching::{Class, Glob, PathTest, Shape, ValueMatcher};
 use super::net::CidrSet;
 use super::request::{ClientIpResolver, ForwardedSource, PreparedRequest, RequestView};
