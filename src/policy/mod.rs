@@ -5,6 +5,7 @@ pub mod config;
 pub mod counters;
 pub mod engine;
 pub mod key;
+pub mod key_text;
 pub mod ledger;
 pub mod matching;
 pub mod metrics;

@@ -203,7 +203,7 @@ def top_keys(module):
             win = lim[w]
             # Space-Saving over 16 entries over-counts by at most 49 / 16 rejections.
             key, client = win["keys"][0], win["clients"][0]
-            check(key["key"] == "127.0.0.99 /hot" and 19 <= key["rejected"] <= 22
+            check(key["key"] == "ip=127.0.0.99 path=/hot" and 19 <= key["rejected"] <= 22
                   and client["client"] == "127.0.0.99" and 19 <= client["rejected"] <= 22
                   and win["rejected"] == 49 and len(win["clients"]) == 10, f"{w}: {win}")
         per = lim["per_second"]

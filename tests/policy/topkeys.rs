@@ -144,6 +144,6 @@ fn other_key_parts_are_named_as_text() {
     let json: Value =
         serde_json::from_str(&Snapshot::take(&[&strict], &[], now).render(Format::Json)).unwrap();
     let keys = &json["limits"][1]["last_1m"]["keys"];
-    assert_eq!(keys[0]["key"], "POST /login", "{json:#}");
+    assert_eq!(keys[0]["key"], "method=POST path=/login", "{json:#}");
     assert_eq!(keys[0]["rejected"], 2);
 }

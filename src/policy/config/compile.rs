@@ -1,7 +1,7 @@
 //! Compilation context (error collection with spans) and the top-level pass.
 
 use super::*;
-use crate::policy::topkeys::Exposure;
+use crate::policy::key_text::Exposure;
 
 pub(super) struct Cx<'s> {
     pub(super) src: &'s str,

@@ -130,7 +130,7 @@ pub struct CompiledPolicy {
     /// Client address resolution (trusted proxies).
     pub client_ip: ClientIpResolver,
     /// How the status shows client addresses (`[status] clients`).
-    pub status_clients: crate::policy::topkeys::Exposure,
+    pub status_clients: crate::policy::key_text::Exposure,
     /// Whether rejections record their key and client (`[status] top_keys`, default true).
     pub status_top_keys: bool,
     /// Zones, sorted by name.

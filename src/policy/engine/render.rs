@@ -3,8 +3,7 @@
 //! done only when a host asks (a log line being written), never on the request path.
 
 use super::*;
-use crate::policy::key::VarMask;
-use crate::policy::net::mask_ip;
+use crate::policy::key_text::{self, Exposure};
 
 /// A request's decision as an access log names it (`$weir_action`, `{http.weir.action}`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -89,18 +88,10 @@ impl Outcome {
     }
 }
 
-/// Longest value rendered of one key part; the rest is left out (`…` marks the cut).
-const PART_MAX: usize = 200;
-
 impl Engine {
-    /// Appends limit `limit`'s key for `req` to `out`, as logs show it: a one-part key as its
-    /// value (`203.0.113.0/24`, `/w/index.php`, a header's value), several parts as
-    /// `part=value` separated by spaces (`ip=192.0.2.7 path=/api`). An `ip` part below the
-    /// full length and a masked `var:` value carry their prefix (`192.0.2.0/24`); the local
-    /// client is `local`, an absent header or cookie `(absent)`; bytes other than printable
-    /// ASCII (and `"`, `\`) are written `\xHH`. Allocates (normalizing the path): for log
-    /// lines, not the request path. An unknown limit renders nothing; a target the engine
-    /// refuses renders a `path` part as `(bad target)`.
+    /// Appends limit `limit`'s key for `req` to `out`, as logs show it
+    /// ([`crate::policy::key_text`]; addresses in full). Allocates (normalizing the path): for
+    /// log lines, not the request path. An unknown limit renders nothing.
     pub fn render_key(&self, limit: usize, req: &dyn RequestView, out: &mut String) {
         let Some(l) = self.policy.limits.get(limit) else {
             return;
@@ -110,8 +101,7 @@ impl Engine {
         let mut path: Option<&[u8]> = None;
         let mut query: &[u8] = b"";
         if parts.contains(&KeyPart::Path) {
-            let target = req.target();
-            if let Ok(t) = normalize::split_target(target) {
+            if let Ok(t) = normalize::split_target(req.target()) {
                 scratch.resize(t.path.len().max(1), 0);
                 if let Ok(n) = normalize::normalize_path(t.path, &mut scratch) {
                     path = Some(&scratch[..n]);
@@ -120,82 +110,7 @@ impl Engine {
             }
         }
         let prepared = self.policy.prepare(req, path.unwrap_or(b"/"), query);
-        let named = parts.len() > 1;
-        for (i, part) in parts.iter().enumerate() {
-            if i > 0 {
-                out.push(' ');
-            }
-            if named {
-                out.push_str(&part_name(part));
-                out.push('=');
-            }
-            match part {
-                KeyPart::Ip {
-                    v4_prefix,
-                    v6_prefix,
-                } => match prepared.client {
-                    None => out.push_str("local"),
-                    Some(ip) => {
-                        let (p, full) = if ip.is_ipv4() {
-                            (*v4_prefix, 32)
-                        } else {
-                            (*v6_prefix, 128)
-                        };
-                        let _ = write!(out, "{}", mask_ip(ip, p));
-                        if p != full {
-                            let _ = write!(out, "/{p}");
-                        }
-                    }
-                },
-                KeyPart::Global => out.push_str("global"),
-                KeyPart::Path if path.is_none() => out.push_str("(bad target)"),
-                KeyPart::Path => escaped(out, prepared.path),
-                KeyPart::Method => escaped(out, prepared.method),
-                KeyPart::Header(n) => value(out, prepared.header(n), VarMask::default()),
-                KeyPart::Cookie(n) => value(out, prepared.cookie_named(n), VarMask::default()),
-                KeyPart::Var { index, mask, .. } => value(out, req.var(*index), *mask),
-            }
-        }
-    }
-}
-
-/// `ip`, `global`, `path`, `method`, `header:NAME`, `cookie:NAME`, `var:NAME`.
-fn part_name(p: &KeyPart) -> String {
-    let lossy = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
-    match p {
-        KeyPart::Ip { .. } => "ip".into(),
-        KeyPart::Global => "global".into(),
-        KeyPart::Path => "path".into(),
-        KeyPart::Method => "method".into(),
-        KeyPart::Header(n) => format!("header:{}", lossy(n)),
-        KeyPart::Cookie(n) => format!("cookie:{}", lossy(n)),
-        KeyPart::Var { name, .. } => format!("var:{}", lossy(name)),
-    }
-}
-
-fn value(out: &mut String, v: Option<&[u8]>, mask: VarMask) {
-    match v {
-        None => out.push_str("(absent)"),
-        Some(v) => match mask.apply(v) {
-            Some((net, prefix)) => {
-                let _ = write!(out, "{net}/{prefix}");
-            }
-            None => escaped(out, v),
-        },
-    }
-}
-
-/// Printable ASCII as it is, other bytes (and `"`, `\`) as `\xHH`; at most [`PART_MAX`] bytes.
-fn escaped(out: &mut String, v: &[u8]) {
-    for &b in &v[..v.len().min(PART_MAX)] {
-        if (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\' {
-            out.push(b as char);
-        } else {
-            let _ = write!(out, "\\x{b:02X}");
-        }
-    }
-    if v.len() > PART_MAX {
-        out.push('…');
+        key_text::write_key(out, parts, &prepared, path.is_some(), Exposure::Full, 0);
     }
 }
 

@@ -18,7 +18,7 @@ mod summary;
 use std::net::IpAddr;
 use std::sync::atomic::AtomicU64;
 
-pub use display::Exposure;
+pub use crate::policy::key_text::Exposure;
 pub use ring::{PerSecond, SECONDS};
 pub use summary::Counted;
 /// The summary and history over any atomic words, for the loom models.
@@ -26,8 +26,9 @@ pub use summary::Counted;
 pub use {atom::Atom, ring::Ring, summary::Summary};
 
 use crate::policy::key::KeySpec;
+use crate::policy::key_text::{fnv as tag, write_ip, write_key};
 use crate::policy::request::PreparedRequest;
-use display::{tag, write_ip, write_key, Text};
+use display::Text;
 use ring::SLOT_WORDS;
 use summary::top;
 
@@ -124,7 +125,7 @@ impl TopArea<'_> {
         // Longer than any stored name (truncated to the entry).
         let mut buf = [0u8; 128];
         let key = Text::write(&mut buf, |t| {
-            write_key(t, spec, req, self.exposure, self.seed)
+            write_key(t, &spec.parts, req, true, self.exposure, self.seed)
         });
         keys.record(second / 60, tag(0, key), key);
         let client = Text::write(&mut buf, |t| {
