@@ -56,7 +56,7 @@ pub struct weir_outcome {
     pub state_len: usize,
     /// Lines to log, in order; a WEIR_QUEUE's own line is the last.
     pub lines: usize,
-    pub line: [weir_log_line; 2],
+    pub line: [weir_log_line; 3],
 }
 
 /// The deciding limit's name (policy mode) or zone's (nginx styles); "" for none.
@@ -157,10 +157,27 @@ fn policy_outcome(e: &Engine, v: &weir_verdict, o: &mut weir_outcome) {
             } else {
                 ""
             };
+            let why = if v.banned != 0 { ", banned key," } else { why };
+            let level = policy_level(e, v.limit, false);
             o.log(
-                policy_level(e, v.limit, false),
+                level,
                 format_args!("limiting requests{why} by weir limit \"{name}\""),
             );
+            if v.ban_s > 0 {
+                let listed = usize::try_from(v.ban_entry)
+                    .ok()
+                    .and_then(|entry| e.listed_ban(entry, 0))
+                    .filter(|(l, _)| i32::try_from(*l) == Ok(v.limit));
+                let key = listed.map_or_else(|| "?".to_owned(), |(_, b)| b.key);
+                o.log(
+                    level,
+                    format_args!(
+                        "banning key \"{}\" for {}s by weir limit \"{name}\"",
+                        key.escape_debug(),
+                        v.ban_s
+                    ),
+                );
+            }
         }
     }
 }
