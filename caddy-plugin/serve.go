@@ -373,6 +373,11 @@ func (h *Handler) serveEngine(w http.ResponseWriter, r *http.Request, repl *cadd
 		if h.LogKey && which == engZones {
 			key = h.zoneKeyLog(v.limit(), r, repl, env)
 		}
+		if ban := s.eng.banLine(v); ban != "" && h.logger != nil {
+			if ce := h.logger.Check(s.logLevel(v.limit()), ban); ce != nil {
+				ce.Write(zap.String("limit", limit), zap.String("client_ip", env.clientIP(r)))
+			}
+		}
 		return h.rejected(w, r, repl, env, v.status(), limit, s.logLevel(v.limit()), retry, lines, key)
 	}
 	// The policy's verdict carries its response header lines (Retry-After among them); the

@@ -522,6 +522,9 @@ where
                 }
             }
         };
+        if out.ban_started.is_some() {
+            log_ban(engine, &out);
+        }
         let verdict = Verdict::of(&out, false);
         let state = match out.action {
             Action::Pass => {
@@ -597,6 +600,9 @@ where
             }
         }
     }
+    if out.ban_started.is_some() {
+        log_ban(engine, &out);
+    }
     let verdict = Verdict::of(&out, queued);
     if out.action == Action::Reject {
         return Ok(reject_response(&cfg, &out, verdict));
@@ -613,4 +619,35 @@ where
     std::future::poll_fn(|cx| svc.poll_ready(cx)).await?;
     let resp = svc.call(req).await?;
     Ok(finish(resp, guard, fields, verdict))
+}
+
+/// Logs (`tracing`, at the limit's `log_level`) the ban `out` started: once per ban, with its
+/// key as the status names it.
+#[cold]
+fn log_ban(engine: &Engine, out: &Outcome) {
+    use weir::policy::config::LogLevel;
+    let (Some(limit), Some(ban)) = (out.limit, out.ban_started) else {
+        return;
+    };
+    let Some(l) = engine.policy().limits.get(usize::from(limit)) else {
+        return;
+    };
+    let key = ban
+        .entry
+        .and_then(|e| engine.listed_ban(usize::from(e), 0))
+        .filter(|(i, _)| *i == usize::from(limit))
+        .map_or_else(|| "?".to_owned(), |(_, b)| b.key);
+    let secs = ban.duration_ns.div_ceil(1_000_000_000);
+    let (name, key) = (l.name.as_str(), key.as_str());
+    match l.log_level {
+        LogLevel::Info | LogLevel::Notice => {
+            tracing::info!(limit = name, key, "banning key {key:?} for {secs}s by weir limit {name:?}")
+        }
+        LogLevel::Warn => {
+            tracing::warn!(limit = name, key, "banning key {key:?} for {secs}s by weir limit {name:?}")
+        }
+        LogLevel::Error => {
+            tracing::error!(limit = name, key, "banning key {key:?} for {secs}s by weir limit {name:?}")
+        }
+    }
 }
