@@ -641,13 +641,25 @@ fn log_ban(engine: &Engine, out: &Outcome) {
     let (name, key) = (l.name.as_str(), key.as_str());
     match l.log_level {
         LogLevel::Info | LogLevel::Notice => {
-            tracing::info!(limit = name, key, "banning key {key:?} for {secs}s by weir limit {name:?}")
+            tracing::info!(
+                limit = name,
+                key,
+                "banning key {key:?} for {secs}s by weir limit {name:?}"
+            )
         }
         LogLevel::Warn => {
-            tracing::warn!(limit = name, key, "banning key {key:?} for {secs}s by weir limit {name:?}")
+            tracing::warn!(
+                limit = name,
+                key,
+                "banning key {key:?} for {secs}s by weir limit {name:?}"
+            )
         }
         LogLevel::Error => {
-            tracing::error!(limit = name, key, "banning key {key:?} for {secs}s by weir limit {name:?}")
+            tracing::error!(
+                limit = name,
+                key,
+                "banning key {key:?} for {secs}s by weir limit {name:?}"
+            )
         }
     }
 }
