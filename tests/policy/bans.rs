@@ -206,3 +206,39 @@ fn bad_ban_tables_are_refused_with_their_position() {
         .to_string();
     assert!(e.contains("does not apply to sliding_log zones"), "{e}");
 }
+
+#[test]
+fn the_list_keeps_the_latest_bans_when_full_and_every_ban_is_enforced() {
+    let b = "ban = { after = 1, within = \"1m\", duration = \"10m\" }";
+    let engine = Engine::new(parse_policy(&policy(b), None).unwrap()).unwrap();
+    let t0 = 1000 * S;
+    let ip = |i: u64| format!("10.0.{}.{}", i / 256, i % 256);
+    let n = weir::policy::topkeys::BAN_SLOTS as u64 + 6;
+    for i in 0..n {
+        // One pass, then the rejection that bans, one second apart: later bans end later.
+        let t = t0 + i * S;
+        assert_eq!(
+            engine.evaluate(&req(&ip(i)), t).unwrap().action,
+            Action::Pass
+        );
+        assert!(engine
+            .evaluate(&req(&ip(i)), t)
+            .unwrap()
+            .ban_started
+            .is_some());
+    }
+    let now = t0 + n * S;
+    let j = json(&engine, now);
+    let bans = j["limits"][0]["bans"].as_array().unwrap();
+    assert_eq!(bans.len(), weir::policy::topkeys::BAN_SLOTS);
+    // Longest lasting first; the 6 that end first left the list.
+    assert_eq!(bans[0]["key"], ip(n - 1));
+    assert_eq!(bans[bans.len() - 1]["key"], ip(6));
+    for i in 0..n {
+        assert!(
+            engine.evaluate(&req(&ip(i)), now).unwrap().banned,
+            "{}",
+            ip(i)
+        );
+    }
+}
