@@ -29,7 +29,7 @@ impl Ban {
                 "ban after must be between 1 and {MAX_COUNT}, not {after}"
             )));
         }
-        if within_ns < NS_PER_MS || duration_ns < NS_PER_MS || duration_ns >= 1 << 62 {
+        if within_ns < NS_PER_MS || !(NS_PER_MS..1 << 62).contains(&duration_ns) {
             return Err(ParamError(
                 "ban within and duration must be at least 1ms (and duration below 140 years)"
                     .into(),
