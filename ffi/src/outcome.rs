@@ -451,6 +451,44 @@ mod tests {
     }
 
     #[test]
+    fn a_started_ban_is_logged_once_with_its_key() {
+        let src = "[zones.z]\nsize = \"64k\"\nalgorithm = \"gcra\"\nrate = \"1r/m\"\n\
+                   [[limit]]\nname = \"login\"\nclass = \"*\"\nzone = \"z\"\nlog_level = \"warn\"\n\
+                   ban = { after = 1, within = \"1m\", duration = \"10m\" }\n";
+        let e = weir_engine {
+            engine: Engine::new(weir::policy::parse_policy(src, None).unwrap()).unwrap(),
+        };
+        let req = weir::policy::OwnedRequest::new("GET", "/", "192.0.2.1".parse().unwrap());
+        let now = 1_000_000_000_000;
+        e.engine.evaluate(&req, now).unwrap();
+        let out = e.engine.evaluate(&req, now).unwrap();
+        let started = out.ban_started.unwrap();
+        let mut v = empty_verdict();
+        v.action = WEIR_REJECT;
+        v.status = 429;
+        v.limit = 0;
+        v.ban_s = 600;
+        v.ban_entry = i32::from(started.entry.unwrap());
+        let (_, lines) = outcome(&e, &v, WEIR_STYLE_POLICY);
+        assert_eq!(
+            lines,
+            [
+                "2 limiting requests by weir limit \"login\"",
+                "2 banning key \"192.0.2.1\" for 600s by weir limit \"login\""
+            ]
+        );
+        // The requests the ban refuses say so, and start nothing.
+        assert!(e.engine.evaluate(&req, now).unwrap().banned);
+        v.ban_s = 0;
+        v.banned = 1;
+        let (_, lines) = outcome(&e, &v, WEIR_STYLE_POLICY);
+        assert_eq!(
+            lines,
+            ["2 limiting requests, banned key, by weir limit \"login\""]
+        );
+    }
+
+    #[test]
     fn limit_req_and_limit_conn_words() {
         let e = engine();
         let mut v = empty_verdict();
