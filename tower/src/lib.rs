@@ -10,6 +10,7 @@
 //! | reject | answers the limit's status (default 429) with `Retry-After` (and the `RateLimit` fields when the policy enables them), a short text body, without calling the inner service |
 //! | queue | waits for a concurrency slot: asks the engine again when it says (every 10 ms) until a slot is free — then passes — or the limit's `timeout` has passed — then the engine answers the limit's status; if the request's future is dropped meanwhile (client gone), its place in the queue is given back |
 //! | bad target | answers 400 (a target nginx would refuse: `/../x`, `%zz`, …; or more values of one header the policy reads than the engine takes) |
+//! | a ban started (a limit's `ban`) | the rejection as above; logs `banning key "K" for Ns by weir limit "NAME"` once per ban (`tracing`, at the limit's `log_level`, with `limit` and `key` fields) |
 //! | no verdict (a panic inside weir or the clock, caught) | per the policy's `failure_mode`: `open` logs an error (`tracing`) and calls the inner service; `closed` logs it and answers 503 |
 //!
 //! When the policy enables them (`headers = true`), `RateLimit-Policy` and `RateLimit` are added
