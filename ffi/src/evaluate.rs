@@ -354,7 +354,11 @@ unsafe fn evaluate(
     v.excess_milli = o.excess_milli;
     v.banned = o.banned as u8;
     if let Some(b) = o.ban_started {
-        v.ban_s = b.duration_ns.div_ceil(1_000_000_000);
+        let limit = o
+            .limit
+            .and_then(|l| engine.policy().limits.get(usize::from(l)));
+        let ns = limit.and_then(|l| l.ban).map_or(1, |b| b.duration_ns());
+        v.ban_s = ns.div_ceil(1_000_000_000);
         v.ban_entry = b.entry.map_or(-1, i32::from);
     }
     if let Some((l, a)) = o.dry_run {

@@ -638,7 +638,7 @@ fn log_ban(engine: &Engine, out: &Outcome) {
         .and_then(|e| engine.listed_ban(usize::from(e), 0))
         .filter(|(i, _)| *i == usize::from(limit))
         .map_or_else(|| "?".to_owned(), |(_, b)| b.key);
-    let secs = ban.duration_ns.div_ceil(1_000_000_000);
+    let secs = l.ban.map_or(0, |b| b.duration_ns()).div_ceil(1_000_000_000);
     let (name, key) = (l.name.as_str(), key.as_str());
     match l.log_level {
         LogLevel::Info | LogLevel::Notice => {

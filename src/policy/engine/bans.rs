@@ -28,10 +28,10 @@ fn ban_hash(key_hash: u64, limit: usize) -> u64 {
 }
 
 impl Engine {
-    /// The rejection to answer when a key in `hits` is banned by its (enforced) limit: nothing
-    /// is charged, `retry_after` is what is left of the ban.
+    /// The first hit whose key is banned by its (enforced) limit, with what is left of the
+    /// ban. Small results, in registers: the common answer (`None`) costs the caller nothing.
     #[inline(never)]
-    pub(super) fn refused_by_ban(&self, hits: &[Hit], now: u64) -> Option<Outcome> {
+    pub(super) fn banned_hit(&self, hits: &[Hit], now: u64) -> Option<(usize, u64)> {
         for h in hits {
             let limit = &self.policy.limits[h.limit];
             let (Some(ban), false) = (&limit.ban, limit.dry_run) else {
@@ -45,18 +45,35 @@ impl Engine {
                 false,
             );
             if let Some(left) = left {
-                self.counters.add_limit(h.limit, |c| &c.banned);
-                let mut out = Outcome::new();
-                out.action = Action::Reject;
-                out.status = limit.status;
-                out.retry_after_ns = left;
-                out.limit = Some(h.limit as u16);
-                out.excess_milli = 1000;
-                out.banned = true;
-                return Some(out);
+                return Some((h.limit, left));
             }
         }
         None
+    }
+
+    /// The rejection of a request whose key `limit` bans for `left` more ns: nothing is
+    /// charged (a queued request gives its place back), `Retry-After` is what is left.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn refuse_banned(
+        &self,
+        limit: usize,
+        left: u64,
+        ticket: Option<QueueTicket>,
+        now: u64,
+    ) -> Outcome {
+        if let Some(t) = ticket {
+            self.abandon(t, now);
+        }
+        self.counters.add_limit(limit, |c| &c.banned);
+        let mut out = Outcome::new();
+        out.action = Action::Reject;
+        out.status = self.policy.limits[limit].status;
+        out.retry_after_ns = left;
+        out.limit = Some(limit as u16);
+        out.excess_milli = 1000;
+        out.banned = true;
+        out
     }
 
     /// Counts a rejection of key `key_hash` by `limit` toward its ban; when it starts the ban,
@@ -86,7 +103,6 @@ impl Engine {
             let entry = self.counters.add_ban(limit, &l.key, req, until, now);
             out.retry_after_ns = ban.duration_ns();
             out.ban_started = Some(BanStarted {
-                duration_ns: ban.duration_ns(),
                 entry: entry.map(|e| e as u16),
             });
         }

@@ -18,11 +18,8 @@ impl Engine {
         host: bool,
     ) -> Result<Outcome, EvalError> {
         if self.any_ban {
-            if let Some(out) = self.refused_by_ban(hits, now) {
-                if let Some(t) = ticket.take() {
-                    self.abandon(t, now);
-                }
-                return Ok(out);
+            if let Some((limit, left)) = self.banned_hit(hits, now) {
+                return Ok(self.refuse_banned(limit, left, ticket, now));
             }
         }
         let mut out = Outcome::new();

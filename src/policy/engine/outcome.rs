@@ -193,11 +193,10 @@ pub struct Outcome {
     pub ban_started: Option<BanStarted>,
 }
 
-/// A ban this request started (by [`Outcome::limit`]).
+/// A ban this request started (by [`Outcome::limit`], for its `ban`'s duration). Small: it
+/// fits in the outcome's padding, so outcomes without bans cost nothing more to move.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BanStarted {
-    /// How long it lasts.
-    pub duration_ns: u64,
     /// Its entry in the engine's list of bans ([`Engine::listed_ban`]), `None` when the list
     /// could not take it.
     pub entry: Option<u16>,
