@@ -4,14 +4,12 @@
 //! concurrent threads too; a second engine over the same regions (a reload) still enforces
 //! and lists it; bad `ban` tables are refused with their position.
 
-use crate::common;
-
-use common::SharedRegion;
+use crate::engine_attach::PolicyRegions;
 use serde_json::Value;
-use weir::policy::engine::{AttachOptions, HostRegions};
+use weir::policy::engine::AttachOptions;
 use weir::policy::metrics::{Format, Snapshot};
 use weir::policy::{parse_policy, Action, Engine, OwnedRequest};
-use weir::region::{Fresh, Region};
+use weir::region::Fresh;
 
 const S: u64 = 1_000_000_000;
 
@@ -132,24 +130,11 @@ fn one_ban_is_announced_and_listed_once_under_concurrent_threads() {
     assert_eq!(j["limits"][0]["bans"].as_array().unwrap().len(), 1);
 }
 
-fn region(r: &SharedRegion, len: usize) -> Region {
-    // SAFETY: the mapping outlives every engine over it; each engine formats it (or not)
-    // before the next one is made.
-    unsafe { Region::new(r.ptr, len, 64) }.unwrap()
-}
-
 #[test]
 fn a_ban_survives_a_second_engine_over_the_same_regions() {
     let policy = parse_policy(&policy(BAN), None).unwrap();
-    let bytes = Engine::layouts(&policy)[0].bytes;
-    let (counter_bytes, _) = Engine::counters_layout(&policy);
-    let (zone, counters) = (SharedRegion::new(bytes), SharedRegion::new(counter_bytes));
-    let zones = [region(&zone, bytes)];
-    let regions = HostRegions {
-        zones: &zones,
-        cluster: None,
-        counters: Some(region(&counters, counter_bytes)),
-    };
+    let shared = PolicyRegions::new(&policy);
+    let regions = shared.host();
     let opts = AttachOptions {
         clock_base: 0,
         start_syncers: false,
