@@ -89,15 +89,23 @@ func (h *Handler) parseDistributed(d *caddyfile.Dispenser) error {
 			err = durationArg(d, what, &dist.WriteInterval)
 		case "purge_age":
 			err = durationArg(d, what, &dist.PurgeAge)
-		case "redis", "password":
+		case "redis":
+			// redis URL [URL…]: one server, or Redis Cluster seed nodes / Sentinels.
 			if !d.NextArg() {
 				return d.ArgErr()
 			}
-			if what == "redis" {
-				dist.Redis = d.Val()
-			} else {
-				dist.Password = d.Val()
+			dist.Redis = d.Val()
+			dist.RedisNodes = d.RemainingArgs()
+		case "password", "redis_mode", "sentinel_master", "tls_ca_file", "tls_cert_file", "tls_key_file":
+			field := map[string]*string{
+				"password": &dist.Password, "redis_mode": &dist.RedisMode,
+				"sentinel_master": &dist.SentinelMaster, "tls_ca_file": &dist.TLSCAFile,
+				"tls_cert_file": &dist.TLSCertFile, "tls_key_file": &dist.TLSKeyFile,
+			}[what]
+			if !d.NextArg() {
+				return d.ArgErr()
 			}
+			*field = d.Val()
 			if d.NextArg() {
 				return d.ArgErr()
 			}
@@ -114,7 +122,7 @@ func (h *Handler) parseDistributed(d *caddyfile.Dispenser) error {
 				return d.ArgErr()
 			}
 		default:
-			return d.Errf("weir: distributed: unknown setting %q (expected redis, password, expected_nodes, read_interval, write_interval or purge_age)", what)
+			return d.Errf("weir: distributed: unknown setting %q (expected redis, password, redis_mode, sentinel_master, tls_ca_file, tls_cert_file, tls_key_file, expected_nodes, read_interval, write_interval or purge_age)", what)
 		}
 		if err != nil {
 			return err

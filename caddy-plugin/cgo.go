@@ -86,20 +86,47 @@ static int wgo_var(void *ctx, size_t index, const uint8_t **value, size_t *value
 static int wgo_evaluate(const weir_engine *e, const uint8_t *m, size_t ml, const uint8_t *t,
                         size_t tl, const uint8_t *p, size_t pl, const uint8_t *hb, size_t hl,
                         const uint8_t *vb, size_t vl, const uint16_t *sel, size_t nsel, int queued,
-                        uint64_t now, weir_verdict *v, uint8_t *buf, size_t cap) {
+                        uint64_t now, weir_verdict *v, uint8_t *buf, size_t cap,
+                        weir_log_decision *d) {
 	wgo_headers h = { hb, hl, SIZE_MAX, 0, 0, 0, vb, vl };
 	weir_request r = {0};
+	int rc;
 	r.method = m; r.method_len = ml; r.target = t; r.target_len = tl;
 	r.peer = p; r.peer_len = pl;
 	r.header = hl ? wgo_header : NULL; r.header_ctx = &h;
 	r.var = vl ? wgo_var : NULL;
 	if (sel != NULL) {
 		v->headers_len = 0;
-		return queued ? weir_engine_evaluate_selected_queued(e, &r, sel, nsel, now, v)
-		              : weir_engine_evaluate_selected(e, &r, sel, nsel, now, v);
+		rc = queued ? weir_engine_evaluate_selected_queued(e, &r, sel, nsel, now, v)
+		            : weir_engine_evaluate_selected(e, &r, sel, nsel, now, v);
+	} else {
+		rc = queued ? weir_engine_evaluate_queued(e, &r, now, v, buf, cap)
+		            : weir_engine_evaluate(e, &r, now, v, buf, cap);
 	}
-	return queued ? weir_engine_evaluate_queued(e, &r, now, v, buf, cap)
-	              : weir_engine_evaluate(e, &r, now, v, buf, cap);
+	d->limit = -1;
+	d->action_len = 0;
+	if (rc == WEIR_OK) {
+		weir_engine_log_decision(e, v, WEIR_STYLE_POLICY, d);
+	}
+	return rc;
+}
+
+// wgo_render_key writes limit's key for the request as wgo_evaluate saw it (same arguments).
+static size_t wgo_render_key(const weir_engine *e, int32_t limit, const uint8_t *m, size_t ml,
+                             const uint8_t *t, size_t tl, const uint8_t *p, size_t pl,
+                             const uint8_t *hb, size_t hl, const uint8_t *vb, size_t vl,
+                             uint8_t *buf, size_t cap) {
+	wgo_headers h = { hb, hl, SIZE_MAX, 0, 0, 0, vb, vl };
+	weir_request r = {0};
+	size_t n = 0;
+	r.method = m; r.method_len = ml; r.target = t; r.target_len = tl;
+	r.peer = p; r.peer_len = pl;
+	r.header = hl ? wgo_header : NULL; r.header_ctx = &h;
+	r.var = vl ? wgo_var : NULL;
+	if (weir_engine_render_key(e, limit, &r, buf, cap, &n) != WEIR_OK) {
+		return 0;
+	}
+	return n;
 }
 
 // wgo_name reads the name of limit (kind 0), header (1) or variable (2) i of engine e.
@@ -314,9 +341,22 @@ type reqView struct {
 // verdict is a weir_verdict plus the response header lines the engine wrote.
 type verdict struct {
 	v    C.weir_verdict
+	d    C.weir_log_decision // what access logs show of it (weir_engine_log_decision)
 	rc   int
 	hbuf [headerCap]byte
 }
+
+// logAction is the decision's word for access logs ("pass", "reject", "dry-run-reject" …),
+// a view of the engine's static text (no copy).
+func (v *verdict) logAction() string {
+	if v.d.action_len == 0 {
+		return ""
+	}
+	return unsafe.String((*byte)(unsafe.Pointer(v.d.action)), int(v.d.action_len))
+}
+
+// logLimit is the index of the limit the decision names, or -1.
+func (v *verdict) logLimit() int { return int(v.d.limit) }
 
 func (v *verdict) action() int        { return int(v.v.action) }
 func (v *verdict) status() int        { return int(v.v.status) }
@@ -366,8 +406,19 @@ func (e *engine) evaluate(r *reqView, now uint64, v *verdict, queued bool) {
 	rc := C.wgo_evaluate(e.p, sptr(r.method), C.size_t(len(r.method)), sptr(r.target), C.size_t(len(r.target)),
 		sptr(r.peer), C.size_t(len(r.peer)), bptr(r.headers), C.size_t(len(r.headers)),
 		bptr(r.vars), C.size_t(len(r.vars)), sel, C.size_t(len(r.sel)), q, C.uint64_t(now),
-		&v.v, (*C.uint8_t)(unsafe.Pointer(&v.hbuf[0])), headerCap)
+		&v.v, (*C.uint8_t)(unsafe.Pointer(&v.hbuf[0])), headerCap, &v.d)
 	v.rc = int(rc)
+}
+
+// renderKey is limit's key for r as the engine renders it for logs (only asked when a limit
+// decided: the pass path renders nothing).
+func (e *engine) renderKey(r *reqView, limit int) string {
+	var buf [512]byte
+	n := C.wgo_render_key(e.p, C.int32_t(limit), sptr(r.method), C.size_t(len(r.method)),
+		sptr(r.target), C.size_t(len(r.target)), sptr(r.peer), C.size_t(len(r.peer)),
+		bptr(r.headers), C.size_t(len(r.headers)), bptr(r.vars), C.size_t(len(r.vars)),
+		(*C.uint8_t)(unsafe.Pointer(&buf[0])), C.size_t(len(buf)))
+	return string(buf[:n])
 }
 
 func (e *engine) abandon(v *verdict, now uint64) { C.weir_engine_abandon(e.p, &v.v, C.uint64_t(now)) }

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"net/netip"
-	"strconv"
 	"strings"
 	"time"
 
@@ -28,6 +26,18 @@ type Distributed struct {
 	PurgeAge caddy.Duration `json:"purge_age,omitempty"`
 	// The Redis or Valkey server: redis://[user:password@]host:port/db, rediss://, redis+unix://.
 	Redis string `json:"redis,omitempty"`
+	// Further URLs after redis: the other seed nodes of a Redis Cluster, or the other
+	// Sentinels (with redis_mode).
+	RedisNodes []string `json:"redis_nodes,omitempty"`
+	// "standalone" (default), "cluster" (the URLs are Redis Cluster nodes) or "sentinel"
+	// (the URLs are Sentinels of the master sentinel_master).
+	RedisMode      string `json:"redis_mode,omitempty"`
+	SentinelMaster string `json:"sentinel_master,omitempty"`
+	// For rediss:// URLs: a CA to trust instead of the system's, and a client certificate and
+	// key (mutual TLS); absolute paths of PEM files.
+	TLSCAFile   string `json:"tls_ca_file,omitempty"`
+	TLSCertFile string `json:"tls_cert_file,omitempty"`
+	TLSKeyFile  string `json:"tls_key_file,omitempty"`
 	// Redis password (overrides one in the URL).
 	Password string `json:"password,omitempty"`
 	// Instances sharing the limit: while Redis is unreachable each admits events ÷
@@ -105,9 +115,25 @@ func (d *Distributed) clusterParams(p zoneParams) zoneParams {
 	}
 	sync = min(max(sync, 10*time.Millisecond), time.Duration(p.windowNS)/4).Truncate(time.Millisecond)
 	var b strings.Builder
-	fmt.Fprintf(&b, "scope = \"cluster\"\nredis = %s\n", tomlString(d.Redis))
-	if d.Password != "" {
-		fmt.Fprintf(&b, "password = %s\n", tomlString(d.Password))
+	fmt.Fprintf(&b, "scope = \"cluster\"\n")
+	if len(d.RedisNodes) == 0 {
+		fmt.Fprintf(&b, "redis = %s\n", tomlString(d.Redis))
+	} else {
+		urls := []string{tomlString(d.Redis)}
+		for _, u := range d.RedisNodes {
+			urls = append(urls, tomlString(u))
+		}
+		fmt.Fprintf(&b, "redis = [%s]\n", strings.Join(urls, ", "))
+	}
+	// The engine checks these (mode names, readable PEM files) when it compiles the policy.
+	for _, kv := range [][2]string{
+		{"redis_mode", d.RedisMode}, {"sentinel_master", d.SentinelMaster},
+		{"tls_ca_file", d.TLSCAFile}, {"tls_cert_file", d.TLSCertFile}, {"tls_key_file", d.TLSKeyFile},
+		{"password", d.Password},
+	} {
+		if kv[1] != "" {
+			fmt.Fprintf(&b, "%s = %s\n", kv[0], tomlString(kv[1]))
+		}
 	}
 	fmt.Fprintf(&b, "sync_interval = \"%dms\"\nexpected_nodes = %d\n", sync.Milliseconds(), max(d.ExpectedNodes, 1))
 	p.cluster = b.String()
@@ -151,8 +177,13 @@ func clusterPolicy(zones []*inlineZone) string {
 		if p.status != 0 {
 			fmt.Fprintf(&b, "status = %d\n", p.status)
 		}
-		if p.key == "ip" {
-			fmt.Fprintf(&b, "ipv4_prefix = %d\nipv6_prefix = %d\n", p.v4, p.v6)
+		for _, pf := range []struct {
+			name string
+			n    int
+		}{{"ipv4_prefix", p.v4}, {"ipv6_prefix", p.v6}} {
+			if pf.n >= 0 && p.key != "global" {
+				fmt.Fprintf(&b, "%s = %d\n", pf.name, pf.n)
+			}
 		}
 		switch p.algorithm {
 		case algGCRA:
@@ -193,32 +224,4 @@ func jittered(wait int64, jitter float64) int64 {
 		return wait
 	}
 	return int64(math.Ceil(float64(wait) * (1 + rand.Float64()*jitter)))
-}
-
-// appendMasked appends key masked to its network when it is an IP address and a prefix is
-// set for its family (IPv4-mapped IPv6 counts as IPv4), as caddy-ratelimit writes it
-// ("192.0.2.0/24", "2001:db8::/64"); ok false leaves the key as it is.
-func appendMasked(dst []byte, key string, v4, v6 int) ([]byte, bool) {
-	if v4 == 0 && v6 == 0 {
-		return dst, false
-	}
-	a, err := netip.ParseAddr(key)
-	if err != nil || a.Zone() != "" {
-		return dst, false
-	}
-	a = a.Unmap()
-	bits := v6
-	if a.Is4() {
-		bits = v4
-	}
-	if bits == 0 {
-		return dst, false
-	}
-	pfx, err := a.Prefix(bits)
-	if err != nil {
-		return dst, false
-	}
-	dst = pfx.Addr().AppendTo(dst)
-	dst = append(dst, '/')
-	return strconv.AppendInt(dst, int64(bits), 10), true
 }

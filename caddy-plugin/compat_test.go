@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 )
 
 // Jitter stretches Retry-After by up to jitter·wait, never less than the wait.
@@ -94,5 +95,59 @@ func TestClusterPolicy(t *testing.T) {
 	}
 	if err := checkPolicy([]byte(text), "distributed zones"); err != nil {
 		t.Fatalf("the generated policy does not parse: %v\n%s", err, text)
+	}
+}
+
+// A distributed block reaches Redis Cluster, Sentinels and TLS as the policy does: the
+// Caddyfile's `redis URL URL…`, redis_mode, sentinel_master and the TLS files become the
+// zone's policy settings, which the engine checks.
+func TestDistributedTopologies(t *testing.T) {
+	file := "weir {\n\tzone z {\n\t\tkey k\n\t\tevents 10\n\t\twindow 1m\n\t}\n\tdistributed {\n" +
+		"\t\tredis redis://10.0.0.1:7000 redis://10.0.0.2:7000\n\t\tredis_mode cluster\n\t\texpected_nodes 2\n\t}\n}\n"
+	var h Handler
+	if err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser(file)); err != nil {
+		t.Fatal(err)
+	}
+	d := h.Distributed
+	if d.Redis != "redis://10.0.0.1:7000" || len(d.RedisNodes) != 1 || d.RedisMode != "cluster" {
+		t.Fatalf("parsed %+v", d)
+	}
+	policyOf := func(d *Distributed) string {
+		p, err := zoneParamsOf("z", &Zone{Key: "k", MaxEvents: 10, Window: caddy.Duration(time.Minute)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return clusterPolicy([]*inlineZone{{name: "z", params: d.clusterParams(p)}})
+	}
+	text := policyOf(d)
+	want := "redis = [\"redis://10.0.0.1:7000\", \"redis://10.0.0.2:7000\"]\nredis_mode = \"cluster\"\n"
+	if !strings.Contains(text, want) {
+		t.Errorf("policy lacks %q:\n%s", want, text)
+	}
+	if err := checkPolicy([]byte(text), "distributed zones"); err != nil {
+		t.Errorf("cluster: %v\n%s", err, text)
+	}
+	sentinel := &Distributed{Redis: "redis://10.0.0.1:26379", RedisNodes: []string{"redis://10.0.0.2:26379"},
+		RedisMode: "sentinel", SentinelMaster: "mymaster", ExpectedNodes: 2}
+	if err := checkPolicy([]byte(policyOf(sentinel)), "distributed zones"); err != nil {
+		t.Errorf("sentinel: %v", err)
+	}
+	// The engine's checks reach Caddy: a missing master name, a relative CA path.
+	for _, c := range []struct {
+		d    *Distributed
+		want string
+	}{
+		{&Distributed{Redis: "redis://a:26379", RedisMode: "sentinel"}, "needs `sentinel_master`"},
+		{&Distributed{Redis: "rediss://a:6379", TLSCAFile: "ca.pem"}, "must be an absolute path"},
+		{&Distributed{Redis: "redis://a:6379", RedisNodes: []string{"redis://b:6379"}}, "need redis_mode"},
+	} {
+		err := checkPolicy([]byte(policyOf(c.d)), "distributed zones")
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: %v; want %q", c.d, err, c.want)
+		}
+	}
+	bad := "weir {\n\tdistributed {\n\t\tredis_mode\n\t}\n}\n"
+	if err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser(bad)); err == nil {
+		t.Error("redis_mode without a value accepted")
 	}
 }

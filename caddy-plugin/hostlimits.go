@@ -49,8 +49,7 @@ type zoneParams struct {
 	status    int
 	logLevel  int    // weir_limit_spec.log_level
 	key       string // one key part: "ip", "global" or "var:<engName>"
-	v4, v6    int    // prefixes of the ip part (-1: not given)
-	kv4, kv6  int    // a var key's prefixes (masked by the plugin; 0: the whole address)
+	v4, v6    int    // prefixes of the ip part, or those a var key's addresses are masked to (-1: not given)
 	cluster   string // distributed: the zone's cluster settings (policy text), else ""
 }
 

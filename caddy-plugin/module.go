@@ -168,9 +168,9 @@ func zoneParamsOf(name string, z *Zone) (zoneParams, error) {
 	case k.kind == keyConst:
 		p.key = "global" // one bucket: a prefix changes nothing
 	default:
-		// Another key: an expanded key that is an IP address is masked (caddy-ratelimit's
-		// meaning of the prefixes), by the plugin.
-		p.key, p.kv4, p.kv6 = "var:"+p.engName, z.IPv4Prefix, z.IPv6Prefix
+		// Another key: an expanded key that is an IP address is masked to the prefix of its
+		// family (caddy-ratelimit's meaning of the prefixes; 0: kept whole), by the engine.
+		p.key, p.v4, p.v6 = "var:"+p.engName, orNone(z.IPv4Prefix), orNone(z.IPv6Prefix)
 	}
 	switch {
 	case sliding:
@@ -415,3 +415,11 @@ var (
 	_ caddy.CleanerUpper          = (*Handler)(nil)
 	_ caddyhttp.MiddlewareHandler = (*Handler)(nil)
 )
+
+// orNone is a prefix for the engine: -1 (not given) for 0.
+func orNone(prefix int) int {
+	if prefix == 0 {
+		return -1
+	}
+	return prefix
+}

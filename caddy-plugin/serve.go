@@ -19,6 +19,8 @@ import (
 const (
 	phStatus = "http.weir.status" // pass, delay, queued, reject, exempt, bad_request, error
 	phLimit  = "http.weir.limit"  // the deciding limit (policy) or zone (inline), else ""
+	phAction = "http.weir.action" // the engine's word: pass, exempt, delay, queue, reject, dry-run-…
+	phKey    = "http.weir.key"    // the deciding limit's key as the engine renders it, else ""
 	// caddy-ratelimit's: the zone (or policy limit) that rejected; unset unless rejected.
 	phExceeded = "http.rate_limit.exceeded.name"
 )
@@ -119,24 +121,25 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	}
 	rs := reqStates.Get().(*reqState)
 	defer h.done(rs)
-	status, limit := "pass", ""
+	status, dec := "pass", logDec{action: "pass"}
 	if h.zoneEng != nil {
-		st, lim, err := h.serveEngine(w, r, repl, &env, rs, engZones)
+		st, d, err := h.serveEngine(w, r, repl, &env, rs, engZones)
 		if err != nil {
 			return unlessAnswered(err)
 		}
-		status, limit = st, lim
+		status, dec = st, d
 	}
 	if h.policy != nil {
-		st, lim, err := h.serveEngine(w, r, repl, &env, rs, engPolicy)
+		st, d, err := h.serveEngine(w, r, repl, &env, rs, engPolicy)
 		if err != nil {
 			return unlessAnswered(err)
 		}
-		if st != "pass" || limit == "" {
-			status, limit = st, lim
+		// The policy's decision, unless it names no limit where the zones' does.
+		if d.limit != "" || dec.limit == "" {
+			status, dec = st, d
 		}
 	}
-	setPlaceholders(r, repl, status, limit)
+	setPlaceholders(r, repl, status, dec)
 	if env.test != nil && env.test.hold {
 		// Test harness: keep the permits until an explicit release step.
 		testHold(env.test, rs.detach())
@@ -151,23 +154,34 @@ const phVar = "weir\x00placeholders" // (a name no Caddyfile can write)
 // provider (repl.Map) per request. Set through repl.Set instead, they would be the first
 // entries of the replacer's static map on most routes, which allocates its table on every
 // request. Later weir handlers of the same request find them in the request's variables.
-type placeholders struct{ status, limit string }
+type placeholders struct {
+	status string
+	dec    logDec
+}
+
+// logDec is what access logs show of a decision: the engine's action word, the deciding
+// limit's name and its key as the engine renders it (both "" when no limit decided).
+type logDec struct{ action, limit, key string }
 
 func (p *placeholders) get(key string) (any, bool) {
 	switch key {
 	case phStatus:
 		return p.status, true
 	case phLimit:
-		return p.limit, true
+		return p.dec.limit, true
+	case phAction:
+		return p.dec.action, true
+	case phKey:
+		return p.dec.key, true
 	case phExceeded:
 		if p.status == "reject" {
-			return p.limit, true
+			return p.dec.limit, true
 		}
 	}
 	return nil, false
 }
 
-func setPlaceholders(r *http.Request, repl *caddy.Replacer, status, limit string) {
+func setPlaceholders(r *http.Request, repl *caddy.Replacer, status string, dec logDec) {
 	if repl == nil {
 		return
 	}
@@ -175,17 +189,19 @@ func setPlaceholders(r *http.Request, repl *caddy.Replacer, status, limit string
 	if !ok {
 		// No variable table (not a request of Caddy's HTTP server): static values.
 		repl.Set(phStatus, status)
-		repl.Set(phLimit, limit)
+		repl.Set(phLimit, dec.limit)
+		repl.Set(phAction, dec.action)
+		repl.Set(phKey, dec.key)
 		if status == "reject" {
-			repl.Set(phExceeded, limit)
+			repl.Set(phExceeded, dec.limit)
 		}
 		return
 	}
 	if p, ok := vars[phVar].(*placeholders); ok {
-		p.status, p.limit = status, limit
+		p.status, p.dec = status, dec
 		return
 	}
-	p := &placeholders{status, limit}
+	p := &placeholders{status, dec}
 	vars[phVar] = p
 	repl.Map(p.get)
 }
@@ -205,7 +221,7 @@ func unlessAnswered(err error) error {
 // handle_errors it answers the status itself (as Caddy would, with an empty body), so that
 // Caddy's error log does not report every rejection again (a 5xx at error level).
 func (h *Handler) rejected(w http.ResponseWriter, r *http.Request, repl *caddy.Replacer, env *reqEnv,
-	status int, limit string, level zapcore.Level, retry string, lines [][2]string, key string) error {
+	status int, dec logDec, level zapcore.Level, retry string, lines [][2]string, logKey bool) error {
 	hdr := w.Header()
 	for _, l := range lines {
 		hdr.Set(l[0], l[1])
@@ -213,13 +229,14 @@ func (h *Handler) rejected(w http.ResponseWriter, r *http.Request, repl *caddy.R
 	if retry != "" {
 		hdr.Set("Retry-After", retry)
 	}
-	setPlaceholders(r, repl, "reject", limit)
+	limit := dec.limit
+	setPlaceholders(r, repl, "reject", dec)
 	if h.logger != nil {
 		if ce := h.logger.Check(level, "rate limit exceeded"); ce != nil {
 			fields := []zap.Field{zap.String("limit", limit), zap.Int("status", status),
 				zap.String("retry_after", hdr.Get("Retry-After")), zap.String("client_ip", env.clientIP(r))}
-			if h.LogKey && key != "" {
-				fields = append(fields, zap.String("key", key))
+			if logKey && dec.key != "" {
+				fields = append(fields, zap.String("key", dec.key))
 			}
 			ce.Write(fields...)
 		}
@@ -298,21 +315,13 @@ func packVar(dst []byte, value string) []byte {
 	return append(dst, value...)
 }
 
-// packKey appends the zone's variable value for r: its expanded key, an address masked to
-// the zone's prefix, never empty (an empty key is one bucket, as in caddy-ratelimit, where
-// the engine would leave the request uncounted).
+// packKey appends the zone's variable value for r: its expanded key (the engine masks an
+// address to the zone's prefix), never empty (an empty key is one bucket, as in
+// caddy-ratelimit, where the engine would leave the request uncounted).
 func (z *inlineZone) packKey(dst []byte, r *http.Request, repl *caddy.Replacer) []byte {
 	k := z.key.expand(r, repl)
 	if k == "" {
 		return packVar(dst, "\x00")
-	}
-	if z.params.kv4 != 0 || z.params.kv6 != 0 {
-		start := len(dst)
-		if masked, ok := appendMasked(binary.NativeEndian.AppendUint32(dst, 0), k, z.params.kv4, z.params.kv6); ok {
-			binary.NativeEndian.PutUint32(masked[start:], uint32(len(masked)-start-4))
-			return masked
-		}
-		dst = dst[:start]
 	}
 	return packVar(dst, k)
 }
@@ -321,7 +330,7 @@ func (z *inlineZone) packKey(dst []byte, r *http.Request, repl *caddy.Replacer) 
 // verdict: it answers a rejection, serves a delay, waits in a queue, and keeps the permits
 // to release once the response is complete.
 func (h *Handler) serveEngine(w http.ResponseWriter, r *http.Request, repl *caddy.Replacer, env *reqEnv,
-	rs *reqState, which int) (string, string, error) {
+	rs *reqState, which int) (string, logDec, error) {
 	s := h.policy
 	if which == engZones {
 		s = h.zoneEng
@@ -330,10 +339,11 @@ func (h *Handler) serveEngine(w http.ResponseWriter, r *http.Request, repl *cadd
 	if env.test != nil {
 		v = new(verdict) // the test harness may keep it beyond this request
 	}
+	pass := logDec{action: "pass"}
 	s.mu.RLock()
 	if s.eng == nil {
 		s.mu.RUnlock()
-		return "pass", "", nil
+		return "pass", pass, nil
 	}
 	eng := s.eng // its Go fields (limit names) stay valid after a Destruct
 	rv, hb, ok, err := h.request(eng, r, repl, env, rs, which)
@@ -342,22 +352,27 @@ func (h *Handler) serveEngine(w http.ResponseWriter, r *http.Request, repl *cadd
 	}
 	if !ok {
 		s.mu.RUnlock()
-		return "pass", "", err
+		return "pass", pass, err
 	}
 	eng.evaluate(&rv, env.now, v, false)
 	closed := v.rc != 0 && eng.failsClosed()
+	dec := logDec{action: v.logAction()}
+	if l := v.logLimit(); v.rc == 0 && l >= 0 {
+		// A limit decided: the engine renders its key now, while the request view lives.
+		dec.limit, dec.key = s.name(l), eng.renderKey(&rv, l)
+	}
 	s.mu.RUnlock()
 	if v.rc == errBadTarget {
-		setPlaceholders(r, repl, "bad_request", "")
+		setPlaceholders(r, repl, "bad_request", logDec{})
 		testReport(w, env, "bad_request", "", nil)
-		return "", "", caddyhttp.Error(http.StatusBadRequest, errors.New("weir: invalid request target"))
+		return "", dec, caddyhttp.Error(http.StatusBadRequest, errors.New("weir: invalid request target"))
 	}
 	if v.rc != 0 {
 		if err := h.failed(v.rc, closed); err != nil {
-			setPlaceholders(r, repl, "error", "")
-			return "", "", err
+			setPlaceholders(r, repl, "error", logDec{})
+			return "", dec, err
 		}
-		return "error", "", nil
+		return "error", logDec{}, nil
 	}
 	limit := s.name(v.limit())
 	if d := v.dryRunLimit(); d >= 0 {
@@ -369,16 +384,14 @@ func (h *Handler) serveEngine(w http.ResponseWriter, r *http.Request, repl *cadd
 		}
 	}
 	reject := func(retry string, lines [][2]string) error {
-		key := ""
-		if h.LogKey && which == engZones {
-			key = h.zoneKeyLog(v.limit(), r, repl, env)
-		}
 		if ban := s.eng.banLine(v); ban != "" && h.logger != nil {
 			if ce := h.logger.Check(s.logLevel(v.limit()), ban); ce != nil {
 				ce.Write(zap.String("limit", limit), zap.String("client_ip", env.clientIP(r)))
 			}
 		}
-		return h.rejected(w, r, repl, env, v.status(), limit, s.logLevel(v.limit()), retry, lines, key)
+		dec.action = "reject" // also a queued request's at its timeout
+		return h.rejected(w, r, repl, env, v.status(), dec, s.logLevel(v.limit()), retry, lines,
+			h.LogKey && which == engZones)
 	}
 	// The policy's verdict carries its response header lines (Retry-After among them); the
 	// zones' does not: Retry-After is written here.
@@ -390,57 +403,41 @@ func (h *Handler) serveEngine(w http.ResponseWriter, r *http.Request, repl *cadd
 	}
 	switch v.action() {
 	case actReject:
-		return "", "", reject(retry(), v.headerLines())
+		return "", dec, reject(retry(), v.headerLines())
 	case actQueue:
 		if env.test != nil {
 			// Test harness: report the queue verdict and keep the ticket for a retry step.
 			testQueue(s, w, env, &rv, v, limit)
-			return "", "", caddyhttp.Error(v.status(), errors.New("weir: queued (test)"))
+			return "", dec, caddyhttp.Error(v.status(), errors.New("weir: queued (test)"))
 		}
 		ok, err := h.waitQueued(s, &rv, v, r)
 		if err != nil {
-			return "", "", err
+			return "", dec, err
 		}
 		if !ok {
-			return "", "", reject(retry(), v.headerLines())
+			return "", dec, reject(retry(), v.headerLines())
 		}
 		holdPermits()
 		h.passHeaders(w, v)
-		return "queued", limit, nil
+		return "queued", dec, nil
 	case actDelay:
 		testReport(w, env, "delay", limit, v)
 		if env.test == nil && !sleepCtx(r.Context(), time.Duration(v.waitNS())) {
 			holdPermits()
-			return "", "", caddyhttp.Error(499, r.Context().Err())
+			return "", dec, caddyhttp.Error(499, r.Context().Err())
 		}
 		holdPermits()
 		h.passHeaders(w, v)
-		return "delay", limit, nil
+		return "delay", dec, nil
 	}
 	holdPermits()
 	h.passHeaders(w, v)
 	if v.exempt() >= 0 {
 		testReport(w, env, "exempt", "", v)
-		return "exempt", "", nil
+		return "exempt", dec, nil
 	}
 	testReport(w, env, "pass", "", v)
-	return "pass", "", nil
-}
-
-// zoneKeyLog is the key of zone `limit` for the rejection log (log_key): the expanded
-// template, or the client address for a zone keyed by it.
-func (h *Handler) zoneKeyLog(limit int, r *http.Request, repl *caddy.Replacer, env *reqEnv) string {
-	if limit < 0 || limit >= len(h.zones) {
-		return ""
-	}
-	if z := h.zones[limit]; z.params.key != "ip" {
-		k := z.key.expand(r, repl)
-		if masked, ok := appendMasked(nil, k, z.params.kv4, z.params.kv6); ok {
-			return string(masked)
-		}
-		return k
-	}
-	return env.clientIP(r)
+	return "pass", dec, nil
 }
 
 // failed applies the policy's failure_mode to an evaluation that returned error code rc: it

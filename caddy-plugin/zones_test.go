@@ -76,14 +76,14 @@ func TestZoneEmptyKeyIsOneBucket(t *testing.T) {
 }
 
 // With the client address as the key, prefixes go to the engine's `ip` key part; with another
-// key, an expanded key that is an address is masked by the plugin (caddy-ratelimit's meaning).
+// key, an expanded key that is an address is masked by the engine (caddy-ratelimit's meaning).
 func TestZonePrefixes(t *testing.T) {
 	p, err := zoneParamsOf("n", &Zone{Key: "{http.vars.client_ip}", MaxEvents: 1, Window: hour, IPv4Prefix: 24})
-	if err != nil || p.key != "ip" || p.v4 != 24 || p.v6 != 128 || p.kv4 != 0 {
+	if err != nil || p.key != "ip" || p.v4 != 24 || p.v6 != 128 {
 		t.Errorf("client_ip key: %+v %v, want ip /24 /128", p, err)
 	}
 	p, err = zoneParamsOf("n", &Zone{Key: "{http.request.header.X-Ip}", MaxEvents: 1, Window: hour, IPv6Prefix: 64})
-	if err != nil || p.key != "var:n" || p.kv6 != 64 || p.kv4 != 0 {
+	if err != nil || p.key != "var:n" || p.v6 != 64 || p.v4 != -1 {
 		t.Errorf("header key with a prefix: %+v %v", p, err)
 	}
 	if p, _ := zoneParamsOf("odd name", &Zone{Key: "k", Rate: "1r/s"}); p.key != "global" || !strings.HasPrefix(p.engName, "zone-") {
@@ -102,27 +102,6 @@ func TestZonePrefixes(t *testing.T) {
 	} {
 		if s, _, _ := serveZone(t, h, nextOK, "X-Ip", c.ip); s != c.status {
 			t.Errorf("%d: key %s: %d, want %d", i, c.ip, s, c.status)
-		}
-	}
-}
-
-// The masked key is written as caddy-ratelimit writes it (the network in CIDR notation).
-func TestAppendMasked(t *testing.T) {
-	for _, c := range []struct {
-		key    string
-		v4, v6 int
-		want   string
-	}{
-		{"192.0.2.77", 24, 0, "192.0.2.0/24"},
-		{"::ffff:192.0.2.77", 16, 64, "192.0.0.0/16"},
-		{"2001:db8:1:2:3:4:5:6", 24, 64, "2001:db8:1:2::/64"},
-		{"2001:db8::1", 24, 0, ""}, // no IPv6 prefix: as it is
-		{"192.0.2.77", 0, 64, ""},
-		{"example.com", 24, 64, ""},
-	} {
-		got, ok := appendMasked(nil, c.key, c.v4, c.v6)
-		if string(got) != c.want || ok != (c.want != "") {
-			t.Errorf("%s /%d /%d: %q %v, want %q", c.key, c.v4, c.v6, got, ok, c.want)
 		}
 	}
 }

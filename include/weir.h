@@ -193,114 +193,6 @@ typedef struct weir_policy weir_policy;
 typedef struct weir_zone weir_zone;
 
 /*
- One word of a directive, laid out as nginx's `ngx_str_t` (length first).
- */
-typedef struct weir_arg {
-  size_t len;
-  const uint8_t *data;
-} weir_arg;
-
-/*
- A `weir_req` or `weir_conn` directive's limit, as `weir_limit_args` reads it.
- */
-typedef struct weir_directive_limit {
-  /*
-   The zone's name: bytes of the caller's argument.
-   */
-  const uint8_t *zone;
-  size_t zone_len;
-  /*
-   `burst=N`; 0 when not given.
-   */
-  uint64_t burst;
-  /*
-   0 default, -1 `nodelay` (or a `delay=` beyond the burst, as nginx reads it), N `delay=N`.
-   */
-  int64_t delay;
-  /*
-   weir_conn: the number of connections; 0 for weir_req.
-   */
-  uint64_t max;
-} weir_directive_limit;
-
-/*
- A caller-provided memory region (e.g. an nginx shared-memory zone), 64-byte aligned.
- */
-typedef struct weir_region {
-  void *ptr;
-  size_t len;
-} weir_region;
-
-/*
- Per-limit counters.
- */
-typedef struct weir_limit_counters {
-  uint64_t passed;
-  uint64_t delayed;
-  uint64_t rejected;
-  uint64_t queued;
-  uint64_t dry_run_delayed;
-  uint64_t dry_run_rejected;
-} weir_limit_counters;
-
-/*
- Header lookup for `weir_request`: store a pointer to the `nth` (0-based) value of header
- `lname` (lowercase ASCII, `lname_len` bytes) in `*value`/`*value_len` and return 1, or return
- 0 when there is no such occurrence. The value must stay valid until the evaluating call
- returns. The engine asks for the occurrences of a name in order (`nth` 0, 1, 2 …, each walk
- starting at 0 within one evaluating call): answer `nth` right after `nth - 1` by resuming
- after the previous occurrence, or a request with n repeated lines costs O(n²).
- */
-typedef int (*weir_header_fn)(void *ctx,
-                              const uint8_t *lname,
-                              size_t lname_len,
-                              size_t nth,
-                              const uint8_t **value,
-                              size_t *value_len);
-
-/*
- Variable lookup for `weir_request`: store a pointer to the value of variable `index` (its
- name is `weir_engine_var_name(engine, index)`) in `*value`/`*value_len` and return 1, or
- return 0 when it has none. Called with the request's `header_ctx`. The value must stay
- valid until the evaluating call returns. An absent or empty value leaves the limits keyed
- by the variable out of the request.
- */
-typedef int (*weir_var_fn)(void *ctx, size_t index, const uint8_t **value, size_t *value_len);
-
-/*
- A request, as (pointer, length) views valid for the duration of the call.
- */
-typedef struct weir_request {
-  const uint8_t *method;
-  size_t method_len;
-  /*
-   The raw request target as in the request line (origin or absolute form).
-   */
-  const uint8_t *target;
-  size_t target_len;
-  /*
-   The directly connected peer's address as text ("192.0.2.1", "2001:db8::1"). For a
-   connection without an IP address (a unix-domain socket) pass length 0, or text that
-   starts with "unix:" (as nginx writes such a peer): the request counts for the local
-   client (`trusted_proxies = ["unix:"]` trusts it, docs/POLICY.md).
-   */
-  const uint8_t *peer;
-  size_t peer_len;
-  /*
-   May be NULL: the request then has no headers.
-   */
-  weir_header_fn header;
-  /*
-   Passed to `header` and `var`.
-   */
-  void *header_ctx;
-  /*
-   May be NULL: the request then has no variables (`var:` key parts).
-   */
-  weir_var_fn var;
-} weir_request;
-
-/*
  A concurrency permit or queue place. `limit < 0` means empty. Copies are harmless: once
  one copy is released (or abandoned), releasing another changes nothing (`generation`
  tells them apart).
@@ -402,6 +294,136 @@ typedef struct weir_verdict {
    */
   int32_t ban_entry;
 } weir_verdict;
+
+/*
+ A verdict as an access log names it.
+ */
+typedef struct weir_log_decision {
+  /*
+   The deciding limit's index (for `weir_engine_render_key`), or -1 when none decided.
+   */
+  int32_t limit;
+  /*
+   Its name in the style's words (policy mode: the limit's; nginx styles: its zone's),
+   "" for none; static for the engine's life, not NUL-terminated.
+   */
+  const uint8_t *name;
+  size_t name_len;
+  /*
+   "pass", "exempt", "delay", "queue", "reject", "dry-run-delay" or "dry-run-reject";
+   static, not NUL-terminated.
+   */
+  const uint8_t *action;
+  size_t action_len;
+} weir_log_decision;
+
+/*
+ Header lookup for `weir_request`: store a pointer to the `nth` (0-based) value of header
+ `lname` (lowercase ASCII, `lname_len` bytes) in `*value`/`*value_len` and return 1, or return
+ 0 when there is no such occurrence. The value must stay valid until the evaluating call
+ returns. The engine asks for the occurrences of a name in order (`nth` 0, 1, 2 …, each walk
+ starting at 0 within one evaluating call): answer `nth` right after `nth - 1` by resuming
+ after the previous occurrence, or a request with n repeated lines costs O(n²).
+ */
+typedef int (*weir_header_fn)(void *ctx,
+                              const uint8_t *lname,
+                              size_t lname_len,
+                              size_t nth,
+                              const uint8_t **value,
+                              size_t *value_len);
+
+/*
+ Variable lookup for `weir_request`: store a pointer to the value of variable `index` (its
+ name is `weir_engine_var_name(engine, index)`) in `*value`/`*value_len` and return 1, or
+ return 0 when it has none. Called with the request's `header_ctx`. The value must stay
+ valid until the evaluating call returns. An absent or empty value leaves the limits keyed
+ by the variable out of the request.
+ */
+typedef int (*weir_var_fn)(void *ctx, size_t index, const uint8_t **value, size_t *value_len);
+
+/*
+ A request, as (pointer, length) views valid for the duration of the call.
+ */
+typedef struct weir_request {
+  const uint8_t *method;
+  size_t method_len;
+  /*
+   The raw request target as in the request line (origin or absolute form).
+   */
+  const uint8_t *target;
+  size_t target_len;
+  /*
+   The directly connected peer's address as text ("192.0.2.1", "2001:db8::1"). For a
+   connection without an IP address (a unix-domain socket) pass length 0, or text that
+   starts with "unix:" (as nginx writes such a peer): the request counts for the local
+   client (`trusted_proxies = ["unix:"]` trusts it, docs/POLICY.md).
+   */
+  const uint8_t *peer;
+  size_t peer_len;
+  /*
+   May be NULL: the request then has no headers.
+   */
+  weir_header_fn header;
+  /*
+   Passed to `header` and `var`.
+   */
+  void *header_ctx;
+  /*
+   May be NULL: the request then has no variables (`var:` key parts).
+   */
+  weir_var_fn var;
+} weir_request;
+
+/*
+ One word of a directive, laid out as nginx's `ngx_str_t` (length first).
+ */
+typedef struct weir_arg {
+  size_t len;
+  const uint8_t *data;
+} weir_arg;
+
+/*
+ A `weir_req` or `weir_conn` directive's limit, as `weir_limit_args` reads it.
+ */
+typedef struct weir_directive_limit {
+  /*
+   The zone's name: bytes of the caller's argument.
+   */
+  const uint8_t *zone;
+  size_t zone_len;
+  /*
+   `burst=N`; 0 when not given.
+   */
+  uint64_t burst;
+  /*
+   0 default, -1 `nodelay` (or a `delay=` beyond the burst, as nginx reads it), N `delay=N`.
+   */
+  int64_t delay;
+  /*
+   weir_conn: the number of connections; 0 for weir_req.
+   */
+  uint64_t max;
+} weir_directive_limit;
+
+/*
+ A caller-provided memory region (e.g. an nginx shared-memory zone), 64-byte aligned.
+ */
+typedef struct weir_region {
+  void *ptr;
+  size_t len;
+} weir_region;
+
+/*
+ Per-limit counters.
+ */
+typedef struct weir_limit_counters {
+  uint64_t passed;
+  uint64_t delayed;
+  uint64_t rejected;
+  uint64_t queued;
+  uint64_t dry_run_delayed;
+  uint64_t dry_run_rejected;
+} weir_limit_counters;
 
 /*
  A request rate: `count` requests per `period_ns` nanoseconds (`10r/s` is 10 per
@@ -647,6 +669,30 @@ const char *weir_error_message(const struct weir_error *err);
  Frees an error (NULL is ignored).
  */
 void weir_error_free(struct weir_error *err);
+
+/*
+ The decision verdict `v` of engine `e` shows in an access log, with names in `style`
+ (WEIR_STYLE_*), into `*out`: the enforced limit that delayed, queued or refused the
+ request, else a dry-run limit that would have, else none. WEIR_ERR_NULL for a NULL argument.
+ */
+int weir_engine_log_decision(const struct weir_engine *e,
+                             const struct weir_verdict *v,
+                             int style,
+                             struct weir_log_decision *out);
+
+/*
+ Writes limit `limit`'s key for request `r` as logs show it (`203.0.113.0/24`,
+ `ip=192.0.2.7 path=/api`; docs/C-API.md) into `buf` (`cap` bytes, cut to fit, not
+ NUL-terminated) and its length into `*len`. `r` is the request as it was evaluated (the
+ same views and callbacks). Nothing is written for a limit index that names none.
+ Allocates: call it for a log line, not on the request path.
+ */
+int weir_engine_render_key(const struct weir_engine *e,
+                           int32_t limit,
+                           const struct weir_request *r,
+                           uint8_t *buf,
+                           size_t cap,
+                           size_t *len);
 
 /*
  Starts the engine's cluster syncer threads that are not running (see

@@ -59,6 +59,18 @@ ngx_http_weir_var(void *ctx, size_t index, const uint8_t **value,
 }
 
 
+/* the request as the directives' engine sees it: their zones' keys */
+
+void
+ngx_http_weir_limit_request(ngx_http_request_t *r, weir_request *wr)
+{
+    ngx_memzero(wr, sizeof(weir_request));
+
+    wr->header_ctx = r;
+    wr->var = ngx_http_weir_var;
+}
+
+
 /* NGX_OK with the verdict, NGX_DECLINED when no limit applies */
 
 static ngx_int_t
@@ -71,10 +83,7 @@ ngx_http_weir_evaluate(ngx_http_request_t *r, ngx_http_weir_sel_t *sel,
 
     wmcf = ngx_http_get_module_main_conf(r, ngx_http_weir_module);
 
-    ngx_memzero(&wr, sizeof(weir_request));
-
-    wr.header_ctx = r;
-    wr.var = ngx_http_weir_var;
+    ngx_http_weir_limit_request(r, &wr);
 
     wrc = weir_engine_evaluate_selected(wmcf->dir.engine, &wr, sel->index,
                                         sel->n, ngx_http_weir_now(r), v);
@@ -120,6 +129,9 @@ ngx_http_weir_limit(ngx_http_request_t *r, ngx_http_weir_loc_conf_t *wlcf,
     {
         return NGX_DECLINED;
     }
+
+    ngx_http_weir_log_record(r, st, wmcf->dir.engine, v,
+                             conn ? WEIR_STYLE_CONN : WEIR_STYLE_REQ);
 
     status = conn ? &st->conn_status : &st->req_status;
     status->data = (u_char *) o.state;

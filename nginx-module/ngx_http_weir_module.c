@@ -22,7 +22,6 @@ static void ngx_http_weir_free_conf(void *data);
 static void *ngx_http_weir_create_loc_conf(ngx_conf_t *cf);
 static char *ngx_http_weir_merge_loc_conf(ngx_conf_t *cf, void *parent,
     void *child);
-static ngx_int_t ngx_http_weir_add_variables(ngx_conf_t *cf);
 static ngx_int_t ngx_http_weir_init(ngx_conf_t *cf);
 static char *ngx_http_weir_obsolete(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
@@ -197,27 +196,6 @@ ngx_module_t  ngx_http_weir_module = {
     ngx_http_weir_exit_process,            /* exit process */
     NULL,                                  /* exit master */
     NGX_MODULE_V1_PADDING
-};
-
-
-static ngx_http_variable_t  ngx_http_weir_vars[] = {
-
-    { ngx_string("weir_req_status"), NULL,
-      ngx_http_weir_status_variable,
-      offsetof(ngx_http_weir_state_t, req_status),
-      NGX_HTTP_VAR_NOCACHEABLE, 0 },
-
-    { ngx_string("weir_conn_status"), NULL,
-      ngx_http_weir_status_variable,
-      offsetof(ngx_http_weir_state_t, conn_status),
-      NGX_HTTP_VAR_NOCACHEABLE, 0 },
-
-#if (WEIR_TEST_HOOKS)
-    { ngx_string("weir_test_verdict"), NULL,
-      ngx_http_weir_test_verdict_variable, 0, NGX_HTTP_VAR_NOCACHEABLE, 0 },
-#endif
-
-      ngx_http_null_variable
 };
 
 
@@ -646,25 +624,6 @@ ngx_http_weir_obsolete(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
                        &cmd->name);
 
     return NGX_CONF_OK;
-}
-
-
-static ngx_int_t
-ngx_http_weir_add_variables(ngx_conf_t *cf)
-{
-    ngx_http_variable_t  *var, *v;
-
-    for (v = ngx_http_weir_vars; v->name.len; v++) {
-        var = ngx_http_add_variable(cf, &v->name, v->flags);
-        if (var == NULL) {
-            return NGX_ERROR;
-        }
-
-        var->get_handler = v->get_handler;
-        var->data = v->data;
-    }
-
-    return NGX_OK;
 }
 
 

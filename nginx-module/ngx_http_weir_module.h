@@ -11,6 +11,8 @@
  * ngx_http_weir_limit_conf.c  weir_req_zone, weir_conn_zone, weir_req,
  *                             weir_conn
  * ngx_http_weir_status.c      weir_status
+ * ngx_http_weir_log.c         the variables; $weir_limit, $weir_key,
+ *                             $weir_action
  * ngx_http_weir_test.c        test hooks (built with -DWEIR_TEST_HOOKS=1)
  */
 
@@ -144,6 +146,13 @@ typedef struct {
     unsigned                     test_clock:1;
     uint64_t                     test_now;
     unsigned                     queued:1;
+
+    /* the decision $weir_limit, $weir_key and $weir_action show */
+    weir_engine                 *log_engine;   /* NULL: none recorded */
+    int32_t                      log_limit;
+    unsigned                     log_policy:1;
+    ngx_str_t                    log_name;
+    ngx_str_t                    log_action;
 } ngx_http_weir_state_t;
 
 
@@ -173,6 +182,7 @@ ngx_int_t ngx_http_weir_policy(ngx_http_request_t *r,
     ngx_http_weir_loc_conf_t *wlcf, ngx_http_weir_state_t *st);
 char *ngx_http_weir_policy_directive(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
+void ngx_http_weir_request(ngx_http_request_t *r, weir_request *wr);
 
 /* ngx_http_weir_limit.c */
 
@@ -181,6 +191,7 @@ ngx_int_t ngx_http_weir_limit(ngx_http_request_t *r,
     ngx_uint_t conn);
 ngx_int_t ngx_http_weir_status_variable(ngx_http_request_t *r,
     ngx_http_variable_value_t *v, uintptr_t data);
+void ngx_http_weir_limit_request(ngx_http_request_t *r, weir_request *wr);
 
 /* ngx_http_weir_limit_conf.c */
 
@@ -196,6 +207,12 @@ ngx_int_t ngx_http_weir_init_limits(ngx_conf_t *cf,
 
 char *ngx_http_weir_status_directive(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
+
+/* ngx_http_weir_log.c */
+
+void ngx_http_weir_log_record(ngx_http_request_t *r,
+    ngx_http_weir_state_t *st, weir_engine *e, weir_verdict *v, int style);
+ngx_int_t ngx_http_weir_add_variables(ngx_conf_t *cf);
 
 #if (WEIR_TEST_HOOKS)
 

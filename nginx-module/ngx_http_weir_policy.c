@@ -10,7 +10,6 @@
 #include "ngx_http_weir_module.h"
 
 
-static void ngx_http_weir_request(ngx_http_request_t *r, weir_request *wr);
 static ngx_int_t ngx_http_weir_verdict(ngx_http_request_t *r,
     ngx_http_weir_loc_conf_t *wlcf, ngx_http_weir_state_t *st, int wrc,
     u_char *buf);
@@ -100,7 +99,7 @@ ngx_http_weir_header_lookup(void *data, const uint8_t *lname, size_t len,
 }
 
 
-static void
+void
 ngx_http_weir_request(ngx_http_request_t *r, weir_request *wr)
 {
     ngx_http_request_t  *m;
@@ -209,6 +208,8 @@ ngx_http_weir_verdict(ngx_http_request_t *r, ngx_http_weir_loc_conf_t *wlcf,
     {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
+
+    ngx_http_weir_log_record(r, st, st->engine, v, WEIR_STYLE_POLICY);
 
     if (o.action != WEIR_QUEUE) {
         st->policy_done = 1;

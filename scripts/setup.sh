@@ -25,6 +25,10 @@ command -v prove >/dev/null 2>&1 || need+=(perl)
 command -v dpkg-shlibdeps >/dev/null 2>&1 || need+=(dpkg-dev)
 # Cluster-scope tests (tests/cluster/cluster.rs) start their own redis-server on a free port.
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
+# tests/cluster/topologies.rs: redis-cli builds a Redis Cluster and asks the Sentinel; openssl
+# makes the TLS test's certificates.
+command -v redis-cli >/dev/null 2>&1 || need+=(redis-tools)
+command -v openssl >/dev/null 2>&1 || need+=(openssl)
 # fail2ban-regex checks nginx's rejection lines against fail2ban's filters (make nginx-test).
 command -v fail2ban-regex >/dev/null 2>&1 || need+=(fail2ban)
 if [ ${#need[@]} -gt 0 ]; then

@@ -1,5 +1,6 @@
 //! The `weir` command line: check policies, replay access logs against a policy, watch a live
 //! status (`top`).
+pub mod agreement;
 pub mod check;
 pub mod incident;
 pub mod input;

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use memchr::memmem;
+use weir::policy::engine::LogAction;
 use weir::policy::RequestView;
 
 use crate::timefmt;
@@ -31,6 +32,10 @@ pub struct Entry {
     pub peer: IpAddr,
     /// `$request_time` / Caddy `duration`, when logged: concurrency permits are held this long.
     pub duration_ns: Option<u64>,
+    /// `$weir_action` / Caddy `weir_action`, when logged ("-" or empty: none).
+    pub logged_action: Option<LogAction>,
+    /// `$weir_limit` / Caddy `weir_limit`, when the format records it (empty: no limit).
+    logged_limit: Option<(u32, u32)>,
     pub buf: Vec<u8>,
     method: (u32, u32),
     target: (u32, u32),
@@ -51,6 +56,8 @@ impl Default for Entry {
             seq: 0,
             peer: IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
             duration_ns: None,
+            logged_action: None,
+            logged_limit: None,
             buf: Vec::with_capacity(512),
             method: (0, 0),
             target: (0, 0),
@@ -66,9 +73,23 @@ impl Entry {
         self.headers.clear();
         self.by_name.clear();
         self.duration_ns = None;
+        self.logged_action = None;
+        self.logged_limit = None;
         self.whole_second = false;
         self.method = (0, 0);
         self.target = (0, 0);
+    }
+
+    /// The limit name the host logged: `Some("")` when it logged none, `None` when the format
+    /// does not record it.
+    pub fn logged_limit(&self) -> Option<&str> {
+        let (s, t) = self.logged_limit?;
+        std::str::from_utf8(&self.buf[s as usize..t as usize]).ok()
+    }
+
+    fn set_logged_limit(&mut self, r: (u32, u32)) {
+        let dash = &self.buf[r.0 as usize..r.1 as usize] == b"-";
+        self.logged_limit = Some(if dash { (r.0, r.0) } else { r });
     }
 
     fn push(&mut self, bytes: &[u8]) -> (u32, u32) {
@@ -204,6 +225,9 @@ enum Var {
     Uri,
     Args,
     RequestTime,
+    /// `$weir_action`, `$weir_limit`: the decision the host logged.
+    WeirAction,
+    WeirLimit,
     /// `$http_NAME`: header name, lowercase, `_` → `-`.
     Http(Box<[u8]>),
     /// `$cookie_NAME`: cookie name as written.
@@ -364,6 +388,8 @@ impl NginxFormat {
                         ncookies += 1;
                     }
                 }
+                Var::WeirAction => e.logged_action = logged_action(v),
+                Var::WeirLimit => e.set_logged_limit(r),
                 Var::Other => {}
             }
         }
@@ -446,6 +472,8 @@ impl Var {
             "uri" | "document_uri" => Var::Uri,
             "args" | "query_string" => Var::Args,
             "request_time" => Var::RequestTime,
+            "weir_action" => Var::WeirAction,
+            "weir_limit" => Var::WeirLimit,
             _ => {
                 if let Some(h) = name.strip_prefix("http_") {
                     Var::Http(
@@ -464,6 +492,11 @@ impl Var {
             }
         }
     }
+}
+
+/// A logged `$weir_action` word; `-`, empty or unknown: none.
+fn logged_action(v: &[u8]) -> Option<LogAction> {
+    LogAction::parse(std::str::from_utf8(v).ok()?)
 }
 
 /// Parses an address; tolerates `[v6]`, and `v4:port`.
@@ -494,6 +527,11 @@ struct CaddyLine<'a> {
     #[serde(borrow)]
     request: Option<CaddyRequest<'a>>,
     duration: Option<f64>,
+    /// log_append fields of `{http.weir.action}` and `{http.weir.limit}` (docs/CADDY.md).
+    #[serde(borrow)]
+    weir_action: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    weir_limit: Option<Cow<'a, str>>,
 }
 
 #[derive(serde::Deserialize)]
@@ -554,6 +592,11 @@ impl CaddyFormat {
                 let v = e.push(v.as_bytes());
                 e.add_header(n, v);
             }
+        }
+        e.logged_action = l.weir_action.and_then(|a| logged_action(a.as_bytes()));
+        if let Some(lim) = l.weir_limit {
+            let r = e.push(lim.as_bytes());
+            e.set_logged_limit(r);
         }
         e.duration_ns = l
             .duration

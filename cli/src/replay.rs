@@ -24,9 +24,9 @@ use weir::policy::config::Limit;
 use weir::policy::counters::LimitCounts;
 use weir::policy::engine::Permits;
 use weir::policy::key::KeyPart;
-use weir::policy::net::mask_ip;
-use weir::policy::{normalize, Action, Engine, RequestView};
+use weir::policy::{Action, Engine};
 
+use crate::agreement::Agreement;
 use crate::input::{self, Line, LineReader};
 use crate::logfmt::{Entry, LogFormat};
 use crate::reorder::{Pool, Reorder};
@@ -114,7 +114,7 @@ struct Sim {
     verdicts: Option<io::BufWriter<std::fs::File>>,
     line_buf: String,
     key_buf: String,
-    scratch: Vec<u8>,
+    agreement: Agreement,
     file_names: Vec<String>,
     bad_shown: usize,
     show: usize,
@@ -195,6 +195,10 @@ impl Sim {
                         "queue"
                     }
                 };
+                let (action, limit) = out.log_decision();
+                let name = limit.map(|l| self.engine.limit_name(usize::from(l)));
+                self.agreement
+                    .add(e.logged_limit(), e.logged_action, (action, name));
                 decided = out.limit.map(usize::from);
                 dry = out.dry_run.map(|d| usize::from(d.0));
                 if dry.is_some() {
@@ -232,8 +236,8 @@ impl Sim {
             self.timeline
                 .add(l, t, ok, limited, s.dry_run_rejected - p.dry_run_rejected);
             if limited + (s.dry_run_rejected - p.dry_run_rejected) > 0 {
-                let limit = &self.engine.policy().limits[l];
-                render_key(&self.engine, limit, e, &mut self.scratch, &mut self.key_buf);
+                self.key_buf.clear();
+                self.engine.render_key(l, e, &mut self.key_buf);
                 let st = &mut self.limits[l];
                 st.top_keys.add_with(&self.key_buf);
                 st.top_clients.add_with(&client);
@@ -271,79 +275,6 @@ impl Sim {
         }
         Ok(())
     }
-}
-
-/// The limit's key for this request, readable: `ip=36.110.0.0/24 path=/w/…`.
-fn render_key(engine: &Engine, limit: &Limit, e: &Entry, scratch: &mut Vec<u8>, out: &mut String) {
-    out.clear();
-    let target = e.target_str();
-    scratch.clear();
-    scratch.resize(target.len().max(1), 0);
-    let Ok(parts) = normalize::split_target(target) else {
-        return;
-    };
-    let Ok(len) = normalize::normalize_path(parts.path, scratch) else {
-        return;
-    };
-    let prepared = engine
-        .policy()
-        .prepare(e, &scratch[..len], parts.query.unwrap_or(b""));
-    for (i, part) in limit.key.parts.iter().enumerate() {
-        if i > 0 {
-            out.push(' ');
-        }
-        match part {
-            KeyPart::Ip {
-                v4_prefix,
-                v6_prefix,
-            } => {
-                let Some(client) = prepared.client else {
-                    out.push_str("ip=local");
-                    continue;
-                };
-                let (p, full) = match client {
-                    IpAddr::V4(_) => (*v4_prefix, 32),
-                    IpAddr::V6(_) => (*v6_prefix, 128),
-                };
-                let _ = write!(out, "ip={}", mask_ip(client, p));
-                if p != full {
-                    let _ = write!(out, "/{p}");
-                }
-            }
-            KeyPart::Global => out.push_str("global"),
-            KeyPart::Path => {
-                out.push_str("path=");
-                lossy(out, prepared.path);
-            }
-            KeyPart::Method => {
-                out.push_str("method=");
-                lossy(out, prepared.method);
-            }
-            KeyPart::Header(n) => {
-                let _ = write!(out, "header:{}=", String::from_utf8_lossy(n));
-                match e.header(n) {
-                    Some(v) => lossy(out, v),
-                    None => out.push_str("(absent)"),
-                }
-            }
-            // A log line carries no host variables.
-            KeyPart::Var { name, .. } => {
-                let _ = write!(out, "var:{}=(absent)", String::from_utf8_lossy(name));
-            }
-            KeyPart::Cookie(n) => {
-                let _ = write!(out, "cookie:{}=", String::from_utf8_lossy(n));
-                match e.cookie(n) {
-                    Some(v) => lossy(out, v),
-                    None => out.push_str("(absent)"),
-                }
-            }
-        }
-    }
-}
-
-fn lossy(out: &mut String, b: &[u8]) {
-    let b = &b[..b.len().min(200)];
-    out.push_str(&String::from_utf8_lossy(b));
 }
 
 /// Appends `b` as a JSON string (invalid UTF-8 replaced).
@@ -409,7 +340,7 @@ pub fn run(opts: &Options) -> Result<(Report, Timeline), String> {
         verdicts,
         line_buf: String::new(),
         key_buf: String::new(),
-        scratch: Vec::new(),
+        agreement: Agreement::default(),
         file_names: opts.inputs.clone(),
         bad_shown: 0,
         show: opts.show_malformed,
@@ -594,6 +525,7 @@ fn build_report(sim: &Sim, top: usize, warnings: Vec<String>) -> (Report, Timeli
             .collect(),
         limits,
         warnings,
+        agreement: sim.agreement.report(),
     };
     (report, sim.timeline.clone())
 }

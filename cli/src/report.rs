@@ -6,6 +6,7 @@ use std::fmt::Write as _;
 use serde::Serialize;
 use weir::policy::counters::LimitCounts;
 
+use crate::agreement::{self, AgreementReport};
 use crate::timefmt::{self, NS};
 
 /// `weir replay --json`. Field order and names are stable; new fields are only ever added.
@@ -34,6 +35,9 @@ pub struct Report {
     /// Headers and cookies the policy reads that the log format does not record
     /// ([`crate::unlogged`]), one sentence each.
     pub warnings: Vec<String>,
+    /// Logged vs replayed decisions, when the log records them ([`crate::agreement`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agreement: Option<AgreementReport>,
 }
 
 #[derive(Serialize, Debug, Clone)]
@@ -169,6 +173,9 @@ pub fn text(r: &Report) -> String {
         for k in &l.top_clients {
             let _ = writeln!(o, "  {:<60} {:>10}", k.key, cnt(k));
         }
+    }
+    if let Some(a) = &r.agreement {
+        agreement::text(a, &mut o);
     }
     o
 }

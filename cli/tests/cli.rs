@@ -155,7 +155,7 @@ fn caddy_json_gzip_with_verdicts() {
     assert_eq!(lines[2]["line"], 3);
     assert_eq!(lines[2]["verdict"], "reject");
     assert_eq!(lines[2]["limit"], "per-ip");
-    assert_eq!(lines[2]["key"], "ip=192.0.2.1");
+    assert_eq!(lines[2]["key"], "192.0.2.1");
     assert_eq!(lines[2]["time"], "2026-12-02T12:00:00.200Z");
     assert_eq!(lines[1]["dry_run"], "tools-dry");
     assert_eq!(lines[3]["verdict"], "exempt");

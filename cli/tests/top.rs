@@ -240,6 +240,20 @@ fn the_tui_shows_limits_sparklines_and_top_keys() {
 }
 
 #[test]
+fn the_tui_draws_in_any_terminal_size() {
+    let mut l = crawler_limit("tools-global");
+    l["bans"] = json!([{"key": "36.110.0.9"}]);
+    let app = App {
+        status: Some(parse(&status(vec![l, quiet_limit("per-ip")])).unwrap()),
+        ..App::default()
+    };
+    for (w, h) in [(1, 1), (10, 3), (40, 12), (80, 24), (300, 100)] {
+        let all = screen(&app, w, h).join("");
+        assert_eq!(all.chars().count(), usize::from(w) * usize::from(h));
+    }
+}
+
+#[test]
 fn the_tui_draws_before_the_first_status_and_on_errors() {
     let app = App {
         error: Some("http://h/s: cannot fetch: connection refused".into()),

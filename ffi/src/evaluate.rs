@@ -145,7 +145,7 @@ pub struct weir_verdict {
 }
 
 /// A `weir_request` seen as the engine's request view.
-struct CRequest<'a> {
+pub(crate) struct CRequest<'a> {
     method: &'a [u8],
     target: &'a [u8],
     peer: Option<IpAddr>,
@@ -189,7 +189,7 @@ impl RequestView for CRequest<'_> {
     }
 }
 
-unsafe fn request<'a>(r: *const weir_request) -> Result<CRequest<'a>, c_int> {
+pub(crate) unsafe fn request<'a>(r: *const weir_request) -> Result<CRequest<'a>, c_int> {
     if r.is_null() {
         return Err(WEIR_ERR_NULL);
     }

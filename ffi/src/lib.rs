@@ -20,6 +20,7 @@
 #![allow(clippy::missing_safety_doc)] // The safety contract of every function is in weir.h.
 #![allow(non_camel_case_types)] // C names: weir_engine, weir_verdict, ...
 
+mod access_log;
 mod cluster;
 mod directive;
 mod engine;
@@ -37,6 +38,7 @@ mod zone;
 use std::ffi::{c_char, c_int, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
+pub use access_log::*;
 pub use cluster::*;
 pub use directive::*;
 pub use engine::*;

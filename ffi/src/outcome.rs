@@ -60,7 +60,7 @@ pub struct weir_outcome {
 }
 
 /// The deciding limit's name (policy mode) or zone's (nginx styles); "" for none.
-fn limit_word(e: &Engine, limit: i32, style: c_int) -> &str {
+pub(crate) fn limit_word(e: &Engine, limit: i32, style: c_int) -> &str {
     let policy = e.policy();
     let Some(l) = usize::try_from(limit)
         .ok()

@@ -14,7 +14,10 @@
 //! them decide with one cluster view and any of them can take over the syncing.
 //! docs/CLUSTER.md derives the over-admission bound and describes the host hooks.
 
+mod connect;
 mod sync;
+
+pub(crate) use connect::check_spec;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, RwLock};
@@ -33,16 +36,53 @@ use crate::table::Table;
 /// Redis/Valkey settings of a cluster-scope zone (`scope = "cluster"`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ClusterSpec {
-    /// `redis://[user:password@]host:port/db` (or `rediss://`, `redis+unix://`).
-    pub redis: String,
-    /// Overrides a password given in the URL.
+    /// `redis://[user:password@]host:port/db` (or `rediss://`, `redis+unix://`): the server
+    /// ([`RedisMode::Standalone`], one URL), seed nodes ([`RedisMode::Cluster`]) or Sentinels
+    /// ([`RedisMode::Sentinel`]); never empty.
+    pub redis: Vec<String>,
+    /// How the URLs lead to the server holding the counters.
+    pub mode: RedisMode,
+    /// Overrides a password given in the URL (Sentinel: the master's password).
     pub password: Option<String>,
+    /// TLS material for `rediss://` (read when the policy is compiled).
+    pub tls: TlsFiles,
     /// How often the syncer pushes and pulls (default 100 ms).
     pub sync_interval: Duration,
     /// Nodes sharing the limit; each admits `events ÷ expected_nodes` while Redis is away.
     pub expected_nodes: u64,
     /// What to do without Redis.
     pub fallback: Fallback,
+}
+
+/// What the `redis` URLs name (`redis_mode`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RedisMode {
+    /// One server (or a primary behind one address).
+    Standalone,
+    /// A Redis Cluster: the URLs are seed nodes; the slot map is read from them.
+    Cluster,
+    /// The URLs are Sentinels; the counters live on the master they name `master`.
+    Sentinel { master: String },
+}
+
+/// PEM contents of the TLS files of a `rediss://` zone (`tls_ca_file`, `tls_cert_file`,
+/// `tls_key_file`); empty for the system's trust store and no client certificate.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct TlsFiles {
+    /// CA certificates trusted instead of the system's store.
+    pub ca: Option<Vec<u8>>,
+    /// Client certificate chain and private key (mutual TLS).
+    pub client: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl std::fmt::Debug for TlsFiles {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the key.
+        f.debug_struct("TlsFiles")
+            .field("ca", &self.ca.as_ref().map(Vec::len))
+            .field("client", &self.client.is_some())
+            .finish()
+    }
 }
 
 /// Behaviour while Redis cannot be reached.
@@ -312,7 +352,10 @@ impl ClusterZone {
                 (table()?, table()?, StatsRef::Own(Box::default()))
             }
         };
-        let password = spec.password.clone().or_else(|| url_password(&spec.redis));
+        let password = spec
+            .password
+            .clone()
+            .or_else(|| spec.redis.first().and_then(|u| url_password(u)));
         let (k0, k1) = key_seed(name, password.as_deref());
         let offset = realtime_ns()
             .wrapping_sub(crate::clock::monotonic_ns())
@@ -460,7 +503,7 @@ impl ClusterZone {
 }
 
 /// A URL's password (`redis://:secret@host/` or `redis://user:secret@host/`).
-fn url_password(url: &str) -> Option<String> {
+pub(crate) fn url_password(url: &str) -> Option<String> {
     use redis::IntoConnectionInfo;
     url.into_connection_info().ok()?.redis.password
 }

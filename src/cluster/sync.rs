@@ -4,7 +4,9 @@
 //! Every `sync_interval`: scan the local table; for each key with counts in the current or
 //! previous window, push the units admitted here since the last push (`INCRBY` + `PEXPIRE`)
 //! or just read the total (`GET`), all in one pipeline (one round trip per 512 keys); the
-//! others' counts are `total − what this node pushed`, stored into the remote table. On any
+//! others' counts are `total − what this node pushed`, stored into the remote table. Every
+//! command touches one key, so against a Redis Cluster the pipeline is split by node with the
+//! same meaning (src/cluster/connect.rs). On any
 //! error the connection is dropped and retried with exponential backoff (interval … 2 s); the
 //! zone falls back by itself once the last success is `3 × sync_interval` old.
 
@@ -12,6 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::connect::{Conn, Source};
 use super::{log, ClusterZone};
 use crate::clock::monotonic_ns;
 use crate::limiter::packed::{self, Counts};
@@ -24,18 +27,21 @@ const MAX_BACKOFF: Duration = Duration::from_secs(2);
 pub(super) struct Syncer {
     zone: Arc<ClusterZone>,
     local: Table,
-    client: Option<redis::Client>,
-    conn: Option<redis::Connection>,
+    client: Option<Source>,
+    conn: Option<Conn>,
     backoff: Duration,
     failing: bool,
 }
 
 impl Syncer {
     pub(super) fn new(zone: Arc<ClusterZone>, local: Table) -> Syncer {
-        let client = match client_for(&zone) {
+        let client = match Source::new(&zone.spec, io_timeout(&zone)) {
             Ok(c) => Some(c),
             Err(e) => {
-                log(&format!("cluster zone {}: bad redis URL: {e}", zone.name));
+                log(&format!(
+                    "cluster zone {}: bad redis settings: {e}",
+                    zone.name
+                ));
                 None
             }
         };
@@ -50,9 +56,8 @@ impl Syncer {
         }
     }
 
-    /// The I/O timeout: never longer than the zone tolerates before falling back anyway.
     fn io_timeout(&self) -> Duration {
-        (self.zone.spec.sync_interval * 2).clamp(Duration::from_millis(50), Duration::from_secs(2))
+        io_timeout(&self.zone)
     }
 
     /// Only one syncer per table syncs: several processes may share the zone's table (nginx
@@ -139,16 +144,16 @@ impl Syncer {
         }
     }
 
-    fn connection(&mut self) -> redis::RedisResult<&mut redis::Connection> {
+    fn connection(&mut self) -> redis::RedisResult<&mut Conn> {
         if self.conn.is_none() {
-            let client = self.client.as_ref().ok_or_else(|| {
-                redis::RedisError::from((redis::ErrorKind::InvalidClientConfig, "bad redis URL"))
-            })?;
             let t = self.io_timeout();
-            let c = client.get_connection_with_timeout(t)?;
-            c.set_read_timeout(Some(t))?;
-            c.set_write_timeout(Some(t))?;
-            self.conn = Some(c);
+            let client = self.client.as_mut().ok_or_else(|| {
+                redis::RedisError::from((
+                    redis::ErrorKind::InvalidClientConfig,
+                    "bad redis settings",
+                ))
+            })?;
+            self.conn = Some(client.connect(t)?);
         }
         Ok(self.conn.as_mut().expect("just connected"))
     }
@@ -171,7 +176,7 @@ impl Syncer {
         });
         if keys.is_empty() {
             // Still prove Redis is there: the fallback should reflect reachability.
-            redis::cmd("PING").query::<()>(self.connection()?)?;
+            self.connection()?.ping()?;
         }
         let ttl_ms = (2 * w + 2 * zone.spec.sync_interval.as_nanos() as u64) / 1_000_000 + 1000;
         let prev_id = id.wrapping_sub(1);
@@ -179,7 +184,7 @@ impl Syncer {
         // pushed table, which a newly elected syncer (another process) continues from.
         let pushed = &zone.pushed;
         for chunk in keys.chunks(BATCH) {
-            let mut pipe = redis::pipe();
+            let mut pipe = self.connection()?.pipe();
             // per key and window: units pushed after this batch, delta
             let mut plan = Vec::with_capacity(chunk.len() * 2);
             for &(tag, c) in chunk {
@@ -188,15 +193,14 @@ impl Syncer {
                     let d = n.saturating_sub(p);
                     let k = format!("weir:{}:{:016x}:{}", zone.name, tag, win);
                     if d > 0 {
-                        pipe.cmd("INCRBY").arg(&k).arg(d);
-                        pipe.cmd("PEXPIRE").arg(&k).arg(ttl_ms).ignore();
+                        pipe.incr(&k, d, ttl_ms);
                     } else {
-                        pipe.cmd("GET").arg(&k);
+                        pipe.get(&k);
                     }
                     plan.push((tag, p + d, d));
                 }
             }
-            let totals: Vec<Option<u64>> = pipe.query(self.connection()?)?;
+            let totals = self.connection()?.query(&pipe)?;
             let mut remote = [0u64; 2];
             let mut mine_now = [0u64; 2];
             for (i, (&(tag, mine, d), total)) in plan.iter().zip(totals).enumerate() {
@@ -230,11 +234,7 @@ impl Syncer {
     }
 }
 
-fn client_for(zone: &ClusterZone) -> redis::RedisResult<redis::Client> {
-    use redis::IntoConnectionInfo;
-    let mut info = zone.spec.redis.as_str().into_connection_info()?;
-    if let Some(p) = &zone.spec.password {
-        info.redis.password = Some(p.clone());
-    }
-    redis::Client::open(info)
+/// The I/O timeout: never longer than the zone tolerates before falling back anyway.
+fn io_timeout(zone: &ClusterZone) -> Duration {
+    (zone.spec.sync_interval * 2).clamp(Duration::from_millis(50), Duration::from_secs(2))
 }

@@ -17,7 +17,7 @@
 //! | `cookie:NAME` | `0x04`, same layout as a header |
 //! | `path` | `0x05`, length (u32 BE), normalized path |
 //! | `method` | `0x06`, length (u32 BE), method |
-//! | `var:NAME` | `0x07`, same layout as a header (the name, not its index: the encoding does not depend on the order of the policy's variables) |
+//! | `var:NAME` | `0x07`, same layout as a header (the name, not its index: the encoding does not depend on the order of the policy's variables); a value masked to its network (`ipv4_prefix`/`ipv6_prefix` on a key without `ip`): presence byte `2`, family, prefix length, masked address |
 //!
 //! Every record starts with its kind and carries its own length, so no two
 //! different part lists or values give the same bytes (`["a", "bc"]` can't
@@ -94,7 +94,35 @@ pub enum KeyPart {
         name: Box<[u8]>,
         /// Its index among the policy's variables ([`super::config::CompiledPolicy::vars`]).
         index: usize,
+        /// A value that is an IP address is keyed (and rendered) as its network.
+        mask: VarMask,
     },
+}
+
+/// The prefixes a `var:` value that is an IP address is masked to (IPv4-mapped IPv6 counts as
+/// IPv4); `None` keeps addresses of that family, like any other value, as they are.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct VarMask {
+    pub v4: Option<u8>,
+    pub v6: Option<u8>,
+}
+
+impl VarMask {
+    /// Whether no family is masked.
+    pub fn is_none(&self) -> bool {
+        self.v4.is_none() && self.v6.is_none()
+    }
+
+    /// `value`'s network and prefix length when it is an IP address of a masked family.
+    pub fn apply(&self, value: &[u8]) -> Option<(IpAddr, u8)> {
+        if self.is_none() {
+            return None;
+        }
+        let ip = std::str::from_utf8(value).ok()?.parse::<IpAddr>().ok()?;
+        let ip = ip.to_canonical();
+        let prefix = if ip.is_ipv4() { self.v4 } else { self.v6 }?;
+        Some((mask_ip(ip, prefix), prefix))
+    }
 }
 
 impl KeyPart {
@@ -224,7 +252,13 @@ impl KeySpec {
                 }
                 KeyPart::Path => put_len_bytes(w, 0x05, req.path),
                 KeyPart::Method => put_len_bytes(w, 0x06, req.method),
-                KeyPart::Var { name, index } => put_named(w, 0x07, name, req.view.var(*index)),
+                KeyPart::Var { name, index, mask } => {
+                    let value = req.view.var(*index);
+                    match value.and_then(|v| mask.apply(v)) {
+                        Some((net, prefix)) => put_masked(w, name, net, prefix),
+                        None => put_named(w, 0x07, name, value),
+                    }
+                }
             }
         }
     }
@@ -275,6 +309,23 @@ fn put_named<S: Sink>(w: &mut S, kind: u8, name: &[u8], value: Option<&[u8]>) {
     match value {
         None => w.put(&[0]),
         Some(v) => put_len_bytes(w, 1, v),
+    }
+}
+
+/// A masked `var:` value: like [`put_named`] with presence byte `2`, then the family (`4`/`6`),
+/// the prefix length and the network's address (4 or 16 bytes).
+fn put_masked<S: Sink>(w: &mut S, name: &[u8], net: IpAddr, prefix: u8) {
+    w.put(&[0x07, name.len().min(255) as u8]);
+    w.put(&name[..name.len().min(255)]);
+    match net {
+        IpAddr::V4(a) => {
+            let [a, b, c, d] = a.octets();
+            w.put(&[2, 4, prefix, a, b, c, d]);
+        }
+        IpAddr::V6(a) => {
+            w.put(&[2, 6, prefix]);
+            w.put(&a.octets());
+        }
     }
 }
 
@@ -433,6 +484,7 @@ mod tests {
         let var = |name: &[u8], index| KeyPart::Var {
             name: name.into(),
             index,
+            mask: VarMask::default(),
         };
         let specs = [
             vec![var(b"a", 0)],
@@ -466,10 +518,12 @@ mod tests {
             KeyPart::Var {
                 name: b"a".to_vec().into(),
                 index: 0,
+                mask: VarMask::default(),
             },
             KeyPart::Var {
                 name: b"b".to_vec().into(),
                 index: 1,
+                mask: VarMask::default(),
             },
         ]);
         let base = OwnedRequest::new("GET", "/", "192.0.2.1".parse().unwrap());

@@ -79,7 +79,8 @@ eval "${links[0]}"
 LD_LIBRARY_PATH=$lib check "installed, shared" yes
 eval "${links[1]}" 2> static.err || { cat static.err >&2; fail "static link failed"; }
 LD_LIBRARY_PATH=/nonexistent check "installed, static" no
-[ "$(du -k host | cut -f1)" -lt 5120 ] || fail "the static host is over 5 MiB: debug info?"
+# About 5.1 MiB since cluster zones speak TLS (rustls + ring, +1.7 MiB) and Redis Cluster.
+[ "$(du -k host | cut -f1)" -lt 6144 ] || fail "the static host is over 6 MiB: debug info?"
 
 mkdir -p tree/target && ln -s "$out" tree/target/release && cp host.c tree/ && ln -s "$root/examples" tree/
 cd tree

@@ -1338,6 +1338,7 @@ def main():
     global NGINX, STATIC
     # the checks in other files import this one as `run`: one module, one Failure class
     sys.modules["run"] = sys.modules[__name__]
+    import access_log
     import bans
     import fail2ban
     import hosts
@@ -1389,6 +1390,7 @@ def main():
         ("hosts", lambda: hosts.test_hosts(args.test_module, args.hosts, args.promcheck)),
         ("repeated-headers", lambda: test_repeated_headers(args.module)),
         ("fail2ban", lambda: fail2ban.test_fail2ban(args.module)),
+        ("access-log", lambda: access_log.test_access_log(args.module)),
         ("bans", lambda: bans.test_bans(args.module)),
     ]
     if args.asan_module:

@@ -628,7 +628,7 @@ fn limit_errors() {
         &l("class = \"k\"\nzone = \"z\"\nkey = \"path\"\nipv6_prefix = 48"),
         15,
         15,
-        "no \"ip\" part",
+        "no \"ip\" or \"var:\" part",
     );
     assert_err(
         &l("class = \"k\"\nzone = \"z\"\nipv4_prefix = 33"),

@@ -81,6 +81,32 @@
 //! With [`WeirLayer::expose_verdict`] the layer inserts a [`Verdict`] into the request's
 //! extensions (for the handler: log dry-run verdicts, the delay served, …) and into the
 //! response's (for outer layers: access logs, metrics). Off by default: it costs an allocation.
+//!
+//! # Access logs
+//!
+//! A [`Verdict`] carries what nginx's `$weir_action`, `$weir_limit` and `$weir_key` show
+//! (docs/NGINX.md): [`Verdict::log_action`] (`pass`, `exempt`, `delay`, `queue`, `reject`,
+//! `dry-run-delay`, `dry-run-reject`), [`Verdict::log_limit`] (the deciding limit, also a
+//! dry-run one) and [`Verdict::key`] (its key as the engine renders it, `203.0.113.0/24`;
+//! rendered only when a limit decided). An outer layer logs them from the response:
+//!
+//! ```
+//! use weir::policy::Engine;
+//! use weir_tower::Verdict;
+//!
+//! fn log_line<B>(engine: &Engine, resp: &http::Response<B>) {
+//!     if let Some(v) = resp.extensions().get::<Verdict>() {
+//!         let limit = v.log_limit.map_or("-", |l| engine.limit_name(usize::from(l)));
+//!         tracing::info!(
+//!             status = resp.status().as_u16(),
+//!             weir_action = v.log_action.as_str(),
+//!             weir_limit = limit,
+//!             weir_key = v.key.as_deref().unwrap_or("-"),
+//!             "request"
+//!         );
+//!     }
+//! }
+//! ```
 
 mod body;
 mod status;
@@ -100,6 +126,7 @@ use pin_project_lite::pin_project;
 use tower_layer::Layer;
 use tower_service::Service;
 use weir::policy::config::FailureMode;
+pub use weir::policy::engine::LogAction;
 use weir::policy::{Action, Engine, Outcome};
 
 pub use body::WeirBody;
@@ -185,7 +212,7 @@ impl<F: Fn() -> u64 + Send + Sync + 'static> Clock for F {
 }
 
 /// What the engine decided for a request (see [`WeirLayer::expose_verdict`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Verdict {
     /// The final action: after a queue wait, what the last evaluation said (or `Reject` when
     /// the wait timed out).
@@ -206,10 +233,32 @@ pub struct Verdict {
     pub queued: bool,
     /// The request target was invalid (answered 400).
     pub bad_target: bool,
+    /// For access logs: the decision in the engine's words (`pass`, `exempt`, `delay`,
+    /// `queue` — waited in a queue, then served —, `reject`, `dry-run-delay`,
+    /// `dry-run-reject`; [`LogAction::as_str`]).
+    pub log_action: LogAction,
+    /// For access logs: the deciding limit (the enforced one that delayed, queued or refused
+    /// the request, else a dry-run one that would have); `Engine::limit_name` gives its name.
+    pub log_limit: Option<u16>,
+    /// For access logs: [`Verdict::log_limit`]'s key as the engine renders it
+    /// (`203.0.113.0/24`, `ip=192.0.2.7 path=/api`); rendered only when a limit decided.
+    pub key: Option<String>,
 }
 
 impl Verdict {
-    fn of(out: &Outcome, queued: bool) -> Verdict {
+    /// `queued`: the limit whose queue the request waited in first, if it did.
+    fn of<B>(cfg: &Config, req: &Request<B>, out: &Outcome, queued: Option<u16>) -> Verdict {
+        let (log_action, log_limit) = match (queued, out.log_decision()) {
+            (Some(l), (LogAction::Reject, _)) => (LogAction::Reject, Some(l)),
+            (Some(l), _) => (LogAction::Queue, Some(l)),
+            (None, d) => d,
+        };
+        let key = log_limit.map(|l| {
+            let mut key = String::new();
+            let view = View::new(req, cfg.fallback_peer, &cfg.engine);
+            cfg.engine.render_key(usize::from(l), &view, &mut key);
+            key
+        });
         Verdict {
             action: out.action,
             status: if out.action == Action::Reject {
@@ -222,8 +271,11 @@ impl Verdict {
             wait_ns: out.wait_ns,
             retry_after_ns: out.retry_after_ns,
             dry_run: out.dry_run,
-            queued,
+            queued: queued.is_some(),
             bad_target: false,
+            log_action,
+            log_limit,
+            key,
         }
     }
 
@@ -238,6 +290,9 @@ impl Verdict {
             dry_run: None,
             queued: false,
             bad_target: true,
+            log_action: LogAction::Reject,
+            log_limit: None,
+            key: None,
         }
     }
 }
@@ -332,7 +387,11 @@ fn wants_fields(engine: &Engine, out: &Outcome) -> bool {
     engine.policy().emit_headers && out.quota.is_some()
 }
 
-fn reject_response<B>(cfg: &Config, out: &Outcome, verdict: Verdict) -> Response<WeirBody<B>> {
+fn reject_response<B>(
+    cfg: &Config,
+    out: &Outcome,
+    verdict: impl FnOnce() -> Verdict,
+) -> Response<WeirBody<B>> {
     let status = StatusCode::from_u16(out.status).unwrap_or(StatusCode::TOO_MANY_REQUESTS);
     let mut resp = Response::new(WeirBody::full(
         status.canonical_reason().unwrap_or("Limited"),
@@ -347,7 +406,7 @@ fn reject_response<B>(cfg: &Config, out: &Outcome, verdict: Verdict) -> Response
         h.insert(n, v);
     }
     if cfg.expose_verdict {
-        resp.extensions_mut().insert(verdict);
+        resp.extensions_mut().insert(verdict());
     }
     resp
 }
@@ -460,7 +519,12 @@ where
             } => {
                 // An error drops the guard with this future: the permits come back.
                 let resp = ready!(fut.poll(cx))?;
-                Poll::Ready(Ok(finish(resp, guard.take(), fields.take(), *verdict)))
+                Poll::Ready(Ok(finish(
+                    resp,
+                    guard.take(),
+                    fields.take(),
+                    verdict.take(),
+                )))
             }
             StateProj::Ready { resp } => Poll::Ready(Ok(resp
                 .take()
@@ -526,13 +590,13 @@ where
         if out.ban_started.is_some() {
             log_ban(engine, &out);
         }
-        let verdict = Verdict::of(&out, false);
         let state = match out.action {
             Action::Pass => {
                 let fields = wants_fields(engine, &out).then(|| fields(engine, &out));
                 let guard = PermitGuard::new(cfg, std::mem::take(&mut out.permits));
                 let verdict = cfg.expose_verdict.then(|| {
-                    req.extensions_mut().insert(verdict);
+                    let verdict = Verdict::of(cfg, &req, &out, None);
+                    req.extensions_mut().insert(verdict.clone());
                     verdict
                 });
                 State::Inner {
@@ -543,7 +607,9 @@ where
                 }
             }
             Action::Reject => State::Ready {
-                resp: Some(reject_response(cfg, &out, verdict)),
+                resp: Some(reject_response(cfg, &out, || {
+                    Verdict::of(cfg, &req, &out, None)
+                })),
             },
             Action::Delay | Action::Queue => State::Slow {
                 fut: Box::pin(slow(cfg.clone(), self.inner.clone(), req, out)),
@@ -564,9 +630,9 @@ where
     S: Service<Request<B>, Response = Response<RB>>,
 {
     let engine = &cfg.engine;
-    let mut queued = false;
+    let mut queued = None;
     if out.action == Action::Queue {
-        queued = true;
+        queued = out.limit;
         let mut place = TicketGuard {
             cfg: cfg.clone(),
             ticket: out.ticket.take(),
@@ -604,9 +670,10 @@ where
     if out.ban_started.is_some() {
         log_ban(engine, &out);
     }
-    let verdict = Verdict::of(&out, queued);
     if out.action == Action::Reject {
-        return Ok(reject_response(&cfg, &out, verdict));
+        return Ok(reject_response(&cfg, &out, || {
+            Verdict::of(&cfg, &req, &out, queued)
+        }));
     }
     let guard = PermitGuard::new(&cfg, std::mem::take(&mut out.permits));
     if out.action == Action::Delay && out.wait_ns > 0 {
@@ -614,7 +681,8 @@ where
     }
     let fields = wants_fields(engine, &out).then(|| fields(engine, &out));
     let verdict = cfg.expose_verdict.then(|| {
-        req.extensions_mut().insert(verdict);
+        let verdict = Verdict::of(&cfg, &req, &out, queued);
+        req.extensions_mut().insert(verdict.clone());
         verdict
     });
     std::future::poll_fn(|cx| svc.poll_ready(cx)).await?;

@@ -110,7 +110,7 @@ async fn test_mw(State(held): State<Arc<Held>>, mut req: Request, next: Next) ->
         req.extensions_mut().insert(vars);
     }
     let mut resp = next.run(req).await;
-    if let Some(v) = resp.extensions().get::<Verdict>().copied() {
+    if let Some(v) = resp.extensions().get::<Verdict>().cloned() {
         let action = if v.bad_target {
             "bad_request"
         } else if v.exempt.is_some() {

@@ -219,7 +219,7 @@ fn number_vars(
         };
     };
     for part in limits.iter_mut().flat_map(|l| l.key.parts.iter_mut()) {
-        if let KeyPart::Var { name, index } = part {
+        if let KeyPart::Var { name, index, .. } = part {
             number(name, index);
         }
     }

@@ -57,6 +57,7 @@ pub(super) fn compile_key(cx: &mut Cx<'_>, l: &LimitSpec) -> Option<KeySpec> {
                                 _ => KeyPart::Var {
                                     name: n.as_bytes().into(),
                                     index: 0,
+                                    mask: VarMask::default(),
                                 },
                             },
                             Some((what, n)) => {
@@ -91,30 +92,36 @@ pub(super) fn compile_key(cx: &mut Cx<'_>, l: &LimitSpec) -> Option<KeySpec> {
     ];
     let mut v4 = 32u8;
     let mut v6 = 64u8;
+    // Without an `ip` part, the prefixes mask `var:` values that are IP addresses.
+    let has_var = parts.iter().any(|p| matches!(p, KeyPart::Var { .. }));
+    let mut mask = VarMask::default();
     for (field, value, max) in prefixes {
         let Some(value) = value else { continue };
-        if ip_span.is_none() {
+        if ip_span.is_none() && !has_var {
             cx.err(
                 &value.span(),
-                format!("`{field}` has no effect: the key has no \"ip\" part"),
+                format!("`{field}` has no effect: the key has no \"ip\" or \"var:\" part"),
             );
             ok = false;
             continue;
         }
         match positive(cx, value, field, 0, max) {
-            Some(n) if field == "ipv4_prefix" => v4 = n as u8,
-            Some(n) => v6 = n as u8,
+            Some(n) if field == "ipv4_prefix" => (v4, mask.v4) = (n as u8, Some(n as u8)),
+            Some(n) => (v6, mask.v6) = (n as u8, Some(n as u8)),
             None => ok = false,
         }
     }
     for p in &mut parts {
-        if let KeyPart::Ip {
-            v4_prefix,
-            v6_prefix,
-        } = p
-        {
-            *v4_prefix = v4;
-            *v6_prefix = v6;
+        match p {
+            KeyPart::Ip {
+                v4_prefix,
+                v6_prefix,
+            } => {
+                *v4_prefix = v4;
+                *v6_prefix = v6;
+            }
+            KeyPart::Var { mask: m, .. } if ip_span.is_none() => *m = mask,
+            _ => {}
         }
     }
     ok.then(|| KeySpec::new(parts))

@@ -163,16 +163,18 @@ pub(super) fn compile_cluster(
     zs: &ZoneSpec,
     algorithm: &Algorithm,
 ) -> Result<Option<crate::cluster::ClusterSpec>, ()> {
-    let settings: [(&str, Option<Range<usize>>); 5] = [
-        ("redis", zs.redis.as_ref().map(|v| v.span())),
-        ("password", zs.password.as_ref().map(|v| v.span())),
-        ("sync_interval", zs.sync_interval.as_ref().map(|v| v.span())),
-        (
-            "expected_nodes",
-            zs.expected_nodes.as_ref().map(|v| v.span()),
-        ),
-        ("fallback", zs.fallback.as_ref().map(|v| v.span())),
-    ];
+    let settings: Vec<(&str, Option<Range<usize>>)> = redis_settings(zs)
+        .into_iter()
+        .chain([
+            ("password", zs.password.as_ref().map(|v| v.span())),
+            ("sync_interval", zs.sync_interval.as_ref().map(|v| v.span())),
+            (
+                "expected_nodes",
+                zs.expected_nodes.as_ref().map(|v| v.span()),
+            ),
+            ("fallback", zs.fallback.as_ref().map(|v| v.span())),
+        ])
+        .collect();
     let scope = match &zs.scope {
         None => None,
         Some(s) => match s.get_ref().as_str() {
@@ -225,27 +227,8 @@ pub(super) fn compile_cluster(
         }
     };
     let mut ok = true;
-    let redis = match &zs.redis {
-        None => {
-            cx.err(
-                &scope,
-                format!("zone {name:?}: scope = \"cluster\" needs `redis` (e.g. redis = \"redis://127.0.0.1:6379/0\")"),
-            );
-            ok = false;
-            String::new()
-        }
-        Some(r) => {
-            use redis::IntoConnectionInfo;
-            if let Err(e) = r.get_ref().as_str().into_connection_info() {
-                cx.err(
-                    &r.span(),
-                    format!("invalid redis URL {:?}: {e}", r.get_ref()),
-                );
-                ok = false;
-            }
-            r.get_ref().clone()
-        }
-    };
+    let target = compile_redis(cx, name, zs, &scope);
+    ok &= target.is_some();
     let sync_interval = match &zs.sync_interval {
         None => crate::cluster::DEFAULT_SYNC_INTERVAL,
         Some(v) => match duration_value(cx, v) {
@@ -301,16 +284,25 @@ pub(super) fn compile_cluster(
             ok = false;
         }
     }
-    if !ok {
+    let Some(RedisTarget { urls, mode, tls }) = target.filter(|_| ok) else {
         return Err(());
-    }
-    Ok(Some(crate::cluster::ClusterSpec {
-        redis,
+    };
+    let spec = crate::cluster::ClusterSpec {
+        redis: urls,
+        mode,
         password: zs.password.as_ref().map(|p| p.get_ref().clone()),
+        tls,
         sync_interval,
         expected_nodes,
         fallback: crate::cluster::Fallback::Local,
-    }))
+    };
+    // What the client library refuses (unparsable PEM, seed nodes with different passwords…).
+    if let Err(e) = crate::cluster::check_spec(&spec) {
+        let at = zs.redis.as_ref().map_or(scope, |r| r.span());
+        cx.err(&at, format!("zone {name:?}: redis settings: {e}"));
+        return Err(());
+    }
+    Ok(Some(spec))
 }
 
 pub(super) fn fields(list: &[&str]) -> String {

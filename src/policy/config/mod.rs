@@ -40,7 +40,7 @@ use serde::de::{self, Deserializer, SeqAccess, Visitor};
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::key::{KeyPart, KeySpec};
+use super::key::{KeyPart, KeySpec, VarMask};
 use super::matching::{Class, Glob, PathTest, Shape, ValueMatcher};
 use super::net::CidrSet;
 use super::request::{ClientIpResolver, ForwardedSource, PreparedRequest, RequestView};
@@ -48,6 +48,7 @@ use super::request::{ClientIpResolver, ForwardedSource, PreparedRequest, Request
 mod compile;
 mod compile_class;
 mod compile_limit;
+mod compile_redis;
 mod compile_zone;
 mod host;
 mod model;
@@ -58,6 +59,7 @@ pub mod zone_size;
 use compile::*;
 use compile_class::*;
 use compile_limit::*;
+use compile_redis::*;
 use compile_zone::*;
 pub use host::{HostLimit, HostLimits, HostZone};
 pub use model::*;

@@ -41,7 +41,12 @@ pub(super) struct ZoneSpec {
     pub(super) max: Option<Spanned<i64>>,
     // Cluster scope (docs/CLUSTER.md).
     pub(super) scope: Option<Spanned<String>>,
-    pub(super) redis: Option<Spanned<String>>,
+    pub(super) redis: Option<Spanned<StrList>>,
+    pub(super) redis_mode: Option<Spanned<String>>,
+    pub(super) sentinel_master: Option<Spanned<String>>,
+    pub(super) tls_ca_file: Option<Spanned<String>>,
+    pub(super) tls_cert_file: Option<Spanned<String>>,
+    pub(super) tls_key_file: Option<Spanned<String>>,
     pub(super) password: Option<Spanned<String>>,
     pub(super) sync_interval: Option<Spanned<Scalar>>,
     pub(super) expected_nodes: Option<Spanned<i64>>,

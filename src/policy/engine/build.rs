@@ -363,8 +363,9 @@ impl Engine {
                     v4_prefix: *v4_prefix,
                     v6_prefix: *v6_prefix,
                 },
-                [KeyPart::Var { index, .. }]
-                    if self.clusters[l.zone].is_none()
+                [KeyPart::Var { index, mask, .. }]
+                    if mask.is_none()
+                        && self.clusters[l.zone].is_none()
                         && self
                             .policy
                             .limits

@@ -46,7 +46,9 @@ use crate::limiter::{
 use crate::table::{LogTable, SlidingLog, Table};
 
 mod outcome;
+mod render;
 pub use outcome::*;
+pub use render::LogAction;
 mod limiters;
 use limiters::*;
 mod build;

@@ -1,0 +1,120 @@
+//! What an access log shows of a verdict (`$weir_limit`, `$weir_key`, `$weir_action`): the
+//! action in the engine's words, the deciding limit's name, and its key rendered on demand
+//! (only when a log line asks: the request path renders nothing).
+
+use std::ffi::c_int;
+
+use weir::policy::engine::LogAction;
+use weir::policy::Action;
+
+use crate::evaluate::request;
+use crate::outcome::limit_word;
+use crate::{guard, weir_engine, weir_request, weir_verdict, MAX_LEN};
+use crate::{WEIR_DELAY, WEIR_ERR_NULL, WEIR_OK, WEIR_QUEUE, WEIR_REJECT};
+
+/// A verdict as an access log names it.
+#[repr(C)]
+pub struct weir_log_decision {
+    /// The deciding limit's index (for `weir_engine_render_key`), or -1 when none decided.
+    pub limit: i32,
+    /// Its name in the style's words (policy mode: the limit's; nginx styles: its zone's),
+    /// "" for none; static for the engine's life, not NUL-terminated.
+    pub name: *const u8,
+    pub name_len: usize,
+    /// "pass", "exempt", "delay", "queue", "reject", "dry-run-delay" or "dry-run-reject";
+    /// static, not NUL-terminated.
+    pub action: *const u8,
+    pub action_len: usize,
+}
+
+fn action(code: i32) -> Action {
+    match code {
+        WEIR_DELAY => Action::Delay,
+        WEIR_REJECT => Action::Reject,
+        WEIR_QUEUE => Action::Queue,
+        _ => Action::Pass,
+    }
+}
+
+fn index(i: i32) -> Option<u16> {
+    u16::try_from(i).ok()
+}
+
+/// The decision verdict `v` of engine `e` shows in an access log, with names in `style`
+/// (WEIR_STYLE_*), into `*out`: the enforced limit that delayed, queued or refused the
+/// request, else a dry-run limit that would have, else none. WEIR_ERR_NULL for a NULL argument.
+#[no_mangle]
+pub unsafe extern "C" fn weir_engine_log_decision(
+    e: *const weir_engine,
+    v: *const weir_verdict,
+    style: c_int,
+    out: *mut weir_log_decision,
+) -> c_int {
+    guard(|| {
+        if e.is_null() || v.is_null() || out.is_null() {
+            return WEIR_ERR_NULL;
+        }
+        let (e, v, o) = (&(*e).engine, &*v, &mut *out);
+        let dry = index(v.dry_run_limit).map(|l| (l, action(v.dry_run_action)));
+        let (act, limit) = LogAction::decide(action(v.action), index(v.limit), v.exempt >= 0, dry);
+        let limit = limit.map_or(-1, i32::from);
+        let name = limit_word(e, limit, style);
+        let word = act.as_str();
+        *o = weir_log_decision {
+            limit,
+            name: name.as_ptr(),
+            name_len: name.len(),
+            action: word.as_ptr(),
+            action_len: word.len(),
+        };
+        WEIR_OK
+    })
+}
+
+/// Writes limit `limit`'s key for request `r` as logs show it (`203.0.113.0/24`,
+/// `ip=192.0.2.7 path=/api`; docs/C-API.md) into `buf` (`cap` bytes, cut to fit, not
+/// NUL-terminated) and its length into `*len`. `r` is the request as it was evaluated (the
+/// same views and callbacks). Nothing is written for a limit index that names none.
+/// Allocates: call it for a log line, not on the request path.
+#[no_mangle]
+pub unsafe extern "C" fn weir_engine_render_key(
+    e: *const weir_engine,
+    limit: i32,
+    r: *const weir_request,
+    buf: *mut u8,
+    cap: usize,
+    len: *mut usize,
+) -> c_int {
+    guard(|| {
+        if e.is_null() || len.is_null() || (buf.is_null() && cap > 0) {
+            return WEIR_ERR_NULL;
+        }
+        *len = 0;
+        let req = match request(r) {
+            Ok(r) => r,
+            Err(code) => return code,
+        };
+        let Ok(limit) = usize::try_from(limit) else {
+            return WEIR_OK;
+        };
+        let mut text = String::new();
+        (*e).engine.render_key(limit, &req, &mut text);
+        let n = cut(&text, cap.min(MAX_LEN));
+        if n > 0 {
+            std::slice::from_raw_parts_mut(buf, n).copy_from_slice(&text.as_bytes()[..n]);
+        }
+        *len = n;
+        WEIR_OK
+    })
+}
+
+/// The longest prefix of `s` at most `cap` bytes that ends on a character boundary.
+fn cut(s: &str, cap: usize) -> usize {
+    if s.len() <= cap {
+        return s.len();
+    }
+    (0..=cap)
+        .rev()
+        .find(|&i| s.is_char_boundary(i))
+        .unwrap_or(0)
+}
