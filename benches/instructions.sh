@@ -6,7 +6,8 @@
 #   bash benches/instructions.sh [table] [policy] [tower]     # default: all three
 #
 #   table   benches/table_instr.rs: GCRA check, `hot` key and `1m` keys (per check)
-#   policy  benches/policy_instr.rs: the cases of benches/policy.rs (per request)
+#   policy  benches/policy_instr.rs: the cases of benches/policy.rs, and the minimal and
+#           reject cases with a `ban` (per request)
 #   tower   tower/benches/layer_instructions.rs: inner service alone, tower_governor, weir,
 #           weir + concurrency (per request; subtract `inner` for a layer's own cost)
 #
@@ -44,7 +45,7 @@ for g in "${groups[@]}"; do
 		;;
 	policy)
 		echo "policy engine: instructions per request (evaluate + release)"
-		per "$(bin --bench policy_instr)" 1000 11000 wiki wiki_long_cookie static api mix min reject reject_no_top_keys
+		per "$(bin --bench policy_instr)" 1000 11000 wiki wiki_long_cookie static api mix min min_ban reject reject_no_top_keys reject_banned
 		;;
 	tower)
 		echo "tower: instructions per request (request construction and inner service included)"

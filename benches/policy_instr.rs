@@ -4,7 +4,7 @@
 //!
 //! ```sh
 //! BIN=$(cargo bench --bench policy_instr --no-run 2>&1 | sed -n 's/.*(\(target[^)]*\)).*/\1/p')
-//! for case in wiki wiki_long_cookie static api mix min reject reject_no_top_keys; do
+//! for case in wiki wiki_long_cookie static api mix min min_ban reject reject_no_top_keys reject_banned; do
 //!   a=$(valgrind --tool=callgrind --callgrind-out-file=/dev/null $BIN $case 1000 2>&1 | sed -n 's/.*refs: *//p' | tr -d ,)
 //!   b=$(valgrind --tool=callgrind --callgrind-out-file=/dev/null $BIN $case 11000 2>&1 | sed -n 's/.*refs: *//p' | tr -d ,)
 //!   echo "$case $(( (b - a) / 10000 ))"
@@ -73,6 +73,13 @@ fn main() {
                 })
                 .collect(),
         ),
+        // The minimal policy with a `ban` (never engaged: every request passes).
+        "min_ban" => (
+            engine(&fixture::with_ban(fixture::MINIMAL_POLICY)),
+            clients
+                .map(|c| OwnedRequest::new("GET", "/", IpAddr::from([198, 51, 100, c])))
+                .collect(),
+        ),
         "min" => (
             engine(fixture::MINIMAL_POLICY),
             clients
@@ -87,9 +94,13 @@ fn main() {
             };
             return rejections(engine(&fixture::reject_policy(status)), n);
         }
+        // The reject path with a `ban` that engages at once: every request is refused by a ban.
+        "reject_banned" => {
+            return rejections(engine(&fixture::with_ban(&fixture::reject_policy(""))), n);
+        }
         other => panic!(
-            "unknown case {other:?} (wiki, wiki_long_cookie, static, api, mix, min, reject, \
-             reject_no_top_keys)"
+            "unknown case {other:?} (wiki, wiki_long_cookie, static, api, mix, min, min_ban, \
+             reject, reject_no_top_keys, reject_banned)"
         ),
     };
     // As benches/policy.rs: 100 ms per request, so every request passes.

@@ -424,6 +424,20 @@ func (e *engine) renderKey(r *reqView, limit int) string {
 func (e *engine) abandon(v *verdict, now uint64) { C.weir_engine_abandon(e.p, &v.v, C.uint64_t(now)) }
 func (e *engine) release(v *verdict, now uint64) { C.weir_engine_release(e.p, &v.v, C.uint64_t(now)) }
 
+// banLine is the engine's log line for the ban verdict v started ("" when it started none):
+// `banning key "K" for Ns by weir limit "NAME"`, the last line of weir_engine_outcome.
+func (e *engine) banLine(v *verdict) string {
+	if v.v.ban_s == 0 {
+		return ""
+	}
+	var o C.weir_outcome
+	if C.weir_engine_outcome(e.p, &v.v, C.WEIR_STYLE_POLICY, &o) != C.WEIR_OK || o.lines == 0 {
+		return ""
+	}
+	l := o.line[o.lines-1]
+	return C.GoStringN((*C.char)(unsafe.Pointer(&l.text[0])), C.int(l.len))
+}
+
 // failsClosed reports the policy's failure_mode = "closed" (reject when evaluation fails).
 func (e *engine) failsClosed() bool { return C.weir_engine_fails_closed(e.p) != 0 }
 

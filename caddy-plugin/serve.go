@@ -384,6 +384,11 @@ func (h *Handler) serveEngine(w http.ResponseWriter, r *http.Request, repl *cadd
 		}
 	}
 	reject := func(retry string, lines [][2]string) error {
+		if ban := s.eng.banLine(v); ban != "" && h.logger != nil {
+			if ce := h.logger.Check(s.logLevel(v.limit()), ban); ce != nil {
+				ce.Write(zap.String("limit", limit), zap.String("client_ip", env.clientIP(r)))
+			}
+		}
 		dec.action = "reject" // also a queued request's at its timeout
 		return h.rejected(w, r, repl, env, v.status(), dec, s.logLevel(v.limit()), retry, lines,
 			h.LogKey && which == engZones)

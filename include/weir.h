@@ -279,6 +279,20 @@ typedef struct weir_verdict {
    The same for `dry_run_limit`.
    */
   uint64_t dry_run_excess_milli;
+  /*
+   Set for a WEIR_REJECT because the key is banned by `limit` (its `ban`): nothing was
+   charged, `retry_after_s` is what is left of the ban.
+   */
+  uint8_t banned;
+  /*
+   This WEIR_REJECT started a ban of `limit` lasting this many seconds (0: none). Exactly
+   one request reports each ban; `weir_engine_outcome` logs it with its key.
+   */
+  uint64_t ban_s;
+  /*
+   The started ban's entry in the engine's list of bans (for its key), or -1.
+   */
+  int32_t ban_entry;
 } weir_verdict;
 
 /*
@@ -604,7 +618,7 @@ typedef struct weir_outcome {
    Lines to log, in order; a WEIR_QUEUE's own line is the last.
    */
   size_t lines;
-  struct weir_log_line line[2];
+  struct weir_log_line line[3];
 } weir_outcome;
 
 /*

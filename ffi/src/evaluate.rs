@@ -134,6 +134,14 @@ pub struct weir_verdict {
     pub excess_milli: u64,
     /// The same for `dry_run_limit`.
     pub dry_run_excess_milli: u64,
+    /// Set for a WEIR_REJECT because the key is banned by `limit` (its `ban`): nothing was
+    /// charged, `retry_after_s` is what is left of the ban.
+    pub banned: u8,
+    /// This WEIR_REJECT started a ban of `limit` lasting this many seconds (0: none). Exactly
+    /// one request reports each ban; `weir_engine_outcome` logs it with its key.
+    pub ban_s: u64,
+    /// The started ban's entry in the engine's list of bans (for its key), or -1.
+    pub ban_entry: i32,
 }
 
 /// A `weir_request` seen as the engine's request view.
@@ -224,6 +232,9 @@ pub(crate) fn empty_verdict() -> weir_verdict {
         ticket_deadline_ns: 0,
         excess_milli: 0,
         dry_run_excess_milli: 0,
+        banned: 0,
+        ban_s: 0,
+        ban_entry: -1,
     }
 }
 
@@ -341,6 +352,15 @@ unsafe fn evaluate(
     v.limit = o.limit.map_or(-1, i32::from);
     v.exempt = o.exempt.map_or(-1, i32::from);
     v.excess_milli = o.excess_milli;
+    v.banned = o.banned as u8;
+    if let Some(b) = o.ban_started {
+        let limit = o
+            .limit
+            .and_then(|l| engine.policy().limits.get(usize::from(l)));
+        let ns = limit.and_then(|l| l.ban).map_or(1, |b| b.duration_ns());
+        v.ban_s = ns.div_ceil(1_000_000_000);
+        v.ban_entry = b.entry.map_or(-1, i32::from);
+    }
     if let Some((l, a)) = o.dry_run {
         v.dry_run_limit = l as i32;
         v.dry_run_action = action_code(a);

@@ -56,7 +56,7 @@ pub struct weir_outcome {
     pub state_len: usize,
     /// Lines to log, in order; a WEIR_QUEUE's own line is the last.
     pub lines: usize,
-    pub line: [weir_log_line; 2],
+    pub line: [weir_log_line; 3],
 }
 
 /// The deciding limit's name (policy mode) or zone's (nginx styles); "" for none.
@@ -157,10 +157,27 @@ fn policy_outcome(e: &Engine, v: &weir_verdict, o: &mut weir_outcome) {
             } else {
                 ""
             };
+            let why = if v.banned != 0 { ", banned key," } else { why };
+            let level = policy_level(e, v.limit, false);
             o.log(
-                policy_level(e, v.limit, false),
+                level,
                 format_args!("limiting requests{why} by weir limit \"{name}\""),
             );
+            if v.ban_s > 0 {
+                let listed = usize::try_from(v.ban_entry)
+                    .ok()
+                    .and_then(|entry| e.listed_ban(entry, 0))
+                    .filter(|(l, _)| i32::try_from(*l) == Ok(v.limit));
+                let key = listed.map_or_else(|| "?".to_owned(), |(_, b)| b.key);
+                o.log(
+                    level,
+                    format_args!(
+                        "banning key \"{}\" for {}s by weir limit \"{name}\"",
+                        key.escape_debug(),
+                        v.ban_s
+                    ),
+                );
+            }
         }
     }
 }
@@ -431,6 +448,44 @@ mod tests {
         // SAFETY: state points at a static word of state_len bytes.
         let b = unsafe { std::slice::from_raw_parts(o.state, o.state_len) };
         std::str::from_utf8(b).unwrap()
+    }
+
+    #[test]
+    fn a_started_ban_is_logged_once_with_its_key() {
+        let src = "[zones.z]\nsize = \"64k\"\nalgorithm = \"gcra\"\nrate = \"1r/m\"\n\
+                   [[limit]]\nname = \"login\"\nclass = \"*\"\nzone = \"z\"\nlog_level = \"warn\"\n\
+                   ban = { after = 1, within = \"1m\", duration = \"10m\" }\n";
+        let e = weir_engine {
+            engine: Engine::new(weir::policy::parse_policy(src, None).unwrap()).unwrap(),
+        };
+        let req = weir::policy::OwnedRequest::new("GET", "/", "192.0.2.1".parse().unwrap());
+        let now = 1_000_000_000_000;
+        e.engine.evaluate(&req, now).unwrap();
+        let out = e.engine.evaluate(&req, now).unwrap();
+        let started = out.ban_started.unwrap();
+        let mut v = empty_verdict();
+        v.action = WEIR_REJECT;
+        v.status = 429;
+        v.limit = 0;
+        v.ban_s = 600;
+        v.ban_entry = i32::from(started.entry.unwrap());
+        let (_, lines) = outcome(&e, &v, WEIR_STYLE_POLICY);
+        assert_eq!(
+            lines,
+            [
+                "2 limiting requests by weir limit \"login\"",
+                "2 banning key \"192.0.2.1\" for 600s by weir limit \"login\""
+            ]
+        );
+        // The requests the ban refuses say so, and start nothing.
+        assert!(e.engine.evaluate(&req, now).unwrap().banned);
+        v.ban_s = 0;
+        v.banned = 1;
+        let (_, lines) = outcome(&e, &v, WEIR_STYLE_POLICY);
+        assert_eq!(
+            lines,
+            ["2 limiting requests, banned key, by weir limit \"login\""]
+        );
     }
 
     #[test]

@@ -5,12 +5,14 @@
 //! always means "nothing recorded": an absent key and a zero state behave the same, which is
 //! what lets the table evict expired states without losing anything.
 
+pub mod ban;
 pub mod concurrency;
 pub mod gcra;
 pub(crate) mod packed;
 pub mod rate;
 pub mod sliding;
 
+pub use ban::Ban;
 pub use concurrency::{Concurrency, Permit};
 pub use gcra::{Delay, Gcra};
 pub use packed::MAX_COUNT;

@@ -10,8 +10,9 @@
 //! Layout (all little-endian u64, offsets in words): `[0]` magic, `[1]` number of limits,
 //! `[2]` fingerprint of the limit names, `[3]` a random seed (for hashed client addresses),
 //! `[4..8]` reserved, then [`STRIPES`] stripes, each of its owner word, [`EngineCounters`],
-//! and [`LimitCounters`] (6 words) per limit in policy order, padded to whole 64-byte lines;
-//! then the live top keys and per-second history of every limit (`policy::topkeys`).
+//! and [`LimitCounters`] (7 words) per limit in policy order, padded to whole 64-byte lines;
+//! then the live top keys and per-second history of every limit (`policy::topkeys`), then the
+//! list of active bans (`policy::topkeys::bans`).
 
 use std::net::IpAddr;
 
@@ -25,15 +26,15 @@ use crate::region::{atomic_words, Region, WordSpan};
 
 use super::key::KeySpec;
 use super::request::PreparedRequest;
-use super::topkeys::{Exposure, LimitTop, TopArea};
+use super::topkeys::{ActiveBan, Exposure, LimitTop, TopArea, BAN_WORDS};
 
-const MAGIC: u64 = magic(b"WEIRCNT", b'4');
+const MAGIC: u64 = magic(b"WEIRCNT", b'5');
 const SEED_WORD: usize = 3;
 const HEADER_WORDS: usize = 8;
 /// A stripe's first word: its owner.
 const OWNER_WORDS: usize = 1;
 const TOTAL_WORDS: usize = 4;
-const LIMIT_WORDS: usize = 6;
+const LIMIT_WORDS: usize = 7;
 const LINE_WORDS: usize = 8;
 const NOT_ALIGNED: &str = "counters region must be non-NULL and 8-byte aligned";
 
@@ -46,6 +47,7 @@ atomic_words! {
         pub queued,
         pub dry_run_delayed,
         pub dry_run_rejected,
+        pub banned,
     }
 }
 
@@ -73,6 +75,8 @@ pub struct LimitCounts {
     pub queued: u64,
     pub dry_run_delayed: u64,
     pub dry_run_rejected: u64,
+    /// Requests refused outright because their key was banned (`ban`).
+    pub banned: u64,
 }
 
 /// Engine-wide request counts (a sum over the stripes, as [`LimitCounts`]).
@@ -106,7 +110,7 @@ fn stripe_words(limits: usize) -> usize {
 impl Counters {
     /// Bytes a block for `limits` limits takes.
     pub fn bytes_for(limits: usize) -> usize {
-        (Self::top_at(limits) + TopArea::words_for(limits)) * 8
+        (Self::top_at(limits) + TopArea::words_for(limits) + BAN_WORDS) * 8
     }
 
     /// Word index of the top-keys area.
@@ -203,8 +207,10 @@ impl Counters {
     /// The top-keys area.
     fn top(&self) -> TopArea<'_> {
         let at = Self::top_at(self.limits);
+        let top = TopArea::words_for(self.limits);
         TopArea {
-            words: self.words.slice(at, TopArea::words_for(self.limits)),
+            words: self.words.slice(at, top),
+            bans: self.words.slice(at + top, BAN_WORDS),
             seed: self.words.view::<AtomicU64>(SEED_WORD).load(Relaxed),
             exposure: self.exposure,
         }
@@ -229,6 +235,28 @@ impl Counters {
     pub(crate) fn delayed(&self, i: usize, now: u64) {
         self.add_limit(i, |c| &c.delayed);
         self.top().delayed(i, now, || self.limit(i).passed);
+    }
+
+    /// Lists a ban by limit `i` of `spec`'s key for `req`, ending at `until`; its entry.
+    pub(crate) fn add_ban(
+        &self,
+        i: usize,
+        spec: &KeySpec,
+        req: &PreparedRequest<'_>,
+        until: u64,
+        now: u64,
+    ) -> Option<usize> {
+        self.top().add_ban(i, spec, req, until, now)
+    }
+
+    /// The ban listed in entry `slot` (its limit and the ban), if it lasts beyond `now`.
+    pub fn ban(&self, slot: usize, now: u64) -> Option<(usize, ActiveBan)> {
+        self.top().ban(slot, now)
+    }
+
+    /// Limit `i`'s listed bans that last beyond `now`.
+    pub fn bans_of(&self, i: usize, now: u64) -> Vec<ActiveBan> {
+        self.top().bans_of(i, now)
     }
 
     /// Limit `i`'s top keys and history as of `now` (ns).
@@ -266,6 +294,7 @@ impl Counters {
             t.queued += c.queued.load(Relaxed);
             t.dry_run_delayed += c.dry_run_delayed.load(Relaxed);
             t.dry_run_rejected += c.dry_run_rejected.load(Relaxed);
+            t.banned += c.banned.load(Relaxed);
         }
         t
     }

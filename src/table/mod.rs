@@ -365,6 +365,24 @@ impl Table {
         );
     }
 
+    /// Runs `step(state, now)` on `key_hash`'s state with the update protocol of
+    /// [`Table::check`] (`now` made relative to the table's clock, as `residual` also sees it),
+    /// for states that are no rate algorithm's (the engine's bans). The result is that of the
+    /// step whose write took effect (or of the last read, when it wrote nothing). Without
+    /// `insert`, an absent key stays absent.
+    #[inline]
+    pub(crate) fn update<R>(
+        &self,
+        key_hash: u64,
+        now: u64,
+        residual: impl Fn(u64, u64) -> u64,
+        step: impl Fn(u64, u64) -> (u64, R),
+        insert: bool,
+    ) -> R {
+        let now = now.saturating_sub(self.clock_base);
+        self.modify(key_hash, |s| residual(s, now), |s| step(s, now), insert)
+    }
+
     /// Takes a concurrency permit for `key_hash`, or refuses when `max` are in flight.
     #[inline]
     pub fn acquire(&self, c: &Concurrency, key_hash: u64, now: u64) -> (Verdict, Option<Permit>) {

@@ -127,6 +127,12 @@ pub fn reject_policy(status: &str) -> String {
     format!("{status}{MINIMAL_POLICY}").replace("10r/s", "1r/m")
 }
 
+/// `policy` (whose only limit is its last table) with `ban = { after = 1, ... }`: the first
+/// rejection bans the key for an hour.
+pub fn with_ban(policy: &str) -> String {
+    format!("{policy}ban = {{ after = 1, within = \"1m\", duration = \"1h\" }}\n")
+}
+
 /// 16 clients that have spent their burst in `engine` ([`reject_policy`]) at `now`: with the
 /// clock standing still, each of their requests is rejected.
 pub fn over_limit_peers(engine: &Engine, now: u64) -> Vec<OwnedRequest> {

@@ -1339,6 +1339,7 @@ def main():
     # the checks in other files import this one as `run`: one module, one Failure class
     sys.modules["run"] = sys.modules[__name__]
     import access_log
+    import bans
     import fail2ban
     import hosts
     import reload_edits
@@ -1390,6 +1391,7 @@ def main():
         ("repeated-headers", lambda: test_repeated_headers(args.module)),
         ("fail2ban", lambda: fail2ban.test_fail2ban(args.module)),
         ("access-log", lambda: access_log.test_access_log(args.module)),
+        ("bans", lambda: bans.test_bans(args.module)),
     ]
     if args.asan_module:
         checks += [

@@ -86,7 +86,7 @@ def counts(lim):
 def limit(name, passed, rejected):
     """A limit's entry in the JSON status, for traffic that is never delayed or queued."""
     return {"name": name, "passed": passed, "delayed": 0, "rejected": rejected, "queued": 0,
-            "dry_run_delayed": 0, "dry_run_rejected": 0}
+            "dry_run_delayed": 0, "dry_run_rejected": 0, "banned": 0}
 
 
 def status_json(ngx, promcheck):

@@ -24,18 +24,40 @@ fn region(r: &SharedRegion, len: usize) -> Region {
     unsafe { Region::new(r.ptr, len, 64) }.unwrap()
 }
 
+/// The regions of a one-zone policy in shared mappings, as nginx gives them: engines attached
+/// one after the other over them are a reload.
+pub(crate) struct PolicyRegions {
+    zones: [Region; 1],
+    counters: Region,
+    _maps: (SharedRegion, SharedRegion),
+}
+
+impl PolicyRegions {
+    pub(crate) fn new(policy: &weir::policy::CompiledPolicy) -> PolicyRegions {
+        let bytes = Engine::layouts(policy)[0].bytes;
+        let (counter_bytes, _) = Engine::counters_layout(policy);
+        let (zone, counters) = (SharedRegion::new(bytes), SharedRegion::new(counter_bytes));
+        PolicyRegions {
+            zones: [region(&zone, bytes)],
+            counters: region(&counters, counter_bytes),
+            _maps: (zone, counters),
+        }
+    }
+
+    pub(crate) fn host(&self) -> HostRegions<'_> {
+        HostRegions {
+            zones: &self.zones,
+            cluster: None,
+            counters: Some(self.counters),
+        }
+    }
+}
+
 #[test]
 fn a_second_engine_over_the_same_regions_keeps_states_and_counts() {
     let policy = parse_policy(POLICY, None).unwrap();
-    let bytes = Engine::layouts(&policy)[0].bytes;
-    let (counter_bytes, _) = Engine::counters_layout(&policy);
-    let (zone, counters) = (SharedRegion::new(bytes), SharedRegion::new(counter_bytes));
-    let zones = [region(&zone, bytes)];
-    let regions = HostRegions {
-        zones: &zones,
-        cluster: None,
-        counters: Some(region(&counters, counter_bytes)),
-    };
+    let shared = PolicyRegions::new(&policy);
+    let regions = shared.host();
     let req = OwnedRequest::new("GET", "/", "192.0.2.7".parse().unwrap());
     let now = weir::clock::monotonic_ns();
     let first = Engine::attach(policy.clone(), regions, OPTS).unwrap();

@@ -13,6 +13,7 @@ mod promcheck;
 #[path = "../common/vector.rs"]
 mod vector;
 
+mod bans;
 mod classset_props;
 mod engine_attach;
 mod engine_counters;

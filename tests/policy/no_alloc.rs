@@ -123,7 +123,8 @@ fn main() {
     assert_eq!(failures, 0, "every request should pass");
     let wiki = wiki_example_allocations();
     let host = host_limits_allocations();
-    let n: usize = per_kind.iter().sum::<usize>() + wiki + host;
+    let bans = ban_allocations();
+    let n: usize = per_kind.iter().sum::<usize>() + wiki + host + bans;
     if n == 0 {
         println!("test evaluate_allocates_nothing ... ok\n1 passed, 0 failed");
     } else {
@@ -134,6 +135,7 @@ fn main() {
             .map(|((name, _), n)| format!("{name}: {n}"))
             .chain((wiki > 0).then(|| format!("examples/wiki.toml: {wiki}")))
             .chain((host > 0).then(|| format!("evaluate_selected: {host}")))
+            .chain((bans > 0).then(|| format!("bans: {bans}")))
             .collect();
         println!(
             "test evaluate_allocates_nothing ... FAILED ({n} allocations; {})\n0 passed, 1 failed",
@@ -141,6 +143,33 @@ fn main() {
         );
         std::process::exit(1);
     }
+}
+
+/// Allocations while keys are rejected until banned (strikes, the ban's start and listing)
+/// and then refused by their bans.
+fn ban_allocations() -> usize {
+    let src = fixture::with_ban(&fixture::reject_policy(""));
+    let engine = Engine::new(CompiledPolicy::parse(&src, Some("ban.toml")).unwrap()).unwrap();
+    let reqs: Vec<OwnedRequest> = (1..=16u8)
+        .map(|c| OwnedRequest::new("GET", "/", std::net::IpAddr::from([198, 51, 100, c])))
+        .collect();
+    let (mut started, mut banned) = (0, 0);
+    COUNTING.store(true, Relaxed);
+    let before = ALLOCS.load(Relaxed);
+    for i in 0..2_000 {
+        let out = engine
+            .evaluate(&reqs[i % reqs.len()], S)
+            .expect("valid target");
+        started += usize::from(out.ban_started.is_some());
+        banned += usize::from(out.banned);
+    }
+    let n = ALLOCS.load(Relaxed) - before;
+    COUNTING.store(false, Relaxed);
+    assert!(
+        started == 16 && banned > 0,
+        "bans were started and enforced"
+    );
+    n
 }
 
 /// Allocations while examples/wiki.toml (case-insensitive globs, regexes over decoded titles)

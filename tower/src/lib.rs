@@ -10,6 +10,7 @@
 //! | reject | answers the limit's status (default 429) with `Retry-After` (and the `RateLimit` fields when the policy enables them), a short text body, without calling the inner service |
 //! | queue | waits for a concurrency slot: asks the engine again when it says (every 10 ms) until a slot is free — then passes — or the limit's `timeout` has passed — then the engine answers the limit's status; if the request's future is dropped meanwhile (client gone), its place in the queue is given back |
 //! | bad target | answers 400 (a target nginx would refuse: `/../x`, `%zz`, …; or more values of one header the policy reads than the engine takes) |
+//! | a ban started (a limit's `ban`) | the rejection as above; logs `banning key "K" for Ns by weir limit "NAME"` once per ban (`tracing`, at the limit's `log_level`, with `limit` and `key` fields) |
 //! | no verdict (a panic inside weir or the clock, caught) | per the policy's `failure_mode`: `open` logs an error (`tracing`) and calls the inner service; `closed` logs it and answers 503 |
 //!
 //! When the policy enables them (`headers = true`), `RateLimit-Policy` and `RateLimit` are added
@@ -586,6 +587,9 @@ where
                 }
             }
         };
+        if out.ban_started.is_some() {
+            log_ban(engine, &out);
+        }
         let state = match out.action {
             Action::Pass => {
                 let fields = wants_fields(engine, &out).then(|| fields(engine, &out));
@@ -663,6 +667,9 @@ where
             }
         }
     }
+    if out.ban_started.is_some() {
+        log_ban(engine, &out);
+    }
     if out.action == Action::Reject {
         return Ok(reject_response(&cfg, &out, || {
             Verdict::of(&cfg, &req, &out, queued)
@@ -681,4 +688,47 @@ where
     std::future::poll_fn(|cx| svc.poll_ready(cx)).await?;
     let resp = svc.call(req).await?;
     Ok(finish(resp, guard, fields, verdict))
+}
+
+/// Logs (`tracing`, at the limit's `log_level`) the ban `out` started: once per ban, with its
+/// key as the status names it.
+#[cold]
+fn log_ban(engine: &Engine, out: &Outcome) {
+    use weir::policy::config::LogLevel;
+    let (Some(limit), Some(ban)) = (out.limit, out.ban_started) else {
+        return;
+    };
+    let Some(l) = engine.policy().limits.get(usize::from(limit)) else {
+        return;
+    };
+    let key = ban
+        .entry
+        .and_then(|e| engine.listed_ban(usize::from(e), 0))
+        .filter(|(i, _)| *i == usize::from(limit))
+        .map_or_else(|| "?".to_owned(), |(_, b)| b.key);
+    let secs = l.ban.map_or(0, |b| b.duration_ns()).div_ceil(1_000_000_000);
+    let (name, key) = (l.name.as_str(), key.as_str());
+    match l.log_level {
+        LogLevel::Info | LogLevel::Notice => {
+            tracing::info!(
+                limit = name,
+                key,
+                "banning key {key:?} for {secs}s by weir limit {name:?}"
+            )
+        }
+        LogLevel::Warn => {
+            tracing::warn!(
+                limit = name,
+                key,
+                "banning key {key:?} for {secs}s by weir limit {name:?}"
+            )
+        }
+        LogLevel::Error => {
+            tracing::error!(
+                limit = name,
+                key,
+                "banning key {key:?} for {secs}s by weir limit {name:?}"
+            )
+        }
+    }
 }

@@ -373,6 +373,24 @@ pub(super) fn compile_limit(
             ok = false;
         }
     }
+    let ban = match &ls.ban {
+        None => None,
+        Some(b) if matches!(z.algorithm, Algorithm::SlidingLog { .. }) => {
+            cx.err(
+                &b.span(),
+                format!(
+                    "`ban` does not apply to sliding_log zones; zone {:?} is sliding_log",
+                    z.name
+                ),
+            );
+            ok = false;
+            None
+        }
+        Some(b) => compile_ban(cx, b.get_ref()).or_else(|| {
+            ok = false;
+            None
+        }),
+    };
     let key = key?;
     ok.then(|| Limit {
         name,
@@ -389,7 +407,33 @@ pub(super) fn compile_limit(
         max,
         queue,
         timeout,
+        ban,
     })
+}
+
+/// A limit's `ban` table: `after` ≥ 1 strikes, `within` and `duration` of at least 1 ms.
+fn compile_ban(cx: &mut Cx<'_>, b: &BanSpec) -> Option<crate::limiter::Ban> {
+    let after = positive(
+        cx,
+        &b.after,
+        "ban after",
+        1,
+        crate::limiter::MAX_COUNT as i64,
+    );
+    let mut time = |v: &Spanned<Scalar>, what: &str| {
+        let d = duration_value(cx, v)?;
+        if d < Duration::from_millis(1) || d > Duration::from_secs(10 * 365 * 86400) {
+            cx.err(
+                &v.span(),
+                format!("ban {what} must be between 1ms and 10 years"),
+            );
+            return None;
+        }
+        Some(d.as_nanos() as u64)
+    };
+    let within = time(&b.within, "within");
+    let duration = time(&b.duration, "duration");
+    crate::limiter::Ban::new(after?, within?, duration?).ok()
 }
 
 pub(super) fn known<'a>(what: &str, names: impl Iterator<Item = &'a Spanned<String>>) -> String {

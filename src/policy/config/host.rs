@@ -295,6 +295,7 @@ impl HostLimits {
             max: l.max.map(|m| int(item, m)),
             queue: (l.queue != 0).then(|| int(item, l.queue)),
             timeout,
+            ban: None,
         })
     }
 }

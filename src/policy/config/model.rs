@@ -118,6 +118,9 @@ pub struct Limit {
     pub queue: u64,
     /// Concurrency zones: how long a queued request waits (default 5 s).
     pub timeout: Duration,
+    /// `ban`: a key this limit rejects `after` times `within` a window is refused outright
+    /// by this limit for `duration` (not on `sliding_log` zones).
+    pub ban: Option<crate::limiter::Ban>,
 }
 
 /// A validated, compiled policy, ready for evaluation.

@@ -107,6 +107,16 @@ pub(super) struct LimitSpec {
     pub(super) max: Option<Spanned<i64>>,
     pub(super) queue: Option<Spanned<i64>>,
     pub(super) timeout: Option<Spanned<Scalar>>,
+    pub(super) ban: Option<Spanned<BanSpec>>,
+}
+
+/// `ban = { after = N, within = "1m", duration = "10m" }`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct BanSpec {
+    pub(super) after: Spanned<i64>,
+    pub(super) within: Spanned<Scalar>,
+    pub(super) duration: Spanned<Scalar>,
 }
 
 /// A string or an array of strings; array items keep their own span.

@@ -326,7 +326,9 @@ impl Engine {
             keys: Vec::new(),
             reads_path: Vec::new(),
             policy_reads: Reads::default(),
+            any_ban: false,
         };
+        engine.any_ban = engine.policy.limits.iter().any(|l| l.ban.is_some());
         engine.keys = engine.key_plans();
         engine.reads_path = (engine.policy.limits.iter())
             .map(|l| l.key.parts.contains(&KeyPart::Path))

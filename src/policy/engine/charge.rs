@@ -17,6 +17,11 @@ impl Engine {
         now: u64,
         host: bool,
     ) -> Result<Outcome, EvalError> {
+        if self.any_ban {
+            if let Some((limit, left)) = self.banned_hit(hits, now) {
+                return Ok(self.refuse_banned(limit, left, ticket, now));
+            }
+        }
         let mut out = Outcome::new();
         // 3. Concurrency permits.
         let mut pending = [Counted::Pass; MAX_HITS];
@@ -86,7 +91,7 @@ impl Engine {
                             return Ok(out);
                         }
                     }
-                    self.reject(&mut out, h.limit, 0, req, now);
+                    self.reject(&mut out, h.limit, h.key_hash, 0, req, now);
                     out.excess_milli = 1000;
                     if let Some(t) = ticket.take() {
                         self.abandon(t, now);
@@ -185,7 +190,7 @@ impl Engine {
                     }
                     out.action = Action::Pass;
                     out.wait_ns = 0;
-                    self.reject(&mut out, h.limit, v.retry_after_ns, req, now);
+                    self.reject(&mut out, h.limit, h.key_hash, v.retry_after_ns, req, now);
                     out.excess_milli = self.excess_milli(h.limit, &v);
                     out.quota = Some(self.quota(h.limit, alg, &v));
                     return Ok(out);
@@ -249,7 +254,7 @@ impl Engine {
             let v = alg.predict(&self.tables[limit.zone], h.key_hash, limit.cost, now);
             if v.decision == Decision::Reject && !limit.dry_run {
                 let mut out = Outcome::new();
-                self.reject(&mut out, h.limit, v.retry_after_ns, req, now);
+                self.reject(&mut out, h.limit, h.key_hash, v.retry_after_ns, req, now);
                 out.excess_milli = self.excess_milli(h.limit, &v);
                 out.quota = Some(self.quota(h.limit, alg, &v));
                 return Some(out);

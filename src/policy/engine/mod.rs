@@ -57,6 +57,7 @@ pub use build::*;
 mod attach;
 #[cfg(not(loom))]
 pub use attach::{AttachError, AttachOptions, HostRegions};
+mod bans;
 mod charge;
 mod headers;
 
@@ -92,6 +93,8 @@ pub struct Engine {
     policy_reads: Reads,
     /// The permits and queue places handed out and not yet given back.
     ledger: Ledger,
+    /// Whether some limit has a `ban` (only then are bans looked up: engine/bans.rs).
+    any_ban: bool,
 }
 
 /// One matched limit during an evaluation.
@@ -190,7 +193,11 @@ impl Engine {
     /// Limit `limit`'s top rejected keys and clients and its per-second history, as of `now`
     /// (CLOCK_MONOTONIC ns, the clock requests are evaluated with).
     pub fn limit_top(&self, limit: usize, now: u64) -> crate::policy::topkeys::LimitTop {
-        self.counters.limit_top(limit, now)
+        let mut top = self.counters.limit_top(limit, now);
+        if self.policy.limits[limit].ban.is_some() {
+            top.bans = Some(self.counters.bans_of(limit, now));
+        }
+        top
     }
 
     /// Engine-wide request counts (summed as [`Engine::counters`]).
@@ -542,20 +549,26 @@ impl Engine {
         EvalError::BadTarget(e)
     }
 
+    /// Answers a rejection by `limit` of the key `key_hash`, counting it (and, for a limit
+    /// with `ban`, striking the key).
     fn reject(
         &self,
         out: &mut Outcome,
         limit: usize,
+        key_hash: u64,
         retry_after_ns: u64,
         req: &PreparedRequest<'_>,
         now: u64,
     ) {
-        let spec = &self.policy.limits[limit].key;
-        self.counters.rejected(limit, spec, req, now);
+        let l = &self.policy.limits[limit];
+        self.counters.rejected(limit, &l.key, req, now);
         out.action = Action::Reject;
-        out.status = self.policy.limits[limit].status;
+        out.status = l.status;
         out.retry_after_ns = retry_after_ns;
         out.limit = Some(limit as u16);
+        if let Some(ban) = &l.ban {
+            self.strike(out, limit, ban, key_hash, req, now);
+        }
     }
 
     fn quota(&self, limit: usize, alg: &RateAlg, v: &Verdict) -> Quota {

@@ -186,6 +186,20 @@ pub struct Outcome {
     pub quota: Option<Quota>,
     pub permits: Permits,
     pub ticket: Option<QueueTicket>,
+    /// A rejection because the key is banned by [`Outcome::limit`] (`ban`): refused without
+    /// being charged, `retry_after_ns` is what is left of the ban.
+    pub banned: bool,
+    /// This rejection started a ban (exactly one request does per ban): log it once.
+    pub ban_started: Option<BanStarted>,
+}
+
+/// A ban this request started (by [`Outcome::limit`], for its `ban`'s duration). Small: it
+/// fits in the outcome's padding, so outcomes without bans cost nothing more to move.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BanStarted {
+    /// Its entry in the engine's list of bans ([`Engine::listed_ban`]), `None` when the list
+    /// could not take it.
+    pub entry: Option<u16>,
 }
 
 impl Outcome {
@@ -205,6 +219,8 @@ impl Outcome {
             quota: None,
             permits: Permits::default(),
             ticket: None,
+            banned: false,
+            ban_started: None,
         }
     }
 

@@ -58,9 +58,26 @@ impl Serialize for LimitObject<'_> {
             m.serialize_entry("last_1m", &WindowObject(&t.last_1m))?;
             m.serialize_entry("last_15m", &WindowObject(&t.last_15m))?;
             m.serialize_entry("per_second", &SecondsObject(&t.per_second))?;
+            if let Some(bans) = &t.bans {
+                let bans: Vec<_> = bans
+                    .iter()
+                    .map(|b| BanObject {
+                        key: &b.key,
+                        remaining_s: b.remaining_s,
+                    })
+                    .collect();
+                m.serialize_entry("bans", &bans)?;
+            }
         }
         m.end()
     }
+}
+
+/// An active ban: its key and the seconds it still lasts.
+#[derive(serde::Serialize)]
+struct BanObject<'a> {
+    key: &'a str,
+    remaining_s: u64,
 }
 
 struct WindowObject<'a>(&'a Window);

@@ -93,6 +93,11 @@ impl Fields for LimitCounts {
             "Requests the limit would have rejected (dry run).",
             |c| c.dry_run_rejected,
         ),
+        counter(
+            "banned",
+            "Requests refused because their key was banned.",
+            |c| c.banned,
+        ),
     ];
 }
 

@@ -11,6 +11,7 @@
 //! bucket of the last 15 minutes, merged by adding counts (Space-Saving summaries merge so).
 
 mod atom;
+mod bans;
 mod display;
 mod ring;
 mod summary;
@@ -19,6 +20,8 @@ use std::net::IpAddr;
 use std::sync::atomic::AtomicU64;
 
 pub use crate::policy::key_text::Exposure;
+pub(crate) use bans::WORDS as BAN_WORDS;
+pub use bans::{ActiveBan, SLOTS as BAN_SLOTS};
 pub use ring::{PerSecond, SECONDS};
 pub use summary::Counted;
 /// The summary and history over any atomic words, for the loom models.
@@ -49,6 +52,8 @@ const NS_PER_S: u64 = 1_000_000_000;
 /// The top-keys area of a counters region: [`TopArea::words_for`] words per policy.
 pub(crate) struct TopArea<'a> {
     pub words: &'a [AtomicU64],
+    /// The active bans ([`bans`]).
+    pub bans: &'a [AtomicU64],
     /// Seeds the hashes of `hashed` addresses (random per region).
     pub seed: u64,
     pub exposure: Exposure,
@@ -74,6 +79,8 @@ pub struct LimitTop {
     pub last_1m: Window,
     pub last_15m: Window,
     pub per_second: PerSecond,
+    /// Its active bans, ending last first; `None` when the limit has no `ban`.
+    pub bans: Option<Vec<ActiveBan>>,
 }
 
 impl TopArea<'_> {
@@ -192,6 +199,7 @@ impl TopArea<'_> {
             last_1m: window(2, 60),
             last_15m: window(BUCKETS as u32, SECONDS),
             per_second,
+            bans: None,
         }
     }
 }

@@ -1,0 +1,120 @@
+//! Ban periods (a limit's `ban`): the strikes that start a ban and the refusals during it.
+//!
+//! A key's ban state lives in its limit's own zone table, beside its rate (or concurrency)
+//! state, under a derived key hash ([`ban_hash`]: the key's hash, a salt and the limit's
+//! index), and changes with the table's one update protocol ([`crate::limiter::Ban`] is the
+//! pure step). So a ban is shared by every process that shares the zone, and lives as long as
+//! the zone's states (a reload that keeps the zone keeps its bans). The compare-exchange that
+//! turns a key's state to banned is the one that lists and announces the ban: once per ban.
+//!
+//! Scope: a ban refuses the requests its limit applies to, with that key (other limits and
+//! other keys are unaffected). Cost: limits without `ban` pay nothing (one test per request
+//! when no limit has one); a limit with `ban` pays one table read of its ban entry per
+//! request, before anything is charged, and one table update per rejection.
+
+use super::*;
+use crate::limiter::Ban;
+
+/// Salt that turns a limit's key hash into the hash of its ban entry (same table).
+const BAN_SALT: u64 = 0x4241_4e5f_5354_4154;
+
+/// The hash of the ban entry of key `key_hash` of limit `limit`.
+#[inline]
+fn ban_hash(key_hash: u64, limit: usize) -> u64 {
+    ((key_hash ^ BAN_SALT)
+        .wrapping_add(limit as u64)
+        .rotate_left(29))
+    .max(1)
+}
+
+impl Engine {
+    /// The first hit whose key is banned by its (enforced) limit, with what is left of the
+    /// ban. Small results, in registers: the common answer (`None`) costs the caller nothing.
+    #[inline(never)]
+    pub(super) fn banned_hit(&self, hits: &[Hit], now: u64) -> Option<(usize, u64)> {
+        for h in hits {
+            let limit = &self.policy.limits[h.limit];
+            let (Some(ban), false) = (&limit.ban, limit.dry_run) else {
+                continue;
+            };
+            let left = self.tables[limit.zone].update(
+                ban_hash(h.key_hash, h.limit),
+                now,
+                |s, n| ban.residual(s, n),
+                |s, n| (s, ban.left(s, n)),
+                false,
+            );
+            if let Some(left) = left {
+                return Some((h.limit, left));
+            }
+        }
+        None
+    }
+
+    /// The rejection of a request whose key `limit` bans for `left` more ns: nothing is
+    /// charged (a queued request gives its place back), `Retry-After` is what is left.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn refuse_banned(
+        &self,
+        limit: usize,
+        left: u64,
+        ticket: Option<QueueTicket>,
+        now: u64,
+    ) -> Outcome {
+        if let Some(t) = ticket {
+            self.abandon(t, now);
+        }
+        self.counters.add_limit(limit, |c| &c.banned);
+        let mut out = Outcome::new();
+        out.action = Action::Reject;
+        out.status = self.policy.limits[limit].status;
+        out.retry_after_ns = left;
+        out.limit = Some(limit as u16);
+        out.excess_milli = 1000;
+        out.banned = true;
+        out
+    }
+
+    /// Counts a rejection of key `key_hash` by `limit` toward its ban; when it starts the ban,
+    /// lists it and reports it in `out` (whose `Retry-After` becomes the ban's duration).
+    #[cold]
+    #[inline(never)]
+    pub(super) fn strike(
+        &self,
+        out: &mut Outcome,
+        limit: usize,
+        ban: &Ban,
+        key_hash: u64,
+        req: &PreparedRequest<'_>,
+        now: u64,
+    ) {
+        let l = &self.policy.limits[limit];
+        let table = &self.tables[l.zone];
+        let started = table.update(
+            ban_hash(key_hash, limit),
+            now,
+            |s, n| ban.residual(s, n),
+            |s, n| ban.strike(s, n),
+            true,
+        );
+        if started.is_some() {
+            let until = now.saturating_add(ban.duration_ns());
+            let entry = self.counters.add_ban(limit, &l.key, req, until, now);
+            out.retry_after_ns = ban.duration_ns();
+            out.ban_started = Some(BanStarted {
+                entry: entry.map(|e| e as u16),
+            });
+        }
+    }
+
+    /// The ban listed in entry `entry` ([`BanStarted::entry`]) while it lasts at `now`: its
+    /// limit and the ban (its key named as the status names keys).
+    pub fn listed_ban(
+        &self,
+        entry: usize,
+        now: u64,
+    ) -> Option<(usize, crate::policy::topkeys::ActiveBan)> {
+        self.counters.ban(entry, now)
+    }
+}
