@@ -21,18 +21,29 @@ POLICY = """[zones.pz]
 size = "64k"
 algorithm = "gcra"
 rate = "1r/m"
+[zones.bz]
+size = "64k"
+algorithm = "gcra"
+rate = "1r/m"
 [zones.dz]
 size = "64k"
 algorithm = "gcra"
 rate = "1r/m"
 [classes.p]
 match = [{ path_prefix = "/p" }]
+[classes.b]
+match = [{ path_prefix = "/b" }]
 [classes.slow]
 match = [{ path_prefix = "/slow" }]
 [[limit]]
 name = "per-ip"
 class = "p"
 zone = "pz"
+[[limit]]
+name = "login"
+class = "b"
+zone = "bz"
+ban = { after = 1, within = "1m", duration = "10m" }
 [[limit]]
 name = "watch"
 class = "slow"
@@ -48,6 +59,7 @@ HTTP = """
         listen 127.0.0.1:%PORT%;
         root %DIR%/html;
         location /p { weir on; try_files /f =404; }
+        location /b { weir on; try_files /f =404; }
         location /slow { weir on; try_files /f =404; }
         location /d { weir_req zone=rz; try_files /f =404; }
         location /dry { weir_req zone=dry; weir_req_dry_run on; try_files /f =404; }
@@ -81,7 +93,8 @@ def test_fail2ban(module):
         # (client, target, requests, statuses): 1r/m and no burst, so the first passes.
         plan = [("127.0.0.2", "/p", [200, 429, 429]), ("127.0.0.3", "/p", [200, 429]),
                 ("127.0.0.4", "/d", [200, 503, 503]), ("127.0.0.5", "/dry", [200, 200, 200]),
-                ("127.0.0.6", "/slow", [200, 200])]
+                ("127.0.0.6", "/slow", [200, 200]),
+                ("127.0.0.7", "/b", [200, 429, 429, 429])]
         for client, target, want in plan:
             got = [get_from(client, ngx.port, target) for _ in want]
             check(got == want, f"{client} {target}: {got}, expected {want}")
@@ -89,17 +102,20 @@ def test_fail2ban(module):
         log = ngx.path("logs", "error.log")
         text = ngx.error_log()
         # The lines the filters must leave alone are in the log.
-        for line in (r'limiting requests, dry run, excess: [0-9.]+ by zone "dry", client: 127\.0\.0\.5,',
+        for line in (r'banning key "127\.0\.0\.7" for 600s by weir limit "login", client: 127\.0\.0\.7,',
+                     r'limiting requests, banned key, by weir limit "login", client: 127\.0\.0\.7,',
+                     r'limiting requests, dry run, excess: [0-9.]+ by zone "dry", client: 127\.0\.0\.5,',
                      r'limiting requests, dry run, by weir limit "watch", client: 127\.0\.0\.6,'):
             check(re.search(line, text), f"no {line!r} in the error log:\n{text[-3000:]}")
 
         stock = banned(log, STOCK)
         check(stock == {"127.0.0.4": 2}, f"stock nginx-limit-req filter: {stock}")
         ours = banned(log, OURS)
-        check(ours == {"127.0.0.2": 2, "127.0.0.3": 1, "127.0.0.4": 2},
+        check(ours == {"127.0.0.2": 2, "127.0.0.3": 1, "127.0.0.4": 2, "127.0.0.7": 3},
               f"contrib nginx-weir filter: {ours}")
         ngx.check_log()
     finally:
         ngx.cleanup()
     return ("fail2ban-regex on real rejections: the stock nginx-limit-req filter finds weir_req's "
-            "2, nginx-weir also policy mode's 3, each under its client; no dry-run line")
+            "2, nginx-weir also policy mode's 6 (2 of a banned key), each under its client, once per "
+            "request; no dry-run or banning line")
