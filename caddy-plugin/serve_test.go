@@ -3,6 +3,8 @@ package weir
 import (
 	"context"
 	"crypto/tls"
+	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -11,6 +13,9 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 // provisioned provisions h outside a running Caddy; the returned func cleans up.
@@ -218,5 +223,55 @@ func TestRateOnlyPolicyHoldsNoPermits(t *testing.T) {
 	}
 	if rs.held[engPolicy] != nil {
 		t.Fatal("a rate-only policy left permits to release")
+	}
+}
+
+// TestBanLoggedOnce: a limit's ban is logged once, at the limit's log_level, with its key
+// as the status names it; the requests refused during the ban log no further ban line.
+func TestBanLoggedOnce(t *testing.T) {
+	h := policyHandlerFor(t, `
+[zones.z]
+size = "64k"
+algorithm = "gcra"
+rate = "1r/m"
+[[limit]]
+name = "login"
+class = "*"
+zone = "z"
+key = "global"
+log_level = "warn"
+ban = { after = 2, within = "1m", duration = "10m" }
+`)
+	defer provisioned(t, h)()
+	core, logs := observer.New(zapcore.InfoLevel)
+	h.logger = zap.New(core)
+	var got []int
+	for i := 0; i < 5; i++ {
+		w := httptest.NewRecorder()
+		r, _ := caddyRequest(httptest.NewRequest("GET", "/", nil), w)
+		status := http.StatusOK
+		if err := h.ServeHTTP(w, r, nextOK); err != nil {
+			var he caddyhttp.HandlerError
+			if !errors.As(err, &he) {
+				t.Fatalf("request %d: %v", i, err)
+			}
+			status = he.StatusCode
+		}
+		got = append(got, status)
+	}
+	// 1r/m, no burst: one passes; the second rejection starts the ban, the rest are banned.
+	if fmt.Sprint(got) != "[200 429 429 429 429]" {
+		t.Fatalf("statuses %v", got)
+	}
+	bans := logs.FilterMessageSnippet("banning key").All()
+	if len(bans) != 1 {
+		t.Fatalf("%d ban lines: %v", len(bans), logs.All())
+	}
+	b := bans[0]
+	if b.Message != `banning key "global" for 600s by weir limit "login"` || b.Level != zapcore.WarnLevel {
+		t.Errorf("ban line %q at %v", b.Message, b.Level)
+	}
+	if b.ContextMap()["limit"] != "login" {
+		t.Errorf("ban line fields %v", b.ContextMap())
 	}
 }
