@@ -275,11 +275,16 @@ mod tests {
                 ),
                 WEIR_ERR_NULL
             );
-            assert_eq!(
-                weir_key_request(
-                    std::ptr::null(),
+            // NULL engines with n > 0, a NULL method with a length.
+            let null_engines: *const *const weir_engine = std::ptr::null();
+            for (e, method) in [
+                (null_engines, m.as_ptr()),
+                (engines.as_ptr(), std::ptr::null()),
+            ] {
+                let rc = weir_key_request(
+                    e,
                     1,
-                    m.as_ptr(),
+                    method,
                     4,
                     q.as_ptr(),
                     q.len(),
@@ -288,27 +293,10 @@ mod tests {
                     buf.len(),
                     &mut written,
                     &mut status,
-                    &mut audit
-                ),
-                WEIR_ERR_NULL
-            );
-            assert_eq!(
-                weir_key_request(
-                    engines.as_ptr(),
-                    1,
-                    std::ptr::null(),
-                    4,
-                    q.as_ptr(),
-                    q.len(),
-                    0,
-                    buf.as_mut_ptr(),
-                    buf.len(),
-                    &mut written,
-                    &mut status,
-                    &mut audit
-                ),
-                WEIR_ERR_NULL
-            );
+                    &mut audit,
+                );
+                assert_eq!(rc, WEIR_ERR_NULL);
+            }
         }
         assert_eq!(audit.len, 0, "nothing was carried out");
     }
