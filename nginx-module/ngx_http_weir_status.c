@@ -1,26 +1,36 @@
 
 /*
  * weir: nginx module, weir_status: the counters of the policy's engine and
- * of the directives' as Prometheus text, or as the JSON status (?format=json).
+ * of the directives' as Prometheus text, or as the JSON status (?format=json);
+ * a request with a "key" argument is a key operation (ngx_http_weir_keys.c).
  */
 
 
 #include "ngx_http_weir_module.h"
 
 
+ngx_str_t  ngx_http_weir_json_type = ngx_string("application/json");
+
+static ngx_str_t  ngx_http_weir_prometheus_type =
+    ngx_string("text/plain; version=0.0.4; charset=utf-8");
+
+
 static ngx_int_t
 ngx_http_weir_status_handler(ngx_http_request_t *r)
 {
     int                         wrc, format;
-    size_t                      len, cap, need;
+    size_t                      cap, need;
     u_char                      dummy[1];
     ngx_int_t                   rc;
     ngx_str_t                   arg;
     ngx_buf_t                  *b;
     ngx_uint_t                  n;
-    ngx_chain_t                 out;
     const weir_engine          *engines[2];
     ngx_http_weir_main_conf_t  *wmcf;
+
+    if (ngx_http_weir_is_key_request(r)) {
+        return ngx_http_weir_keys_handler(r);
+    }
 
     if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
         return NGX_HTTP_NOT_ALLOWED;
@@ -81,20 +91,30 @@ ngx_http_weir_status_handler(ngx_http_request_t *r)
     }
 
     b->last += need;
+
+    return ngx_http_weir_status_send(r, NGX_HTTP_OK, b,
+                                     (format == WEIR_FORMAT_JSON)
+                                     ? &ngx_http_weir_json_type
+                                     : &ngx_http_weir_prometheus_type);
+}
+
+
+/* sends b (the whole body) with status and type; HEAD gets the header only */
+
+ngx_int_t
+ngx_http_weir_status_send(ngx_http_request_t *r, ngx_uint_t status,
+    ngx_buf_t *b, ngx_str_t *type)
+{
+    size_t        len;
+    ngx_int_t     rc;
+    ngx_chain_t   out;
+
     len = b->last - b->pos;
 
-    r->headers_out.status = NGX_HTTP_OK;
+    r->headers_out.status = status;
     r->headers_out.content_length_n = len;
-
-    if (format == WEIR_FORMAT_JSON) {
-        ngx_str_set(&r->headers_out.content_type, "application/json");
-
-    } else {
-        ngx_str_set(&r->headers_out.content_type,
-                    "text/plain; version=0.0.4; charset=utf-8");
-    }
-
-    r->headers_out.content_type_len = r->headers_out.content_type.len;
+    r->headers_out.content_type = *type;
+    r->headers_out.content_type_len = type->len;
 
     if (r->method == NGX_HTTP_HEAD || len == 0) {
         r->header_only = 1;
@@ -121,9 +141,33 @@ ngx_http_weir_status_directive(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf)
 {
     ngx_http_core_loc_conf_t  *clcf;
+    ngx_http_weir_loc_conf_t  *wlcf;
 
     clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
     clcf->handler = ngx_http_weir_status_handler;
 
+    wlcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_weir_module);
+    wlcf->status = 1;
+
     return NGX_CONF_OK;
+}
+
+
+/*
+ * a limit_except block inside a weir_status location (the access rules of
+ * key operations) answers with weir_status too, as proxy_pass does
+ */
+
+void
+ngx_http_weir_status_merge(ngx_conf_t *cf, ngx_http_weir_loc_conf_t *prev,
+    ngx_http_weir_loc_conf_t *conf)
+{
+    ngx_http_core_loc_conf_t  *clcf;
+
+    clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
+
+    if (prev->status && clcf->lmt_excpt && clcf->handler == NULL) {
+        conf->status = 1;
+        clcf->handler = ngx_http_weir_status_handler;
+    }
 }

@@ -229,9 +229,9 @@ def request(port, method="GET", target="/", headers=(), timeout=10):
     return read_response(send(port, method, target, headers, timeout), timeout)
 
 
-def get_body(port, target):
-    """GET target; (status, body text)."""
-    s = send(port, "GET", target)
+def get_body(port, target, method="GET", headers=()):
+    """`method` target (GET by default); (status, body text)."""
+    s = send(port, method, target, headers)
     s.settimeout(10)
     data = b""
     while chunk := s.recv(65536):
@@ -1342,6 +1342,7 @@ def main():
     import bans
     import fail2ban
     import hosts
+    import keys
     import reload_edits
     import status_json
     import weir_top
@@ -1392,6 +1393,7 @@ def main():
         ("fail2ban", lambda: fail2ban.test_fail2ban(args.module)),
         ("access-log", lambda: access_log.test_access_log(args.module)),
         ("bans", lambda: bans.test_bans(args.module)),
+        ("keys", lambda: keys.test_keys(args.module, args.weir)),
     ]
     if args.asan_module:
         checks += [
