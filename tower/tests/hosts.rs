@@ -184,8 +184,10 @@ fn check_status(at: &str, engine: &Engine, want: &Table) {
         .unwrap_or_else(|| panic!("{at}: no limit {name} in the status"));
     let expected = |field: &str| {
         want.get(field).and_then(Value::as_array).map(|list| {
-            let mut keys: Vec<String> =
-                list.iter().map(|k| k.as_str().unwrap().to_owned()).collect();
+            let mut keys: Vec<String> = list
+                .iter()
+                .map(|k| k.as_str().unwrap().to_owned())
+                .collect();
             keys.sort();
             keys
         })
