@@ -228,7 +228,10 @@ def key_ops(ngx):
         return None, st
     check(st == 200, f"POST unban: {st} {body}")
     got = json.loads(body)
-    check(got["banned"] is False and got["ban_left_s"] == 0, f"unban answer: {got}")
+    check((got["limit"], got["key"], got["action"], got["changed"], got["banned"],
+           got["ban_left_s"]) == (LIMIT, net, "unban", True, False, 0), f"unban answer: {got}")
+    bans = {b["key"] for b in status(ngx.port)[LIMIT]["bans"]}
+    check(net not in bans and len(bans) == len(NETS) - 1, f"bans after unban: {bans}")
     log = ngx.error_log()
     check(log.count(f'lifting ban of key "{net}" of weir limit "{LIMIT}"') == 1,
           f"one unban line:\n{log[-2000:]}")
@@ -237,6 +240,7 @@ def key_ops(ngx):
     got = json.loads(body)
     check(st == 200 and got["banned"] is False and got["remaining"] == 0, f"GET: {st} {body}")
 
+    check(key_op(ngx.port, "GET", net, "reset")[0] == 405, "GET ...&action=reset")
     # From a denied address a reset changes nothing.
     st, body = key_op(ngx.port, "POST", net, "reset", source="127.0.0.2")
     check(st == 403, f"POST reset from 127.0.0.2: {st} {body}")
