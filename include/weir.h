@@ -122,6 +122,11 @@
 #define WEIR_ALGORITHM_SLIDING_LOG 4
 
 /*
+ The smallest `cap` weir_key_request accepts: every answer fits.
+ */
+#define WEIR_KEY_ANSWER_MAX 16384
+
+/*
  Prometheus text format 0.0.4 (`Content-Type: text/plain; version=0.0.4; charset=utf-8`).
  */
 #define WEIR_FORMAT_PROMETHEUS 0
@@ -545,6 +550,18 @@ typedef void (*weir_build_error_fn)(void *ctx,
                                     size_t len);
 
 /*
+ One line to log.
+ */
+typedef struct weir_log_line {
+  /*
+   0 info, 1 notice, 2 warn, 3 error, or WEIR_LOG_HOST_*.
+   */
+  int level;
+  size_t len;
+  uint8_t text[WEIR_LOG_LINE_MAX];
+} weir_log_line;
+
+/*
  One low-level check (`weir_zone_check`, `weir_zone_acquire`).
  */
 typedef struct weir_check {
@@ -576,18 +593,6 @@ typedef struct weir_zone_stats {
   uint64_t delayed;
   uint64_t rejected;
 } weir_zone_stats;
-
-/*
- One line to log.
- */
-typedef struct weir_log_line {
-  /*
-   0 info, 1 notice, 2 warn, 3 error, or WEIR_LOG_HOST_*.
-   */
-  int level;
-  size_t len;
-  uint8_t text[WEIR_LOG_LINE_MAX];
-} weir_log_line;
 
 /*
  What to do with a verdict.
@@ -1014,6 +1019,39 @@ int weir_host_limits_build_each(const struct weir_host_limits *b,
                                 struct weir_policy **out,
                                 weir_build_error_fn report,
                                 void *ctx);
+
+/*
+ Whether the raw query `query[0..query_len]` (without `?`) has a `key` argument, i.e. the
+ status request is a key operation for weir_key_request: 1 or 0 (0 for NULL with a length).
+ */
+int weir_key_query(const uint8_t *query, size_t query_len);
+
+/*
+ Answers a key operation on the JSON status endpoint (docs/METRICS.md, "Key operations"):
+ `GET`/`HEAD ?limit=NAME&key=TEXT` inspects the key's state, `POST ...&action=reset` forgets
+ it, `POST ...&action=unban` lifts its ban. `engines[0..n]` (NULL entries skipped): the
+ first one with a limit named NAME is acted on. `method` as sent, `query` raw (without
+ `?`), `now` CLOCK_MONOTONIC ns.
+
+ Writes the JSON answer (`application/json`) into `buf` (`*written` bytes, no NUL) and its
+ HTTP status into `*status` (200, 400, 404 or 405; errors are `{"error": "..."}` too). When a
+ change was carried out, `*audit` is the line to log at its level (the limit's `log_level`:
+ 0 info .. 3 error); otherwise `audit->len` is 0. `cap` must be at least
+ WEIR_KEY_ANSWER_MAX, or WEIR_ERR_INVALID is returned before anything is done (a change is
+ never carried out without its answer). Returns WEIR_OK whenever an answer was written.
+ */
+int weir_key_request(const struct weir_engine *const *engines,
+                     size_t n,
+                     const uint8_t *method,
+                     size_t method_len,
+                     const uint8_t *query,
+                     size_t query_len,
+                     uint64_t now,
+                     uint8_t *buf,
+                     size_t cap,
+                     size_t *written,
+                     uint16_t *status,
+                     struct weir_log_line *audit);
 
 /*
  GCRA (nginx limit_req): `count` requests per `period_ns`, `burst`, and `delay`: -1 for

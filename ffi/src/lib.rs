@@ -13,7 +13,7 @@
 //! This file holds the rules' plumbing (`guard`, `fail`, `bytes`, `give`, `take_back`), the
 //! error codes and the error object; each surface has its module: `policy`, `engine`,
 //! `evaluate` (requests and verdicts), `outcome` (what a host does with a verdict), `metrics`
-//! (Prometheus text, JSON status), `cluster`, `host_limits` and `directive` (limits declared
+//! (Prometheus text, JSON status), `keys` (the status's key operations), `cluster`, `host_limits` and `directive` (limits declared
 //! by a host's own directives), `parse` (the policy's value syntaxes), `zone` and `limiter`
 //! (zones outside a policy), `reload`.
 
@@ -26,6 +26,7 @@ mod directive;
 mod engine;
 mod evaluate;
 mod host_limits;
+mod keys;
 mod limiter;
 mod log_zone;
 mod metrics;
@@ -44,6 +45,7 @@ pub use directive::*;
 pub use engine::*;
 pub use evaluate::*;
 pub use host_limits::*;
+pub use keys::*;
 pub use limiter::*;
 pub use log_zone::*;
 pub use metrics::*;

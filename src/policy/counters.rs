@@ -249,6 +249,17 @@ impl Counters {
         self.top().add_ban(i, spec, req, until, now)
     }
 
+    /// Takes the listed bans of `spec`'s key for `req` by limit `i` off the list; how many.
+    pub(crate) fn remove_ban(
+        &self,
+        i: usize,
+        spec: &KeySpec,
+        req: &PreparedRequest<'_>,
+        now: u64,
+    ) -> usize {
+        self.top().remove_ban(i, spec, req, now)
+    }
+
     /// The ban listed in entry `slot` (its limit and the ban), if it lasts beyond `now`.
     pub fn ban(&self, slot: usize, now: u64) -> Option<(usize, ActiveBan)> {
         self.top().ban(slot, now)

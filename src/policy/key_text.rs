@@ -177,7 +177,7 @@ pub fn write_key<O: KeyText + ?Sized>(
 }
 
 /// `ip`, `global`, `path`, `method`, `header:NAME`, `cookie:NAME`, `var:NAME`.
-fn put_name<O: KeyText + ?Sized>(out: &mut O, p: &KeyPart) {
+pub(crate) fn put_name<O: KeyText + ?Sized>(out: &mut O, p: &KeyPart) {
     let (kind, name): (&[u8], &[u8]) = match p {
         KeyPart::Ip { .. } => (b"ip", b""),
         KeyPart::Global => (b"global", b""),

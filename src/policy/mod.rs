@@ -6,6 +6,7 @@ pub mod counters;
 pub mod engine;
 pub mod key;
 pub mod key_text;
+pub mod keyops;
 pub mod ledger;
 pub mod matching;
 pub mod metrics;

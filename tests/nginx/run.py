@@ -1343,6 +1343,7 @@ def main():
     import fail2ban
     import hosts
     import incident
+    import keys
     import reload_edits
     import status_json
     import weir_top
@@ -1394,6 +1395,7 @@ def main():
         ("access-log", lambda: access_log.test_access_log(args.module)),
         ("bans", lambda: bans.test_bans(args.module)),
         ("incident", lambda: incident.test_incident(args.module, args.weir)),
+        ("keys", lambda: keys.test_keys(args.module, args.weir)),
     ]
     if args.asan_module:
         checks += [

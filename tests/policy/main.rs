@@ -22,6 +22,7 @@ mod engine_order;
 mod engine_reads;
 mod examples;
 mod host_limits;
+mod keyops;
 mod log_policy;
 mod metrics;
 mod nginx_uri;

@@ -20,7 +20,7 @@ const BAN_SALT: u64 = 0x4241_4e5f_5354_4154;
 
 /// The hash of the ban entry of key `key_hash` of limit `limit`.
 #[inline]
-fn ban_hash(key_hash: u64, limit: usize) -> u64 {
+pub(super) fn ban_hash(key_hash: u64, limit: usize) -> u64 {
     ((key_hash ^ BAN_SALT)
         .wrapping_add(limit as u64)
         .rotate_left(29))

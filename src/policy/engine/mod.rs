@@ -60,6 +60,8 @@ pub use attach::{AttachError, AttachOptions, HostRegions};
 mod bans;
 mod charge;
 mod headers;
+mod keys;
+pub use keys::KeyState;
 
 /// Concurrency limits one request can hold at once.
 pub const MAX_PERMITS: usize = 4;

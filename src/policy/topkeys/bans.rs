@@ -80,6 +80,36 @@ impl TopArea<'_> {
         None
     }
 
+    /// Takes the bans of `spec`'s key for `req` by limit `i` off the list (a lifted ban); how
+    /// many entries it freed.
+    pub fn remove_ban(
+        &self,
+        i: usize,
+        spec: &KeySpec,
+        req: &PreparedRequest<'_>,
+        now: u64,
+    ) -> usize {
+        let mut buf = [0u8; TEXT_BYTES];
+        let key = Text::write(&mut buf, |t| {
+            write_key(t, &spec.parts, req, true, self.exposure, self.seed)
+        });
+        let mut freed = 0;
+        for slot in 0..SLOTS {
+            let Some((l, ban)) = self.ban(slot, now) else {
+                continue;
+            };
+            if l == i
+                && ban.key.as_bytes() == key
+                && self.ban_entry(slot)[0]
+                    .compare_exchange(ban.until, 0, AcqRel, Relaxed)
+                    .is_ok()
+            {
+                freed += 1;
+            }
+        }
+        freed
+    }
+
     /// Entry `slot` if it holds a ban that lasts beyond `now`: its limit and the ban.
     pub fn ban(&self, slot: usize, now: u64) -> Option<(usize, ActiveBan)> {
         let e = self

@@ -486,6 +486,28 @@ impl LogTable {
         }
     }
 
+    /// Forgets every event of `key_hash` (each becomes a hole, which counts as no event), as
+    /// if the key had never been seen; whether it had a live event at `now`. For operators
+    /// (`weir key --reset`), not the request path.
+    pub fn forget(&self, key_hash: u64, now: u64) -> bool {
+        let now = now.saturating_sub(self.clock_base);
+        let Some((r, w)) = self.find(key_hash, now, false) else {
+            return false;
+        };
+        let h = head(w);
+        let mut live = false;
+        for k in 0..=self.n {
+            let p = h.wrapping_sub(k);
+            let slot = self.ent(r, p);
+            let e = slot.load(Acquire);
+            if seq_of(e) == p & SEQ_MASK && ts_of(e) != 0 {
+                live |= self.live(e, now);
+                let _ = slot.compare_exchange(e, entry(p, 0), AcqRel, Acquire);
+            }
+        }
+        live
+    }
+
     pub fn stats(&self) -> TableStats {
         let h = self.header();
         let inserts = h.sum(|s| &s.inserts);

@@ -1,0 +1,189 @@
+//! Key operations on the JSON status endpoint: one key's state in one limit, read, reset or
+//! its ban lifted, at run time (docs/METRICS.md, "Key operations"). Every host passes the
+//! request's method and raw query to [`key_request`] and writes back what it answers; the
+//! engine does the rest (query, method rules, lookup, the JSON answer, the audit line).
+//!
+//! `GET`/`HEAD ?limit=NAME&key=TEXT` inspects; `POST ...&action=reset|unban` changes and
+//! answers the state after the change, with one audit line to log at the limit's
+//! `log_level`. Errors: 400 (bad query, key text or action), 404 (no such limit), 405 (a
+//! method other than GET, HEAD and POST, or a GET asking for a change), all with
+//! `{"error": "..."}`. With several engines (nginx: the policy's and its directives'), the
+//! first one with a limit named NAME is the one acted on.
+
+mod query;
+mod text;
+
+use serde_json::{json, Value};
+
+pub use query::{has_key, KeyAction};
+
+use super::config::LogLevel;
+use super::engine::{Engine, KeyState};
+use super::key_text::{write_key, Exposure};
+use super::request::PreparedRequest;
+
+/// Largest answer body [`key_request`] writes (a longer key is cut in the answer).
+pub const MAX_ANSWER: usize = 16 * 1024;
+/// Longest key text echoed in an answer.
+const MAX_KEY_ECHO: usize = 4096;
+/// Version of the answer's schema.
+pub const VERSION: u64 = 1;
+
+/// A key operation's answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeyAnswer {
+    /// HTTP status: 200, 400, 404 or 405.
+    pub status: u16,
+    /// JSON (`application/json`), at most [`MAX_ANSWER`] bytes.
+    pub body: String,
+    /// The line to log when a change was carried out (every successful POST).
+    pub audit: Option<Audit>,
+}
+
+/// One audit line: `resetting key "K" of weir limit "NAME"` or
+/// `lifting ban of key "K" of weir limit "NAME"`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Audit {
+    /// The limit's `log_level`.
+    pub level: LogLevel,
+    pub line: String,
+    /// The limit's name and the key, as the line names them (for structured logs).
+    pub limit: String,
+    pub key: String,
+}
+
+impl KeyAnswer {
+    fn error(status: u16, msg: impl Into<String>) -> KeyAnswer {
+        let mut msg: String = msg.into();
+        if msg.len() > 1024 {
+            let mut cut = 1024;
+            while !msg.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            msg.truncate(cut);
+            msg.push('…');
+        }
+        KeyAnswer {
+            status,
+            body: json!({ "error": msg }).to_string(),
+            audit: None,
+        }
+    }
+}
+
+/// Answers a key operation: `method` as sent, `query` the raw query (without `?`), `now` the
+/// engines' clock (CLOCK_MONOTONIC ns). See the module documentation.
+pub fn key_request(engines: &[&Engine], method: &[u8], query: &[u8], now: u64) -> KeyAnswer {
+    let change = match method {
+        b"GET" | b"HEAD" => false,
+        b"POST" => true,
+        _ => {
+            return KeyAnswer::error(
+                405,
+                "key operations are GET, HEAD (inspect) or POST (reset, unban)",
+            )
+        }
+    };
+    let q = query::parse(query);
+    let Some(name) = q.limit else {
+        return KeyAnswer::error(400, "the limit argument is missing (?limit=NAME&key=TEXT)");
+    };
+    let Some(key) = q.key else {
+        return KeyAnswer::error(400, "the key argument is missing (?limit=NAME&key=TEXT)");
+    };
+    let action = match (q.action.as_deref().map(KeyAction::parse), change) {
+        (None, false) | (Some(Some(KeyAction::Inspect)), false) => KeyAction::Inspect,
+        (Some(Some(a @ (KeyAction::Reset | KeyAction::Unban))), true) => a,
+        (Some(Some(KeyAction::Reset | KeyAction::Unban)), false) => {
+            return KeyAnswer::error(405, "reset and unban need POST")
+        }
+        (None, true) | (Some(Some(KeyAction::Inspect)), true) => {
+            return KeyAnswer::error(400, "POST needs action=reset or action=unban")
+        }
+        (Some(None), _) => {
+            return KeyAnswer::error(400, "unknown action; expected inspect, reset or unban")
+        }
+    };
+    let name = String::from_utf8_lossy(&name).into_owned();
+    let Some((engine, limit)) = engines
+        .iter()
+        .find_map(|e| e.limit_index(&name).map(|l| (*e, l)))
+    else {
+        return KeyAnswer::error(404, format!("no weir limit named {name:?}"));
+    };
+    let l = &engine.policy().limits[limit];
+    let req = match text::parse_key(&l.key.parts, &key) {
+        Ok(r) => r,
+        Err(why) => return KeyAnswer::error(400, format!("not a key of limit {name:?}: {why}")),
+    };
+    let prepared = PreparedRequest::new(&req.view, &req.path, b"", req.client);
+    let Some(hash) = engine.key_hash_of(limit, &prepared) else {
+        return KeyAnswer::error(400, format!("limit {name:?} does not apply to this key"));
+    };
+    let mut rendered = String::new();
+    write_key(
+        &mut rendered,
+        &l.key.parts,
+        &prepared,
+        true,
+        Exposure::Full,
+        0,
+    );
+    let changed = match action {
+        KeyAction::Inspect => false,
+        KeyAction::Reset => engine.reset_key(limit, hash, now),
+        KeyAction::Unban => engine.unban_key(limit, hash, &prepared, now),
+    };
+    let state = engine.key_state(limit, hash, now);
+    let audit = change.then(|| {
+        let what = match action {
+            KeyAction::Unban => "lifting ban of key",
+            _ => "resetting key",
+        };
+        Audit {
+            level: l.log_level,
+            line: format!(
+                "{what} \"{}\" of weir limit \"{name}\"",
+                rendered.escape_debug()
+            ),
+            limit: name.clone(),
+            key: rendered.clone(),
+        }
+    });
+    KeyAnswer {
+        status: 200,
+        body: answer(&name, &rendered, &state, action, changed),
+        audit,
+    }
+}
+
+/// The answer's JSON (schema version [`VERSION`], docs/METRICS.md).
+fn answer(limit: &str, key: &str, st: &KeyState, action: KeyAction, changed: bool) -> String {
+    let secs = |ns: u64| ns.div_ceil(crate::limiter::NS_PER_SEC);
+    let mut key = key.to_owned();
+    if key.len() > MAX_KEY_ECHO {
+        let mut cut = MAX_KEY_ECHO;
+        while !key.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        key.truncate(cut);
+        key.push('…');
+    }
+    let mut v = json!({
+        "version": VERSION,
+        "limit": limit,
+        "key": key,
+        "algorithm": st.algorithm,
+        "remaining": st.remaining,
+        "retry_after_s": secs(st.retry_after_ns),
+        "banned": st.ban_left_ns.is_some(),
+        "ban_left_s": secs(st.ban_left_ns.unwrap_or(0)),
+        "action": action.as_str(),
+        "changed": changed,
+    });
+    if let (Some(n), Value::Object(m)) = (st.in_flight, &mut v) {
+        m.insert("in_flight".into(), n.into());
+        m.insert("queued".into(), st.queued.unwrap_or(0).into());
+    }
+    v.to_string()
+}
