@@ -1,7 +1,7 @@
 """The host conformance scenarios (tests/hosts/*.toml) through a real nginx (run by run.py).
 
 One nginx per scenario, built with the test hooks: `weir on` in front of run.Backend over TCP
-and a unix socket, weir_status at /metrics. A step's forced failure is the hook's peer that is
+and a unix socket, weir_status at /metrics (key steps too). A step's forced failure is the hook's peer that is
 no address; metrics go through promcheck (a strict Prometheus parser) before their values are
 read; rejection log entries are the error log's "limiting requests" lines.
 """
@@ -15,6 +15,7 @@ import socket
 import subprocess
 import time
 import tomllib
+import urllib.parse
 
 from run import Backend, Failure, Nginx, check, get_body, hdr, read_response, send
 
@@ -133,6 +134,39 @@ def rejections(ngx):
     return out
 
 
+def key_op(ngx, key):
+    """A key step's request to weir_status: (status, JSON answer)."""
+    q = urllib.parse.urlencode({"limit": key["limit"], "key": key["key"]})
+    action = key.get("action", "inspect")
+    method = "GET" if action == "inspect" else "POST"
+    if method == "POST":
+        q += f"&action={action}"
+    s = send(ngx.port, method, f"/metrics?{q}", [("Content-Length", "0")])
+    s.settimeout(10)
+    data = b""
+    while chunk := s.recv(65536):
+        data += chunk
+    s.close()
+    head, _, body = data.partition(b"\r\n\r\n")
+    return int(head.split()[1]), json.loads(body)
+
+
+def check_key(where, got, expect):
+    """The status, then each expected field of the answer: exact, or at least `NAME_min`."""
+    status, answer = got
+    check(status == expect["status"], f"{where}: status {status}, want {expect['status']}: {answer}")
+    if status != 200:
+        check(answer.get("error"), f"{where}: no error message: {answer}")
+    for k, want in expect.items():
+        if k == "status":
+            continue
+        if k.endswith("_min"):
+            v = answer.get(k[:-4])
+            check(isinstance(v, int) and v >= want, f"{where}: {k[:-4]} {v}, want >= {want}")
+        else:
+            check(answer.get(k) == want, f"{where}: {k} {answer.get(k)!r}, want {want!r}")
+
+
 def write_policy(ngx, text):
     with open(ngx.path("policy.toml"), "w") as f:
         f.write(text)
@@ -213,11 +247,13 @@ def run_scenario(module, name, sc, backend, promcheck, env):
                               f"verdict=\"{verdict}\"}} {got}, want {want}")
             elif "status" in step:
                 check_status(ngx, where, step["status"])
+            elif "key" in step:
+                check_key(where, key_op(ngx, step["key"]), expect)
             elif "log" in step:
                 got = rejections(ngx)
                 check(got == step["log"], f"{where}: rejections logged {got}, want {step['log']}")
             else:
-                raise Failure(f"{where}: no request, finish, leave, reload, metrics, status or log")
+                raise Failure(f"{where}: no request, finish, leave, reload, metrics, status, key or log")
         for tag_sock in held.values():
             tag_sock.close()
         ngx.check_log(allow=[r"test hooks are enabled", r"weir_engine_evaluate\(\) failed",

@@ -1,6 +1,7 @@
 //! The host conformance scenarios (tests/hosts/*.toml, see its README) through the layer on a
 //! real axum server: over TCP with `ConnectInfo`, and over a unix socket without a peer address
-//! (the policy's local client). A step's forced failure is a clock that panics once; the
+//! (the policy's local client), `StatusService` at `/status` for key steps. A step's forced
+//! failure is a clock that panics once; the
 //! metrics are the engine's Prometheus text (`Engine::render_prometheus`, what an application
 //! serves), checked by the strict parser `promcheck` when `WEIR_PROMCHECK` names it (`make
 //! unit` does).
@@ -25,7 +26,7 @@ use tokio::net::UnixListener;
 use toml::{Table, Value};
 use weir::policy::metrics::Format;
 use weir::policy::{CompiledPolicy, Engine};
-use weir_tower::WeirLayer;
+use weir_tower::{StatusService, WeirLayer};
 
 const HOST: &str = "tower";
 const MIN_SCENARIOS: usize = 8;
@@ -107,6 +108,7 @@ async fn start(name: &str, policy: &str) -> Host {
     let app = Router::new()
         .fallback(app_handler)
         .layer(layer)
+        .route_service("/status", StatusService::new(engine.clone()))
         .with_state(held.clone());
     let tcp = serve(app.clone()).await.0;
     let dir = std::env::temp_dir().join(format!("weir-hosts-{}-{name}", std::process::id()));
@@ -202,6 +204,59 @@ fn check_status(at: &str, engine: &Engine, want: &Table) {
     }
 }
 
+/// A key step's request to the status service: (status, JSON answer).
+async fn key_op(addr: SocketAddr, key: &Table) -> (u16, serde_json::Value) {
+    let enc = |s: &str| -> String {
+        s.bytes()
+            .map(|b| match b {
+                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' => {
+                    (b as char).to_string()
+                }
+                _ => format!("%{b:02X}"),
+            })
+            .collect()
+    };
+    let field = |k: &str| key.get(k).and_then(Value::as_str);
+    let action = field("action").unwrap_or("inspect");
+    let mut target = format!(
+        "/status?limit={}&key={}",
+        enc(field("limit").unwrap()),
+        enc(field("key").unwrap())
+    );
+    let method = if action == "inspect" { "GET" } else { "POST" };
+    if method == "POST" {
+        target += &format!("&action={action}");
+    }
+    let mut conn = Conn::send(addr, method, &target, &[("content-length", "0")]).await;
+    let body = conn.body(ARRIVE).await.expect("a response");
+    let status = conn.head.as_ref().unwrap().status;
+    (status, serde_json::from_slice(&body).unwrap())
+}
+
+/// The status, then each expected field of the answer: exact, or at least `NAME_min`.
+fn check_key(at: &str, (status, answer): (u16, serde_json::Value), expect: &Table) {
+    assert_eq!(
+        i64::from(status),
+        expect["status"].as_integer().unwrap(),
+        "{at}: {answer}"
+    );
+    if status != 200 {
+        assert!(
+            answer["error"].as_str().is_some_and(|e| !e.is_empty()),
+            "{at}: {answer}"
+        );
+    }
+    for (k, want) in expect.iter().filter(|(k, _)| *k != "status") {
+        if let Some(field) = k.strip_suffix("_min") {
+            let got = answer[field].as_i64();
+            assert!(got >= want.as_integer(), "{at}: {field} {got:?} < {want}");
+            continue;
+        }
+        let want = serde_json::to_value(want).unwrap();
+        assert_eq!(answer[k.as_str()], want, "{at}: {k}");
+    }
+}
+
 async fn run(name: &str, sc: &Table) {
     let host = start(name, sc["policy"].as_str().unwrap()).await;
     let mut held: HashMap<String, (u64, Conn)> = HashMap::new();
@@ -290,6 +345,8 @@ async fn run(name: &str, sc: &Table) {
             }
         } else if let Some(want) = step.get("status").and_then(Value::as_table) {
             check_status(&at, &host.engine, want);
+        } else if let Some(key) = step.get("key").and_then(Value::as_table) {
+            check_key(&at, key_op(host.tcp, key).await, expect);
         } else {
             panic!("{at}: the tower layer cannot run this step (give it a skip): {step:?}");
         }
