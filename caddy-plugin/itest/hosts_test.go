@@ -135,8 +135,9 @@ func loadScenarios(t *testing.T) map[string]scenario {
 		if err != nil {
 			t.Fatalf("%s: %v", f, err)
 		}
-		if keys := md.Undecoded(); len(keys) > 0 {
-			t.Fatalf("%s: unknown keys %v", f, keys)
+		// A scenario Caddy skips may use steps this runner does not know.
+		if _, skipped := sc.Skip[hostName]; !skipped && len(md.Undecoded()) > 0 {
+			t.Fatalf("%s: unknown keys %v", f, md.Undecoded())
 		}
 		out[strings.TrimSuffix(filepath.Base(f), ".toml")] = sc
 	}
