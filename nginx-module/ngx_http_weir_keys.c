@@ -26,7 +26,6 @@ ngx_http_weir_keys_handler(ngx_http_request_t *r)
     uint16_t                    status;
     ngx_int_t                   rc;
     ngx_buf_t                  *b;
-    ngx_chain_t                 out;
     weir_log_line               audit;
     const weir_engine          *engines[2];
     ngx_http_weir_main_conf_t  *wmcf;
@@ -71,26 +70,5 @@ ngx_http_weir_keys_handler(ngx_http_request_t *r)
 
     b->last += len;
 
-    r->headers_out.status = status;
-    r->headers_out.content_length_n = len;
-    ngx_str_set(&r->headers_out.content_type, "application/json");
-    r->headers_out.content_type_len = r->headers_out.content_type.len;
-
-    if (r->method == NGX_HTTP_HEAD || len == 0) {
-        r->header_only = 1;
-    }
-
-    rc = ngx_http_send_header(r);
-
-    if (rc == NGX_ERROR || rc > NGX_OK || r->header_only) {
-        return rc;
-    }
-
-    b->last_buf = (r == r->main) ? 1 : 0;
-    b->last_in_chain = 1;
-
-    out.buf = b;
-    out.next = NULL;
-
-    return ngx_http_output_filter(r, &out);
+    return ngx_http_weir_status_send(r, status, b, &ngx_http_weir_json_type);
 }

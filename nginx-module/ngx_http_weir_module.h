@@ -212,6 +212,10 @@ char *ngx_http_weir_status_directive(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 void ngx_http_weir_status_merge(ngx_conf_t *cf,
     ngx_http_weir_loc_conf_t *prev, ngx_http_weir_loc_conf_t *conf);
+ngx_int_t ngx_http_weir_status_send(ngx_http_request_t *r, ngx_uint_t status,
+    ngx_buf_t *b, ngx_str_t *type);
+
+extern ngx_str_t  ngx_http_weir_json_type;
 
 /* ngx_http_weir_keys.c */
 

@@ -9,17 +9,22 @@
 #include "ngx_http_weir_module.h"
 
 
+ngx_str_t  ngx_http_weir_json_type = ngx_string("application/json");
+
+static ngx_str_t  ngx_http_weir_prometheus_type =
+    ngx_string("text/plain; version=0.0.4; charset=utf-8");
+
+
 static ngx_int_t
 ngx_http_weir_status_handler(ngx_http_request_t *r)
 {
     int                         wrc, format;
-    size_t                      len, cap, need;
+    size_t                      cap, need;
     u_char                      dummy[1];
     ngx_int_t                   rc;
     ngx_str_t                   arg;
     ngx_buf_t                  *b;
     ngx_uint_t                  n;
-    ngx_chain_t                 out;
     const weir_engine          *engines[2];
     ngx_http_weir_main_conf_t  *wmcf;
 
@@ -86,20 +91,30 @@ ngx_http_weir_status_handler(ngx_http_request_t *r)
     }
 
     b->last += need;
+
+    return ngx_http_weir_status_send(r, NGX_HTTP_OK, b,
+                                     (format == WEIR_FORMAT_JSON)
+                                     ? &ngx_http_weir_json_type
+                                     : &ngx_http_weir_prometheus_type);
+}
+
+
+/* sends b (the whole body) with status and type; HEAD gets the header only */
+
+ngx_int_t
+ngx_http_weir_status_send(ngx_http_request_t *r, ngx_uint_t status,
+    ngx_buf_t *b, ngx_str_t *type)
+{
+    size_t        len;
+    ngx_int_t     rc;
+    ngx_chain_t   out;
+
     len = b->last - b->pos;
 
-    r->headers_out.status = NGX_HTTP_OK;
+    r->headers_out.status = status;
     r->headers_out.content_length_n = len;
-
-    if (format == WEIR_FORMAT_JSON) {
-        ngx_str_set(&r->headers_out.content_type, "application/json");
-
-    } else {
-        ngx_str_set(&r->headers_out.content_type,
-                    "text/plain; version=0.0.4; charset=utf-8");
-    }
-
-    r->headers_out.content_type_len = r->headers_out.content_type.len;
+    r->headers_out.content_type = *type;
+    r->headers_out.content_type_len = type->len;
 
     if (r->method == NGX_HTTP_HEAD || len == 0) {
         r->header_only = 1;

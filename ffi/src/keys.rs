@@ -9,6 +9,7 @@ use std::ptr;
 use weir::policy::config::LogLevel;
 use weir::policy::keyops;
 
+use crate::metrics::engine_list;
 use crate::outcome::{weir_log_line, WEIR_LOG_LINE_MAX};
 use crate::{bytes, guard, weir_engine, WEIR_ERR_INVALID, WEIR_ERR_NULL, WEIR_OK};
 
@@ -70,18 +71,9 @@ pub unsafe extern "C" fn weir_key_request(
             (Ok(m), Ok(q)) => (m, q),
             (Err(e), _) | (_, Err(e)) => return e,
         };
-        let handles: &[*const weir_engine] = if n == 0 {
-            &[]
-        } else {
-            // SAFETY: the caller passes n readable entries (checked non-NULL above).
-            std::slice::from_raw_parts(engines, n)
-        };
-        // SAFETY: a non-NULL entry is a live engine handle.
-        let list: Vec<_> = handles
-            .iter()
-            .filter_map(|e| e.as_ref())
-            .map(|e| &e.engine)
-            .collect();
+        // SAFETY: the caller passes n readable entries (checked non-NULL above), each NULL or
+        // a live engine handle.
+        let list = engine_list(engines, n);
         let answer = keyops::key_request(&list, method, query, now);
         let body = answer.body.as_bytes();
         let len = body.len().min(cap);

@@ -43,18 +43,9 @@ pub unsafe extern "C" fn weir_metrics(
             WEIR_FORMAT_JSON => Format::Json,
             _ => return WEIR_ERR_INVALID,
         };
-        let handles: &[*const weir_engine] = if n == 0 {
-            &[]
-        } else {
-            // SAFETY: the caller passes n readable entries (checked non-NULL above).
-            std::slice::from_raw_parts(engines, n)
-        };
-        // SAFETY: a non-NULL entry is a live engine handle.
-        let list: Vec<_> = handles
-            .iter()
-            .filter_map(|e| e.as_ref())
-            .map(|e| &e.engine)
-            .collect();
+        // SAFETY: the caller passes n readable entries (checked non-NULL above), each NULL or
+        // a live engine handle.
+        let list = engine_list(engines, n);
         let text = metrics::render(&list, &[], format);
         *written = text.len();
         if text.len() > cap {
@@ -66,6 +57,26 @@ pub unsafe extern "C" fn weir_metrics(
         }
         WEIR_OK
     })
+}
+
+/// The engines of `engines[0..n]`, NULL entries skipped.
+///
+/// # Safety
+/// `engines` points at `n` readable entries (or `n` is 0), each NULL or a live engine handle.
+pub(crate) unsafe fn engine_list<'a>(
+    engines: *const *const weir_engine,
+    n: usize,
+) -> Vec<&'a weir::policy::Engine> {
+    let handles: &[*const weir_engine] = if n == 0 {
+        &[]
+    } else {
+        std::slice::from_raw_parts(engines, n)
+    };
+    handles
+        .iter()
+        .filter_map(|e| e.as_ref())
+        .map(|e| &e.engine)
+        .collect()
 }
 
 /// weir_metrics in Prometheus text (WEIR_FORMAT_PROMETHEUS).

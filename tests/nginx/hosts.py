@@ -141,14 +141,8 @@ def key_op(ngx, key):
     method = "GET" if action == "inspect" else "POST"
     if method == "POST":
         q += f"&action={action}"
-    s = send(ngx.port, method, f"/metrics?{q}", [("Content-Length", "0")])
-    s.settimeout(10)
-    data = b""
-    while chunk := s.recv(65536):
-        data += chunk
-    s.close()
-    head, _, body = data.partition(b"\r\n\r\n")
-    return int(head.split()[1]), json.loads(body)
+    status, body = get_body(ngx.port, f"/metrics?{q}", method, [("Content-Length", "0")])
+    return status, json.loads(body)
 
 
 def check_key(where, got, expect):

@@ -9,19 +9,9 @@ import http.client
 import json
 import subprocess
 
+from bans import POLICY
 from run import Nginx, check, request
 
-POLICY = """[zones.pz]
-size = "64k"
-algorithm = "gcra"
-rate = "1r/m"
-[[limit]]
-name = "login"
-class = "*"
-zone = "pz"
-log_level = "warn"
-ban = { after = 3, within = "1m", duration = "10m" }
-"""
 
 HTTP = """
     weir_policy %DIR%/policy.toml;

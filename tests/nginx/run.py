@@ -229,9 +229,9 @@ def request(port, method="GET", target="/", headers=(), timeout=10):
     return read_response(send(port, method, target, headers, timeout), timeout)
 
 
-def get_body(port, target):
-    """GET target; (status, body text)."""
-    s = send(port, "GET", target)
+def get_body(port, target, method="GET", headers=()):
+    """`method` target (GET by default); (status, body text)."""
+    s = send(port, method, target, headers)
     s.settimeout(10)
     data = b""
     while chunk := s.recv(65536):
