@@ -247,7 +247,8 @@ def run_scenario(module, name, sc, backend, promcheck, env):
                 got = rejections(ngx)
                 check(got == step["log"], f"{where}: rejections logged {got}, want {step['log']}")
             else:
-                raise Failure(f"{where}: no request, finish, leave, reload, metrics, status, key or log")
+                raise Failure(f"{where}: no request, finish, leave, reload, metrics, status, key "
+                              "or log")
         for tag_sock in held.values():
             tag_sock.close()
         ngx.check_log(allow=[r"test hooks are enabled", r"weir_engine_evaluate\(\) failed",

@@ -264,7 +264,8 @@ def key_ops(ngx):
 
 
 def test_incident(module, binary):
-    check(os.access(binary, os.X_OK), f"{binary}: no weir binary (cargo build --release -p weir-cli)")
+    check(os.access(binary, os.X_OK),
+          f"{binary}: no weir binary (cargo build --release -p weir-cli)")
     ngx = Nginx(module, HTTP, workers=2, files={"policy.toml": BEFORE, "after.toml": AFTER,
                                                 "html/page.html": "a wiki page\n"})
     try:
