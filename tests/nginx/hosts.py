@@ -106,6 +106,22 @@ def limit_counts(ngx, promcheck):
     return out
 
 
+def check_status(ngx, where, want):
+    """A `status` step: the JSON status's top keys (last minute) and bans of one limit, as
+    sets."""
+    status, text = get_body(ngx.port, "/metrics?format=json")
+    check(status == 200, f"weir_status?format=json answered {status}")
+    lims = {lim["name"]: lim for lim in json.loads(text)["limits"]}
+    lim = lims.get(want["limit"])
+    check(lim is not None, f"{where}: no limit {want['limit']} in {list(lims)}")
+    if "top_keys" in want:
+        got = sorted(k["key"] for k in lim["last_1m"]["keys"])
+        check(got == sorted(want["top_keys"]), f"{where}: top keys {got}, want {want['top_keys']}")
+    if "bans" in want:
+        got = sorted(b["key"] for b in lim.get("bans") or [])
+        check(got == sorted(want["bans"]), f"{where}: bans {got}, want {want['bans']}")
+
+
 def rejections(ngx):
     """The error log's rejection entries: [{limit, level, client[, dry_run]}]."""
     out = []
@@ -223,13 +239,16 @@ def run_scenario(module, name, sc, backend, promcheck, env):
                         got = counts.get((limit, verdict))
                         check(got == want, f"{where}: weir_limit_requests_total{{limit=\"{limit}\","
                               f"verdict=\"{verdict}\"}} {got}, want {want}")
+            elif "status" in step:
+                check_status(ngx, where, step["status"])
             elif "key" in step:
                 check_key(where, key_op(ngx, step["key"]), expect)
             elif "log" in step:
                 got = rejections(ngx)
                 check(got == step["log"], f"{where}: rejections logged {got}, want {step['log']}")
             else:
-                raise Failure(f"{where}: no request, finish, leave, reload, metrics, key or log")
+                raise Failure(f"{where}: no request, finish, leave, reload, metrics, status, key "
+                              "or log")
         for tag_sock in held.values():
             tag_sock.close()
         ngx.check_log(allow=[r"test hooks are enabled", r"weir_engine_evaluate\(\) failed",

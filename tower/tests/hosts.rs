@@ -24,6 +24,7 @@ use common::{held_response, serve, Conn, End, Held};
 use promcheck::promcheck;
 use tokio::net::UnixListener;
 use toml::{Table, Value};
+use weir::policy::metrics::Format;
 use weir::policy::{CompiledPolicy, Engine};
 use weir_tower::{StatusService, WeirLayer};
 
@@ -160,6 +161,47 @@ fn limit_counts(engine: &Engine) -> HashMap<(String, String), u64> {
         out.insert((limit.into(), verdict.into()), value.parse().unwrap());
     }
     out
+}
+
+/// The keys of a `status` step's list, sorted.
+fn sorted_keys<'a>(list: impl IntoIterator<Item = &'a serde_json::Value>) -> Vec<String> {
+    let mut keys: Vec<String> = list
+        .into_iter()
+        .map(|v| v["key"].as_str().unwrap().to_owned())
+        .collect();
+    keys.sort();
+    keys
+}
+
+/// A `status` step: the JSON status's top keys (last minute) and bans of one limit, as sets.
+fn check_status(at: &str, engine: &Engine, want: &Table) {
+    let status: serde_json::Value =
+        serde_json::from_str(&engine.snapshot().render(Format::Json)).unwrap();
+    let name = want["limit"].as_str().unwrap();
+    let limit = status["limits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["name"] == name)
+        .unwrap_or_else(|| panic!("{at}: no limit {name} in the status"));
+    let expected = |field: &str| {
+        want.get(field).and_then(Value::as_array).map(|list| {
+            let mut keys: Vec<String> = list
+                .iter()
+                .map(|k| k.as_str().unwrap().to_owned())
+                .collect();
+            keys.sort();
+            keys
+        })
+    };
+    if let Some(keys) = expected("top_keys") {
+        let got = sorted_keys(limit["last_1m"]["keys"].as_array().unwrap());
+        assert_eq!(got, keys, "{at}: top keys of {name}");
+    }
+    if let Some(keys) = expected("bans") {
+        let got = sorted_keys(limit["bans"].as_array().into_iter().flatten());
+        assert_eq!(got, keys, "{at}: bans of {name}");
+    }
 }
 
 /// A key step's request to the status service: (status, JSON answer).
@@ -301,6 +343,8 @@ async fn run(name: &str, sc: &Table) {
                     );
                 }
             }
+        } else if let Some(want) = step.get("status").and_then(Value::as_table) {
+            check_status(&at, &host.engine, want);
         } else if let Some(key) = step.get("key").and_then(Value::as_table) {
             check_key(&at, key_op(host.tcp, key).await, expect);
         } else {
