@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -46,7 +47,16 @@ type hostStep struct {
 	Refused bool                        `toml:"refused"`
 	Metrics map[string]map[string]int64 `toml:"metrics"`
 	Log     []logEntry                  `toml:"log"`
+	Key     *keyOp                      `toml:"key"`
 	Skip    map[string]string           `toml:"skip"`
+}
+
+// keyOp is a key operation on the host's JSON status endpoint (Caddy: the admin API's
+// /weir/status): inspect, reset or unban key Key of limit Limit.
+type keyOp struct {
+	Limit  string `toml:"limit"`
+	Key    string `toml:"key"`
+	Action string `toml:"action"`
 }
 
 type hostExpect struct {
@@ -55,6 +65,10 @@ type hostExpect struct {
 	Queued  bool              `toml:"queued"`
 	Headers map[string]string `toml:"headers"`
 	Absent  []string          `toml:"absent"`
+	// Key operations: the answer's fields (unset: not checked); Retry is retry_after_s > 0.
+	Remaining *int64 `toml:"remaining"`
+	Banned    *bool  `toml:"banned"`
+	Retry     *bool  `toml:"retry"`
 }
 
 type logEntry struct {
@@ -268,8 +282,10 @@ func runScenario(t *testing.T, bin, name string, sc scenario, up *holder, upAddr
 			if !reflect.DeepEqual(got, st.Log) {
 				t.Errorf("%s: rejections logged %+v, want %+v", where, got, st.Log)
 			}
+		case st.Key != nil:
+			checkKeyOp(t, where, s.admin, st.Key, st.Expect)
 		default:
-			t.Fatalf("%s: no request, finish, leave, reload, metrics or log", where)
+			t.Fatalf("%s: no request, finish, leave, reload, metrics, log or key", where)
 		}
 	}
 	s.assertAlive()
@@ -334,4 +350,39 @@ func rejections(logs string) []logEntry {
 		}
 	}
 	return out
+}
+
+// checkKeyOp runs a key operation on the admin API's /weir/status (GET to inspect, POST to
+// reset or unban) and checks the answer's status and fields.
+func checkKeyOp(t *testing.T, where string, admin int, op *keyOp, e hostExpect) {
+	t.Helper()
+	q := url.Values{"limit": {op.Limit}, "key": {op.Key}}
+	method := "GET"
+	if op.Action != "" && op.Action != "inspect" {
+		method = "POST"
+		q.Set("action", op.Action)
+	}
+	req, _ := http.NewRequest(method, fmt.Sprintf("http://127.0.0.1:%d/weir/status?%s", admin, q.Encode()), nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s: %v", where, err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var ans struct {
+		Remaining   int64 `json:"remaining"`
+		Banned      bool  `json:"banned"`
+		RetryAfterS int64 `json:"retry_after_s"`
+	}
+	want := e.Status
+	if want == 0 {
+		want = http.StatusOK
+	}
+	if resp.StatusCode != want || json.Unmarshal(body, &ans) != nil {
+		t.Fatalf("%s: %s ?%s answered %d %s, want %d", where, method, q.Encode(), resp.StatusCode, body, want)
+	}
+	if (e.Remaining != nil && ans.Remaining != *e.Remaining) || (e.Banned != nil && ans.Banned != *e.Banned) ||
+		(e.Retry != nil && (ans.RetryAfterS > 0) != *e.Retry) {
+		t.Errorf("%s: %s ?%s answered %s", where, method, q.Encode(), body)
+	}
 }
