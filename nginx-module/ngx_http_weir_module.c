@@ -578,6 +578,8 @@ ngx_http_weir_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
 
     ngx_conf_merge_value(conf->conn_dry_run, prev->conn_dry_run, 0);
 
+    ngx_http_weir_status_merge(cf, prev, conf);
+
     /* the engine limits this block's weir_req and weir_conn select */
 
     if (conf->req_limits

@@ -11,6 +11,8 @@
  * ngx_http_weir_limit_conf.c  weir_req_zone, weir_conn_zone, weir_req,
  *                             weir_conn
  * ngx_http_weir_status.c      weir_status
+ * ngx_http_weir_keys.c        weir_status key operations (inspect, reset,
+ *                             unban one key)
  * ngx_http_weir_log.c         the variables; $weir_limit, $weir_key,
  *                             $weir_action
  * ngx_http_weir_test.c        test hooks (built with -DWEIR_TEST_HOOKS=1)
@@ -123,6 +125,7 @@ typedef struct {
 
     ngx_flag_t                   enable;
     ngx_flag_t                   headers;
+    ngx_flag_t                   status;       /* weir_status */
 } ngx_http_weir_loc_conf_t;
 
 
@@ -207,6 +210,13 @@ ngx_int_t ngx_http_weir_init_limits(ngx_conf_t *cf,
 
 char *ngx_http_weir_status_directive(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
+void ngx_http_weir_status_merge(ngx_conf_t *cf,
+    ngx_http_weir_loc_conf_t *prev, ngx_http_weir_loc_conf_t *conf);
+
+/* ngx_http_weir_keys.c */
+
+ngx_int_t ngx_http_weir_is_key_request(ngx_http_request_t *r);
+ngx_int_t ngx_http_weir_keys_handler(ngx_http_request_t *r);
 
 /* ngx_http_weir_log.c */
 

@@ -1,7 +1,8 @@
 
 /*
  * weir: nginx module, weir_status: the counters of the policy's engine and
- * of the directives' as Prometheus text, or as the JSON status (?format=json).
+ * of the directives' as Prometheus text, or as the JSON status (?format=json);
+ * a request with a "key" argument is a key operation (ngx_http_weir_keys.c).
  */
 
 
@@ -21,6 +22,10 @@ ngx_http_weir_status_handler(ngx_http_request_t *r)
     ngx_chain_t                 out;
     const weir_engine          *engines[2];
     ngx_http_weir_main_conf_t  *wmcf;
+
+    if (ngx_http_weir_is_key_request(r)) {
+        return ngx_http_weir_keys_handler(r);
+    }
 
     if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
         return NGX_HTTP_NOT_ALLOWED;
@@ -121,9 +126,33 @@ ngx_http_weir_status_directive(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf)
 {
     ngx_http_core_loc_conf_t  *clcf;
+    ngx_http_weir_loc_conf_t  *wlcf;
 
     clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
     clcf->handler = ngx_http_weir_status_handler;
 
+    wlcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_weir_module);
+    wlcf->status = 1;
+
     return NGX_CONF_OK;
+}
+
+
+/*
+ * a limit_except block inside a weir_status location (the access rules of
+ * key operations) answers with weir_status too, as proxy_pass does
+ */
+
+void
+ngx_http_weir_status_merge(ngx_conf_t *cf, ngx_http_weir_loc_conf_t *prev,
+    ngx_http_weir_loc_conf_t *conf)
+{
+    ngx_http_core_loc_conf_t  *clcf;
+
+    clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
+
+    if (prev->status && clcf->lmt_excpt && clcf->handler == NULL) {
+        conf->status = 1;
+        clcf->handler = ngx_http_weir_status_handler;
+    }
 }

@@ -1,11 +1,11 @@
-//! `weir`: check policies, replay access logs against a policy, watch a live status. See
-//! docs/CLI.md.
+//! `weir`: check policies, replay access logs against a policy, watch a live status, inspect
+//! or reset one key. See docs/CLI.md.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use weir_cli::{check, replay, report, top};
+use weir_cli::{check, key, replay, report, top};
 
 #[derive(Parser)]
 #[command(
@@ -82,6 +82,9 @@ enum Cmd {
     },
     /// Watch a host's JSON status live: per-limit rates, sparklines, top keys and clients, bans.
     Top(top::Options),
+    /// One key's state in one limit, from a host's status endpoint; --reset forgets it,
+    /// --unban lifts its ban (each change logs one audit line on the host).
+    Key(key::Options),
 }
 
 /// A size option: bytes, or a number with `k`, `m` or `g` (powers of 1024).
@@ -92,6 +95,16 @@ fn size(s: &str) -> Result<usize, String> {
 
 fn main() -> ExitCode {
     match Cli::parse().cmd {
+        Cmd::Key(opts) => match key::run(&opts) {
+            Ok(text) => {
+                print!("{text}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("weir key: {}", e.message);
+                ExitCode::from(if e.refused { 1 } else { 2 })
+            }
+        },
         Cmd::Top(opts) => match top::run(&opts) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {

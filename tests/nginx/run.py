@@ -1342,6 +1342,7 @@ def main():
     import bans
     import fail2ban
     import hosts
+    import keys
     import reload_edits
     import status_json
     import weir_top
@@ -1392,6 +1393,7 @@ def main():
         ("fail2ban", lambda: fail2ban.test_fail2ban(args.module)),
         ("access-log", lambda: access_log.test_access_log(args.module)),
         ("bans", lambda: bans.test_bans(args.module)),
+        ("keys", lambda: keys.test_keys(args.module, args.weir)),
     ]
     if args.asan_module:
         checks += [

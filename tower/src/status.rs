@@ -9,6 +9,8 @@ use std::task::{Context, Poll};
 use http::header::{HeaderValue, ALLOW, CONTENT_TYPE};
 use http::{Method, Request, Response, StatusCode};
 use tower_service::Service;
+use weir::policy::config::LogLevel;
+use weir::policy::keyops;
 use weir::policy::metrics::Format;
 use weir::policy::Engine;
 
@@ -20,9 +22,12 @@ use weir::policy::Engine;
 /// | `GET ?format=json` | 200, `application/json`: the JSON status (schema version 2: counters, per-second history, top rejected keys and clients) |
 /// | another `format` | 400 |
 /// | another method | 405 with `Allow: GET, HEAD` |
+/// | `GET ?limit=NAME&key=TEXT` | a key operation: that key's state in that limit (JSON) |
+/// | `POST ?limit=NAME&key=TEXT&action=reset` (or `unban`) | forgets the key's state (lifts its ban), logs one audit line (`tracing`, at the limit's `log_level`, fields `limit`, `key`, `client`), answers the state after the change |
 ///
-/// Mount it on a route of its own (and keep that route from the public, as any metrics
-/// endpoint); other query parameters are ignored.
+/// Key operations (docs/METRICS.md, "Key operations") change limits at run time: mount the
+/// service on a private route only (an internal listener, or behind the application's own
+/// authentication), never where clients reach it. Other query parameters are ignored.
 ///
 /// ```no_run
 /// use std::sync::Arc;
@@ -66,6 +71,10 @@ impl<B> Service<Request<B>> for StatusService {
 
 /// The response [`StatusService`] gives `req`, for applications that route it themselves.
 pub fn status_response<B>(engine: &Engine, req: &Request<B>) -> Response<String> {
+    let query = req.uri().query().unwrap_or("");
+    if keyops::has_key(query.as_bytes()) {
+        return key_response(engine, req, query);
+    }
     if req.method() != Method::GET && req.method() != Method::HEAD {
         let mut r = plain(StatusCode::METHOD_NOT_ALLOWED, "GET or HEAD only\n");
         r.headers_mut()
@@ -85,6 +94,39 @@ pub fn status_response<B>(engine: &Engine, req: &Request<B>) -> Response<String>
         HeaderValue::from_static(format.content_type()),
     );
     r
+}
+
+/// A key operation: the engine's answer, and its audit line logged.
+fn key_response<B>(engine: &Engine, req: &Request<B>, query: &str) -> Response<String> {
+    let a = keyops::key_request(
+        &[engine],
+        req.method().as_str().as_bytes(),
+        query.as_bytes(),
+        weir::clock::monotonic_ns(),
+    );
+    if let Some(audit) = &a.audit {
+        let client = crate::view::peer_of(req, None).map(|ip| ip.to_string());
+        log_audit(audit, client.as_deref().unwrap_or("-"));
+    }
+    let mut r = Response::new(a.body);
+    *r.status_mut() = StatusCode::from_u16(a.status).unwrap_or(StatusCode::BAD_REQUEST);
+    r.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    if a.status == 405 {
+        r.headers_mut()
+            .insert(ALLOW, HeaderValue::from_static("GET, HEAD, POST"));
+    }
+    r
+}
+
+/// Logs an audit line at its level, with the limit, key and client as fields.
+fn log_audit(a: &keyops::Audit, client: &str) {
+    let (limit, key, line) = (a.limit.as_str(), a.key.as_str(), a.line.as_str());
+    match a.level {
+        LogLevel::Info | LogLevel::Notice => tracing::info!(limit, key, client, "{line}"),
+        LogLevel::Warn => tracing::warn!(limit, key, client, "{line}"),
+        LogLevel::Error => tracing::error!(limit, key, client, "{line}"),
+    }
 }
 
 /// The first `format=` parameter of a query string.

@@ -63,7 +63,7 @@ impl<'a, B> View<'a, B> {
     }
 }
 
-fn peer_of<B>(req: &Request<B>, fallback: Option<IpAddr>) -> Option<IpAddr> {
+pub(crate) fn peer_of<B>(req: &Request<B>, fallback: Option<IpAddr>) -> Option<IpAddr> {
     let ext = req.extensions();
     if let Some(p) = ext.get::<PeerOverride>() {
         return Some(p.0);

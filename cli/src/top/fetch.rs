@@ -8,18 +8,8 @@ use super::status::{self, Status};
 /// The status URL to poll: `http://` added when no scheme is given, and `format=json` added to
 /// the query unless it names a format already. Other schemes are an error.
 pub fn status_url(url: &str) -> Result<String, String> {
-    let url = if url.contains("://") {
-        url.to_string()
-    } else {
-        format!("http://{url}")
-    };
-    if !url.starts_with("http://") {
-        return Err(format!(
-            "{url}: only http:// URLs are supported (serve the status on loopback or an internal address)"
-        ));
-    }
-    // A fragment is never sent.
-    let base = url.split('#').next().unwrap_or_default();
+    let url = http_url(url)?;
+    let base = url.as_str();
     let has_format = base
         .split_once('?')
         .is_some_and(|(_, q)| q.split('&').any(|p| p.split('=').next() == Some("format")));
@@ -37,6 +27,32 @@ pub fn status_url(url: &str) -> Result<String, String> {
     })
 }
 
+/// `url` with `http://` added when no scheme is given, without its fragment (never sent);
+/// other schemes are an error.
+pub fn http_url(url: &str) -> Result<String, String> {
+    let url = if url.contains("://") {
+        url.to_string()
+    } else {
+        format!("http://{url}")
+    };
+    if !url.starts_with("http://") {
+        return Err(format!(
+            "{url}: only http:// URLs are supported (serve the status on loopback or an internal address)"
+        ));
+    }
+    Ok(url.split('#').next().unwrap_or_default().to_string())
+}
+
+/// A blocking HTTP agent (kept-alive connection) with a timeout per request, that hands back
+/// every status (errors included) as a response.
+pub fn agent(timeout: Duration) -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .timeout_global(Some(timeout))
+        .http_status_as_error(false)
+        .build()
+        .into()
+}
+
 /// A blocking fetcher with one agent (kept-alive connection) and a timeout per request.
 pub struct Fetcher {
     agent: ureq::Agent,
@@ -45,12 +61,8 @@ pub struct Fetcher {
 
 impl Fetcher {
     pub fn new(url: &str, timeout: Duration) -> Result<Fetcher, String> {
-        let config = ureq::Agent::config_builder()
-            .timeout_global(Some(timeout))
-            .http_status_as_error(false)
-            .build();
         Ok(Fetcher {
-            agent: config.into(),
+            agent: agent(timeout),
             url: status_url(url)?,
         })
     }

@@ -1,0 +1,138 @@
+"""Key operations through real nginx (run by run.py: keys): on weir_status, a rejected key
+inspects as rejected (retry_after_s > 0), a POST reset lets it pass again, a ban inspects as
+banned and `action=unban` lifts it and takes it off `?format=json`; each change logs one audit
+line at the limit's level; a POST from an address the location denies gets 403; bad key text
+is 400, an unknown limit 404, a GET asking for a change 405. `weir key` asks the same endpoint
+(inspect, --reset, --json, an error's exit status)."""
+
+import http.client
+import json
+import subprocess
+
+from run import Nginx, check, request
+
+POLICY = """[zones.pz]
+size = "64k"
+algorithm = "gcra"
+rate = "1r/m"
+[[limit]]
+name = "login"
+class = "*"
+zone = "pz"
+log_level = "warn"
+ban = { after = 3, within = "1m", duration = "10m" }
+"""
+
+HTTP = """
+    weir_policy %DIR%/policy.toml;
+    server {
+        listen 127.0.0.1:%PORT%;
+        root %DIR%/html;
+        location = /metrics {
+            limit_except GET { allow 127.0.0.1; deny all; }
+            weir_status;
+        }
+        location / { weir on; try_files /f =404; }
+    }
+"""
+
+KEY = "/metrics?limit=login&key=127.0.0.1"
+RESET_LINE = 'resetting key "127.0.0.1" of weir limit "login"'
+UNBAN_LINE = 'lifting ban of key "127.0.0.1" of weir limit "login"'
+
+
+def ask(port, method, target, source="127.0.0.1"):
+    """(status, JSON body or None) of one request sent from `source`."""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10, source_address=(source, 0))
+    try:
+        c.request(method, target)
+        r = c.getresponse()
+        body = r.read()
+        ctype = r.getheader("Content-Type", "")
+        return r.status, (json.loads(body) if ctype == "application/json" and body else None)
+    finally:
+        c.close()
+
+
+def hit(port):
+    return request(port, "GET", "/")[0]
+
+
+def weir_key(weir, port, *args):
+    p = subprocess.run([weir, "key", f"127.0.0.1:{port}/metrics", *args],
+                       capture_output=True, text=True, timeout=30)
+    return p.returncode, p.stdout, p.stderr
+
+
+def test_keys(module, weir):
+    ngx = Nginx(module, HTTP, files={"policy.toml": POLICY, "html/f": "x"}, workers=2)
+    try:
+        ngx.start()
+        port = ngx.port
+        check([hit(port), hit(port)] == [200, 429], "one pass, then rejected")
+        st, j = ask(port, "GET", KEY)
+        check(st == 200 and j["version"] == 1 and j["key"] == "127.0.0.1"
+              and j["remaining"] == 0 and j["retry_after_s"] > 0 and not j["banned"]
+              and j["action"] == "inspect", f"inspect: {st} {j}")
+        st, _ = ask(port, "HEAD", KEY)
+        check(st == 200, f"HEAD inspect: {st}")
+
+        st, _ = ask(port, "POST", KEY + "&action=reset", source="127.0.0.2")
+        check(st == 403, f"POST from a denied address: {st}")
+        check(RESET_LINE not in ngx.error_log(), "a denied POST changes and logs nothing")
+        st, j = ask(port, "POST", KEY + "&action=reset")
+        check(st == 200 and j["changed"] and j["retry_after_s"] == 0 and j["action"] == "reset",
+              f"reset: {st} {j}")
+        check(hit(port) == 200, "passes after the reset")
+
+        # Three rejections ban the key (the third starts the ban).
+        check([hit(port) for _ in range(3)] == [429] * 3, "rejected three times")
+        st, j = ask(port, "GET", KEY)
+        check(j["banned"] and 590 <= j["ban_left_s"] <= 600 and j["retry_after_s"] >= 590,
+              f"banned: {j}")
+        st, status = ask(port, "GET", "/metrics?format=json")
+        check([b["key"] for b in status["limits"][0]["bans"]] == ["127.0.0.1"],
+              f"listed: {status['limits'][0].get('bans')}")
+        st, j = ask(port, "POST", KEY + "&action=unban")
+        check(st == 200 and not j["banned"] and j["changed"] and j["action"] == "unban",
+              f"unban: {st} {j}")
+        st, status = ask(port, "GET", "/metrics?format=json")
+        check(status["limits"][0].get("bans") == [], f"unlisted: {status['limits'][0]}")
+        # The rate still refuses (the last pass was just now): reset it with weir key.
+        rc, out, err = weir_key(weir, port, "login", "127.0.0.1", "--reset")
+        check(rc == 0 and "reset" in out and "banned       no" in out, f"weir key --reset: {rc} {out} {err}")
+        check(hit(port) == 200, "passes after unban and reset")
+
+        rc, out, err = weir_key(weir, port, "login", "127.0.0.1", "--json")
+        check(rc == 0 and json.loads(out)["remaining"] == 0, f"weir key --json: {rc} {out} {err}")
+        rc, out, err = weir_key(weir, port, "login", "127.0.0.1")
+        check(rc == 0 and "retry after  " in out and "remaining    0" in out, f"weir key: {out}")
+        rc, out, err = weir_key(weir, port, "nope", "127.0.0.1")
+        check(rc == 1 and "HTTP 404" in err and "no weir limit named" in err,
+              f"weir key on an unknown limit: {rc} {err}")
+
+        for method, target, want in [
+            ("GET", "/metrics?limit=login&key=not-an-ip", 400),
+            ("GET", "/metrics?limit=login&key=10.0.0.0%2F8", 400),
+            ("GET", "/metrics?limit=nope&key=127.0.0.1", 404),
+            ("GET", KEY + "&action=reset", 405),
+            ("POST", KEY, 400),
+            ("POST", KEY + "&action=zap", 400),
+        ]:
+            st, j = ask(port, method, target)
+            check(st == want and j and j.get("error"), f"{method} {target}: {st} {j}")
+        st, _ = ask(port, "POST", "/metrics?format=json")
+        check(st == 405, f"POST on the status itself: {st}")
+
+        log = ngx.error_log()
+        lines = [l for l in log.splitlines() if "of weir limit" in l]
+        check(log.count(RESET_LINE) == 2 and log.count(UNBAN_LINE) == 1,
+              "one audit line per change:\n" + "\n".join(lines))
+        check(all("[warn]" in l and "client: 127.0.0.1" in l for l in lines),
+              "audit lines at the limit's level, with nginx's context:\n" + "\n".join(lines))
+        ngx.check_log()
+    finally:
+        ngx.cleanup()
+    return ("inspect shows a rejection and a ban, POST reset and unban lift them (the ban "
+            "leaves ?format=json), one audit line each, 403 for a denied address, 400/404/405 "
+            "for bad requests; weir key inspects, resets and reports errors")
