@@ -3,22 +3,28 @@ package weir
 import (
 	"errors"
 	"net/http"
+	"net/url"
 	"sort"
 
 	"github.com/caddyserver/caddy/v2"
+	"go.uber.org/zap"
 )
 
 // The JSON status on Caddy's admin API: GET /weir/status answers the engine's JSON status
 // (docs/METRICS.md "JSON status": counters, per-second history, top rejected keys and
 // clients) of every live weir engine of the process, as nginx's weir_status?format=json and
-// weir_tower::StatusService do.
+// weir_tower::StatusService do. With a key argument the request is a key operation
+// (docs/METRICS.md "Key operations"): GET/HEAD ?limit=NAME&key=TEXT inspects one key, POST
+// ...&action=reset|unban changes it; the engine answers, and each change is logged.
 
 func init() {
 	caddy.RegisterModule(AdminStatus{})
 }
 
 // AdminStatus is the admin API module admin.api.weir.
-type AdminStatus struct{}
+type AdminStatus struct {
+	logger *zap.Logger
+}
 
 // CaddyModule returns the Caddy module information.
 func (AdminStatus) CaddyModule() caddy.ModuleInfo {
@@ -28,19 +34,29 @@ func (AdminStatus) CaddyModule() caddy.ModuleInfo {
 	}
 }
 
+// Provision takes the module's logger (Caddy provisions admin routers before their routes).
+func (a *AdminStatus) Provision(ctx caddy.Context) error {
+	a.logger = ctx.Logger(a)
+	return nil
+}
+
 // Routes serves /weir/status.
-func (AdminStatus) Routes() []caddy.AdminRoute {
+func (a *AdminStatus) Routes() []caddy.AdminRoute {
 	return []caddy.AdminRoute{{
 		Pattern: "/weir/status",
-		Handler: caddy.AdminHandlerFunc(serveStatus),
+		Handler: caddy.AdminHandlerFunc(a.serveStatus),
 	}}
 }
 
-func serveStatus(w http.ResponseWriter, r *http.Request) error {
+func (a *AdminStatus) serveStatus(w http.ResponseWriter, r *http.Request) error {
+	if isKeyQuery(r.URL.RawQuery) {
+		return a.serveKey(w, r)
+	}
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		return caddy.APIError{HTTPStatus: http.StatusMethodNotAllowed, Err: errMethod}
 	}
-	body := hub.statusJSON()
+	var body []byte
+	hub.held(func(engines []*engine) { body = statusJSON(engines) })
 	if body == nil {
 		return caddy.APIError{HTTPStatus: http.StatusInternalServerError, Err: errRender}
 	}
@@ -51,9 +67,39 @@ func serveStatus(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// statusJSON renders every live engine in the order of their sources (policy file or
+// serveKey answers a key operation with the engine's answer (its status, JSON errors
+// included) and logs the audit line of a change at the limit's log_level.
+func (a *AdminStatus) serveKey(w http.ResponseWriter, r *http.Request) error {
+	var ans keyAnswer
+	ok := false
+	hub.held(func(engines []*engine) {
+		ans, ok = keyRequest(engines, r.Method, r.URL.RawQuery, nowNS())
+	})
+	if !ok {
+		return caddy.APIError{HTTPStatus: http.StatusInternalServerError, Err: errKey}
+	}
+	if ans.audit != "" {
+		logger := a.logger
+		if logger == nil {
+			logger = caddy.Log().Named("admin.api.weir")
+		}
+		if ce := logger.Check(policyLogLevel(ans.level), ans.audit); ce != nil {
+			q, _ := url.ParseQuery(r.URL.RawQuery)
+			ce.Write(zap.String("limit", q.Get("limit")), zap.String("key", q.Get("key")),
+				zap.String("remote_addr", r.RemoteAddr))
+		}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(ans.status)
+	if r.Method != http.MethodHead {
+		_, _ = w.Write(ans.body)
+	}
+	return nil
+}
+
+// held calls f with every live engine in the order of their sources (policy file or
 // handler), each held (its state's read lock) so that none is freed meanwhile.
-func (h *metricsHub) statusJSON() []byte {
+func (h *metricsHub) held(f func(engines []*engine)) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	states := make([]*engineState, 0, len(h.live))
@@ -67,12 +113,14 @@ func (h *metricsHub) statusJSON() []byte {
 		defer s.mu.RUnlock()
 		engines = append(engines, s.eng)
 	}
-	return statusJSON(engines)
+	f(engines)
 }
 
 var (
 	errMethod = errors.New("weir status: GET or HEAD only")
 	errRender = errors.New("weir status: rendering failed")
+	errKey    = errors.New("weir status: the key operation failed")
 
 	_ caddy.AdminRouter = (*AdminStatus)(nil)
+	_ caddy.Provisioner = (*AdminStatus)(nil)
 )

@@ -24,6 +24,23 @@ type statusLimit struct {
 	PerSecond struct{ Rejected []int } `json:"per_second"`
 }
 
+// sendFrom sends a GET / from client addr through h: the status weir answered (200 passed).
+func sendFrom(t *testing.T, h *Handler, addr string) int {
+	t.Helper()
+	w := httptest.NewRecorder()
+	req := httptest.NewRequest("GET", "/", nil)
+	req.RemoteAddr = addr + ":1234"
+	r, _ := caddyRequest(req, w)
+	if err := h.ServeHTTP(w, r, nextOK); err != nil {
+		var he caddyhttp.HandlerError
+		if !errors.As(err, &he) {
+			t.Fatal(err)
+		}
+		return he.StatusCode
+	}
+	return w.Code
+}
+
 // TestAdminStatus: after rejections from several clients through a provisioned handler, the
 // admin route /weir/status answers the engine's JSON status: version 2, the limit's counts,
 // its most rejected client first and every rejection in its per-second history.
@@ -31,20 +48,7 @@ func TestAdminStatus(t *testing.T) {
 	h := policyHandlerFor(t, "[zones.ip]\nsize = \"64k\"\nalgorithm = \"gcra\"\nrate = \"1r/m\"\n"+
 		"[[limit]]\nname = \"admin-ip\"\nclass = \"*\"\nzone = \"ip\"\n")
 	defer provisioned(t, h)()
-	send := func(addr string) int {
-		w := httptest.NewRecorder()
-		req := httptest.NewRequest("GET", "/", nil)
-		req.RemoteAddr = addr + ":1234"
-		r, _ := caddyRequest(req, w)
-		if err := h.ServeHTTP(w, r, nextOK); err != nil {
-			var he caddyhttp.HandlerError
-			if !errors.As(err, &he) {
-				t.Fatal(err)
-			}
-			return he.StatusCode
-		}
-		return w.Code
-	}
+	send := func(addr string) int { return sendFrom(t, h, addr) }
 	rejected := 0
 	for i := 0; i < 6; i++ {
 		if send("203.0.113.9") == http.StatusTooManyRequests {
@@ -63,7 +67,7 @@ func TestAdminStatus(t *testing.T) {
 	}
 
 	w := httptest.NewRecorder()
-	if err := serveStatus(w, httptest.NewRequest("GET", "/weir/status", nil)); err != nil {
+	if err := (&AdminStatus{}).serveStatus(w, httptest.NewRequest("GET", "/weir/status", nil)); err != nil {
 		t.Fatal(err)
 	}
 	if ct := w.Header().Get("Content-Type"); ct != "application/json" {
@@ -95,7 +99,7 @@ func TestAdminStatus(t *testing.T) {
 	if sum != 7 {
 		t.Fatalf("per-second rejections %d, want 7", sum)
 	}
-	if err := serveStatus(httptest.NewRecorder(), httptest.NewRequest("POST", "/weir/status", nil)); err == nil {
+	if err := (&AdminStatus{}).serveStatus(httptest.NewRecorder(), httptest.NewRequest("POST", "/weir/status", nil)); err == nil {
 		t.Fatal("POST accepted")
 	}
 }

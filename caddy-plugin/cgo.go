@@ -511,21 +511,59 @@ func logZoneBytes(events, keys uint64) uint64 {
 // zoneMinBytes is the smallest table a GCRA, sliding or concurrency zone can have.
 func zoneMinBytes() uint64 { return uint64(C.weir_zone_min_bytes()) }
 
-// statusJSON renders engines (nil entries skipped) as one JSON status (weir_metrics with
-// WEIR_FORMAT_JSON: totals summed, limits and zones listed in turn; docs/METRICS.md).
-func statusJSON(engines []*engine) []byte {
+// handles lists the weir_engine pointers of engines (nil entries skipped) for the C ABI's
+// engine lists: the first one (nil when there is none) and their number.
+func handles(engines []*engine) (**C.weir_engine, C.size_t) {
 	ptrs := make([]*C.weir_engine, 0, len(engines))
 	for _, e := range engines {
 		if e != nil {
 			ptrs = append(ptrs, e.p)
 		}
 	}
-	var first **C.weir_engine
-	if len(ptrs) > 0 {
-		first = &ptrs[0] // Go memory holding C pointers only: cgo may take it
+	if len(ptrs) == 0 {
+		return nil, 0
 	}
-	return rendered(64<<10, func(buf []byte, n *C.size_t) C.int {
-		return C.weir_metrics(first, C.size_t(len(ptrs)), C.WEIR_FORMAT_JSON, bptr(buf),
-			C.size_t(len(buf)), n)
+	return &ptrs[0], C.size_t(len(ptrs)) // Go memory holding C pointers only: cgo may take it
+}
+
+// statusJSON renders engines (nil entries skipped) as one JSON status (weir_metrics with
+// WEIR_FORMAT_JSON: totals summed, limits and zones listed in turn; docs/METRICS.md).
+func statusJSON(engines []*engine) []byte {
+	first, n := handles(engines)
+	return rendered(64<<10, func(buf []byte, w *C.size_t) C.int {
+		return C.weir_metrics(first, n, C.WEIR_FORMAT_JSON, bptr(buf), C.size_t(len(buf)), w)
 	})
+}
+
+// isKeyQuery reports whether a status request's raw query is a key operation
+// (weir_key_query: it has a key argument).
+func isKeyQuery(query string) bool { return C.weir_key_query(sptr(query), C.size_t(len(query))) != 0 }
+
+// keyAnswer is weir_key_request's answer: the JSON body with its HTTP status and, when a
+// change was carried out, the audit line and its level (0 info .. 3 error; audit "" otherwise).
+type keyAnswer struct {
+	status int
+	body   []byte
+	audit  string
+	level  int
+}
+
+// keyRequest answers a key operation (weir_key_request) on the first of engines (nil
+// entries skipped) with a limit named in query; ok false when the C ABI wrote no answer.
+func keyRequest(engines []*engine, method, query string, now uint64) (a keyAnswer, ok bool) {
+	first, n := handles(engines)
+	buf := make([]byte, C.WEIR_KEY_ANSWER_MAX)
+	var written C.size_t
+	var status C.uint16_t
+	var audit C.weir_log_line
+	if C.weir_key_request(first, n, sptr(method), C.size_t(len(method)), sptr(query),
+		C.size_t(len(query)), C.uint64_t(now), bptr(buf), C.size_t(len(buf)), &written, &status,
+		&audit) != C.WEIR_OK {
+		return a, false
+	}
+	a = keyAnswer{status: int(status), body: buf[:written], level: int(audit.level)}
+	if audit.len > 0 {
+		a.audit = C.GoStringN((*C.char)(unsafe.Pointer(&audit.text[0])), C.int(audit.len))
+	}
+	return a, true
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -47,7 +48,10 @@ type hostStep struct {
 	Metrics map[string]map[string]int64 `toml:"metrics"`
 	Status  *statusWant                 `toml:"status"`
 	Log     []logEntry                  `toml:"log"`
+	Key     *keyOp                      `toml:"key"`
 	Skip    map[string]string           `toml:"skip"`
+	// answer: a key step's expect, the JSON answer's fields as the scenario gives them.
+	answer map[string]any
 }
 
 // statusWant is a status step: one limit's top keys (last minute) and bans in the JSON
@@ -56,6 +60,14 @@ type statusWant struct {
 	Limit   string    `toml:"limit"`
 	TopKeys *[]string `toml:"top_keys"`
 	Bans    *[]string `toml:"bans"`
+}
+
+// keyOp is a key operation on the host's JSON status endpoint (Caddy: the admin API's
+// /weir/status): inspect, reset or unban key Key of limit Limit.
+type keyOp struct {
+	Limit  string `toml:"limit"`
+	Key    string `toml:"key"`
+	Action string `toml:"action"`
 }
 
 type hostExpect struct {
@@ -135,9 +147,33 @@ func loadScenarios(t *testing.T) map[string]scenario {
 		if err != nil {
 			t.Fatalf("%s: %v", f, err)
 		}
+		// A key step's expect names fields of the JSON answer: kept as they are.
+		var raw struct {
+			Step []struct {
+				Expect map[string]any `toml:"expect"`
+			} `toml:"step"`
+		}
+		if _, err := toml.DecodeFile(f, &raw); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		answerFields := map[string]bool{}
+		for i := range sc.Step {
+			if sc.Step[i].Key != nil {
+				sc.Step[i].answer = raw.Step[i].Expect
+				for k := range raw.Step[i].Expect {
+					answerFields["step.expect."+k] = true
+				}
+			}
+		}
+		var unknown []string
+		for _, k := range md.Undecoded() {
+			if !answerFields[k.String()] {
+				unknown = append(unknown, k.String())
+			}
+		}
 		// A scenario Caddy skips may use steps this runner does not know.
-		if _, skipped := sc.Skip[hostName]; !skipped && len(md.Undecoded()) > 0 {
-			t.Fatalf("%s: unknown keys %v", f, md.Undecoded())
+		if _, skipped := sc.Skip[hostName]; !skipped && len(unknown) > 0 {
+			t.Fatalf("%s: unknown keys %v", f, unknown)
 		}
 		out[strings.TrimSuffix(filepath.Base(f), ".toml")] = sc
 	}
@@ -280,8 +316,10 @@ func runScenario(t *testing.T, bin, name string, sc scenario, up *holder, upAddr
 			if !reflect.DeepEqual(got, st.Log) {
 				t.Errorf("%s: rejections logged %+v, want %+v", where, got, st.Log)
 			}
+		case st.Key != nil:
+			checkKeyOp(t, where, s.admin, st.Key, st.answer)
 		default:
-			t.Fatalf("%s: no request, finish, leave, reload, metrics, status or log", where)
+			t.Fatalf("%s: no request, finish, leave, reload, metrics, status, log or key", where)
 		}
 	}
 	s.assertAlive()
@@ -400,4 +438,56 @@ func rejections(logs string) []logEntry {
 		}
 	}
 	return out
+}
+
+// checkKeyOp runs a key operation on the admin API's /weir/status (GET to inspect, POST to
+// reset or unban) and checks the answer's status and fields.
+func checkKeyOp(t *testing.T, where string, admin int, op *keyOp, expect map[string]any) {
+	t.Helper()
+	q := url.Values{"limit": {op.Limit}, "key": {op.Key}}
+	method := "GET"
+	if op.Action != "" && op.Action != "inspect" {
+		method = "POST"
+		q.Set("action", op.Action)
+	}
+	req, _ := http.NewRequest(method, fmt.Sprintf("http://127.0.0.1:%d/weir/status?%s", admin, q.Encode()), nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s: %v", where, err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var ans map[string]any
+	if err := json.Unmarshal(body, &ans); err != nil {
+		t.Fatalf("%s: %s ?%s answered %d %q: %v", where, method, q.Encode(), resp.StatusCode, body, err)
+	}
+	want := int64(http.StatusOK)
+	if s, ok := expect["status"].(int64); ok {
+		want = s
+	}
+	if int64(resp.StatusCode) != want {
+		t.Fatalf("%s: %s ?%s answered %d %s, want %d", where, method, q.Encode(), resp.StatusCode, body, want)
+	}
+	if e, _ := ans["error"].(string); want != http.StatusOK && e == "" {
+		t.Errorf("%s: a %d answer without an error: %s", where, want, body)
+	}
+	// Every other field: the answer's value exactly, or at least NAME_min's.
+	for k, v := range expect {
+		if k == "status" {
+			continue
+		}
+		if name, ok := strings.CutSuffix(k, "_min"); ok {
+			got, _ := ans[name].(float64)
+			if _, present := ans[name]; !present || got < float64(v.(int64)) {
+				t.Errorf("%s: %s = %v, want at least %v (%s)", where, name, ans[name], v, body)
+			}
+			continue
+		}
+		if n, isInt := v.(int64); isInt {
+			v = float64(n) // JSON numbers decode as float64
+		}
+		if !reflect.DeepEqual(ans[k], v) {
+			t.Errorf("%s: %s = %v, want %v (%s)", where, k, ans[k], v, body)
+		}
+	}
 }
