@@ -366,6 +366,7 @@ func (v *verdict) dryRunLimit() int   { return int(v.v.dry_run_limit) }
 func (v *verdict) dryRunAction() int  { return int(v.v.dry_run_action) }
 func (v *verdict) waitNS() uint64     { return uint64(v.v.wait_ns) }
 func (v *verdict) retryAfterS() int64 { return int64(v.v.retry_after_s) }
+func (v *verdict) banned() bool       { return v.v.banned != 0 }
 
 // holdsPermits reports whether the engine handed the request concurrency permits, which
 // weir_engine_release must give back (releasing none is a no-op, so it is skipped).

@@ -216,12 +216,14 @@ func unlessAnswered(err error) error {
 	return err
 }
 
-// rejected sets the response fields, logs the rejection at the limit's level and returns the
+// rejected sets the response fields, logs the rejection at the limit's level ("rate limit
+// exceeded"; a banned key's refusal "rate limit exceeded (banned key)", as nginx's
+// `limiting requests, banned key,` line) and returns the
 // error Caddy turns into the status (so that handle_errors can shape the response). Without
 // handle_errors it answers the status itself (as Caddy would, with an empty body), so that
 // Caddy's error log does not report every rejection again (a 5xx at error level).
 func (h *Handler) rejected(w http.ResponseWriter, r *http.Request, repl *caddy.Replacer, env *reqEnv,
-	status int, dec logDec, level zapcore.Level, retry string, lines [][2]string, logKey bool) error {
+	status int, dec logDec, level zapcore.Level, retry string, lines [][2]string, logKey, banned bool) error {
 	hdr := w.Header()
 	for _, l := range lines {
 		hdr.Set(l[0], l[1])
@@ -232,11 +234,18 @@ func (h *Handler) rejected(w http.ResponseWriter, r *http.Request, repl *caddy.R
 	limit := dec.limit
 	setPlaceholders(r, repl, "reject", dec)
 	if h.logger != nil {
-		if ce := h.logger.Check(level, "rate limit exceeded"); ce != nil {
+		msg := "rate limit exceeded"
+		if banned {
+			msg = "rate limit exceeded (banned key)"
+		}
+		if ce := h.logger.Check(level, msg); ce != nil {
 			fields := []zap.Field{zap.String("limit", limit), zap.Int("status", status),
 				zap.String("retry_after", hdr.Get("Retry-After")), zap.String("client_ip", env.clientIP(r))}
 			if logKey && dec.key != "" {
 				fields = append(fields, zap.String("key", dec.key))
+			}
+			if banned {
+				fields = append(fields, zap.Bool("banned", true))
 			}
 			ce.Write(fields...)
 		}
@@ -391,7 +400,7 @@ func (h *Handler) serveEngine(w http.ResponseWriter, r *http.Request, repl *cadd
 		}
 		dec.action = "reject" // also a queued request's at its timeout
 		return h.rejected(w, r, repl, env, v.status(), dec, s.logLevel(v.limit()), retry, lines,
-			h.LogKey && which == engZones)
+			h.LogKey && which == engZones, v.banned())
 	}
 	// The policy's verdict carries its response header lines (Retry-After among them); the
 	// zones' does not: Retry-After is written here.

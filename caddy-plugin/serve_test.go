@@ -274,4 +274,13 @@ ban = { after = 2, within = "1m", duration = "10m" }
 	if b.ContextMap()["limit"] != "login" {
 		t.Errorf("ban line fields %v", b.ContextMap())
 	}
+	// The rejection that started the ban, then the two refusals of the banned key.
+	var msgs []string
+	for _, e := range logs.FilterMessageSnippet("rate limit exceeded").All() {
+		msgs = append(msgs, fmt.Sprintf("%s banned=%v", e.Message, e.ContextMap()["banned"]))
+	}
+	if want := "[rate limit exceeded banned=<nil> rate limit exceeded banned=<nil> " +
+		"rate limit exceeded (banned key) banned=true rate limit exceeded (banned key) banned=true]"; fmt.Sprint(msgs) != want {
+		t.Errorf("rejection lines %v", msgs)
+	}
 }
