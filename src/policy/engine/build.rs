@@ -304,10 +304,12 @@ impl Engine {
             }
         }
         let header_names = read_headers(&policy);
+        // Permits and deferred charges are handed back through the ledger.
         let ledger = Ledger::new(
             limiters
                 .iter()
-                .any(|l| matches!(l, Limiter::Concurrency(_))),
+                .any(|l| matches!(l, Limiter::Concurrency(_)))
+                || policy.limits.iter().any(|l| !l.charge_on_status.is_empty()),
         );
         let mut counters = counters;
         counters.exposure = policy.status_clients;

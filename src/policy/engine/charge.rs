@@ -114,7 +114,12 @@ impl Engine {
                 continue;
             };
             let table = &self.tables[limit.zone];
-            let v = alg.check(table, h.key_hash, limit.cost, now);
+            let v = if limit.charge_on_status.is_empty() {
+                alg.check(table, h.key_hash, limit.cost, now)
+            } else {
+                pending[k] = Counted::Checked;
+                self.check_deferred(&mut out, h.limit, alg, h.key_hash, now)
+            };
             // The quota only feeds RateLimit headers: skip its divisions when they are off,
             // and when this limit does not have less room left than the tightest so far.
             if self.policy.emit_headers
@@ -155,12 +160,13 @@ impl Engine {
                         if let (l, Limiter::Rate(a), false) = (
                             &self.policy.limits[e.limit],
                             &self.limiters[e.limit],
-                            matches!(counted, Counted::DryRejected),
+                            matches!(counted, Counted::DryRejected | Counted::Checked),
                         ) {
                             a.refund(&self.tables[l.zone], e.key_hash, l.cost, now);
                         }
                     }
                     self.release(std::mem::take(&mut out.permits), now);
+                    out.charges = Charges::default();
                     // The request is answered as if this limit had been asked alone, on the
                     // states before this request: the same state unless an earlier limit
                     // charged this very bucket (two limits on one zone with one key). Then a
@@ -169,7 +175,7 @@ impl Engine {
                     let shared = hits[..k].iter().zip(&pending[..k]).any(|(e, counted)| {
                         e.key_hash == h.key_hash
                             && self.policy.limits[e.limit].zone == limit.zone
-                            && !matches!(counted, Counted::DryRejected)
+                            && !matches!(counted, Counted::DryRejected | Counted::Checked)
                     });
                     let alone = if shared {
                         let p = alg.predict(table, h.key_hash, limit.cost, now);
@@ -197,9 +203,12 @@ impl Engine {
                 }
             }
         }
+        if !out.charges.is_empty() {
+            out.charges.generation = self.ledger.take();
+        }
         for (k, h) in hits.iter().enumerate() {
             match pending[k] {
-                Counted::Pass => self.counters.add_limit(h.limit, |c| &c.passed),
+                Counted::Pass | Counted::Checked => self.counters.add_limit(h.limit, |c| &c.passed),
                 Counted::Delayed => self.counters.delayed(h.limit, now),
                 Counted::DryDelayed => self.counters.add_limit(h.limit, |c| &c.dry_run_delayed),
                 Counted::DryRejected => self.counters.add_limit(h.limit, |c| &c.dry_run_rejected),
@@ -268,6 +277,9 @@ impl Engine {
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Counted {
     Pass,
+    /// A `charge_on_status` limit's check passed: counted as passed, charged (or not) after
+    /// the response, never refunded.
+    Checked,
     Delayed,
     DryDelayed,
     DryRejected,

@@ -59,10 +59,13 @@ mod attach;
 pub use attach::{AttachError, AttachOptions, HostRegions};
 mod bans;
 mod charge;
+mod deferred;
 mod headers;
 
 /// Concurrency limits one request can hold at once.
 pub const MAX_PERMITS: usize = 4;
+/// Limits with `charge_on_status` in one policy (each request carries their charges).
+pub const MAX_CHARGES: usize = 4;
 /// Targets up to this length are normalized in a stack buffer; longer ones use the heap.
 const STACK_TARGET: usize = 2048;
 /// Salt that turns a concurrency key into the key of its wait queue (same table).
