@@ -1340,6 +1340,7 @@ def main():
     sys.modules["run"] = sys.modules[__name__]
     import access_log
     import bans
+    import charge_on_status
     import fail2ban
     import hosts
     import reload_edits
@@ -1392,6 +1393,7 @@ def main():
         ("fail2ban", lambda: fail2ban.test_fail2ban(args.module)),
         ("access-log", lambda: access_log.test_access_log(args.module)),
         ("bans", lambda: bans.test_bans(args.module)),
+        ("charge-on-status", lambda: charge_on_status.test_charge_on_status(args.module)),
     ]
     if args.asan_module:
         checks += [
