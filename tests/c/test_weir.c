@@ -304,6 +304,11 @@ run_vector(const cJSON *vec)
         int rc, nsel;
 
         if (cJSON_IsNumber(rel)) {
+            const cJSON *st = cJSON_GetObjectItem(reqs[rel->valueint], "response_status");
+
+            CHECK(weir_engine_charge(engine, &verdicts[rel->valueint],
+                                     (uint16_t) (cJSON_IsNumber(st) ? st->valueint : 200), now)
+                  == WEIR_OK, "%s: charge of step %d", name, rel->valueint);
             weir_engine_release(engine, &verdicts[rel->valueint], now);
         } else if (cJSON_IsNumber(abandon)) {
             weir_engine_abandon(engine, &verdicts[abandon->valueint], now);
@@ -322,6 +327,9 @@ run_vector(const cJSON *vec)
             verdicts[k].ticket.limit = -1;
             for (int j = 0; j < WEIR_MAX_PERMITS; j++) {
                 verdicts[k].permits[j].limit = -1;
+            }
+            for (int j = 0; j < WEIR_MAX_CHARGES; j++) {
+                verdicts[k].charges[j].limit = -1;
             }
             reqs[i] = reqs[k];
             if (expect) {
