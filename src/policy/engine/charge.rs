@@ -107,6 +107,8 @@ impl Engine {
         // 4. Charge the rate limits, one table access each; an enforced rejection undoes every
         //    charge and permit before it (all-or-nothing).
         let mut dry_wait = 0;
+        let mut deferred = false;
+        let any_deferred = self.any_deferred;
         for (k, h) in hits.iter().enumerate() {
             let (limit, Limiter::Rate(alg)) =
                 (&self.policy.limits[h.limit], &self.limiters[h.limit])
@@ -114,10 +116,11 @@ impl Engine {
                 continue;
             };
             let table = &self.tables[limit.zone];
-            let v = if limit.charge_on_status.is_empty() {
+            let v = if !any_deferred || limit.charge_on_status.is_empty() {
                 alg.check(table, h.key_hash, limit.cost, now)
             } else {
                 pending[k] = Counted::Checked;
+                deferred = true;
                 self.check_deferred(&mut out, h.limit, alg, h.key_hash, now)
             };
             // The quota only feeds RateLimit headers: skip its divisions when they are off,
@@ -203,7 +206,7 @@ impl Engine {
                 }
             }
         }
-        if !out.charges.is_empty() {
+        if deferred && !out.charges.is_empty() {
             out.charges.generation = self.ledger.take();
         }
         for (k, h) in hits.iter().enumerate() {

@@ -98,6 +98,8 @@ pub struct Engine {
     ledger: Ledger,
     /// Whether some limit has a `ban` (only then are bans looked up: engine/bans.rs).
     any_ban: bool,
+    /// Whether some limit has `charge_on_status` (engine/deferred.rs).
+    any_deferred: bool,
 }
 
 /// One matched limit during an evaluation.

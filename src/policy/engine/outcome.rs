@@ -141,19 +141,17 @@ impl Permits {
 /// not charged. Hand them to [`Engine::charge_response`] with the response status once the
 /// response is known (before releasing the request's permits), or with status 0 when there
 /// is no response; a set handed back twice (a stale copy) charges nothing the second time.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 #[must_use = "deferred charges must be handed to Engine::charge_response"]
 pub struct Charges {
-    /// Limit indexes, the used ones first, then [`NO_CHARGE`].
+    /// Limit index + 1 of each charge, the used ones first, then 0 (all zero when empty, so
+    /// an outcome without charges is initialized with the zeros around it).
     pub(super) limits: [u16; MAX_CHARGES],
     /// The key hash of each used entry.
     pub(super) keys: [u64; MAX_CHARGES],
     /// Its entry in the engine's [`Ledger`].
     pub(super) generation: u64,
 }
-
-/// An unused entry of [`Charges`].
-const NO_CHARGE: u16 = u16::MAX;
 
 /// One deferred charge as plain data, for hosts that carry charges across an FFI.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -163,37 +161,27 @@ pub struct RawCharge {
     pub key_hash: u64,
 }
 
-impl Default for Charges {
-    fn default() -> Charges {
-        Charges {
-            limits: [NO_CHARGE; MAX_CHARGES],
-            keys: [0; MAX_CHARGES],
-            generation: 0,
-        }
-    }
-}
-
 impl Charges {
     pub fn is_empty(&self) -> bool {
-        self.limits[0] == NO_CHARGE
+        self.limits[0] == 0
     }
 
     /// The charges (limit, key hash), in order.
     pub(super) fn due(&self) -> impl Iterator<Item = (usize, u64)> + '_ {
         (self.limits.iter().zip(&self.keys))
-            .take_while(|(l, _)| **l != NO_CHARGE)
-            .map(|(l, k)| (usize::from(*l), *k))
+            .take_while(|(l, _)| **l != 0)
+            .map(|(l, k)| (usize::from(*l) - 1, *k))
     }
 
     /// Adds limit `limit`'s charge of key `key_hash` (once; a full set ignores more, which
     /// a validated policy never has).
     pub(super) fn push(&mut self, limit: usize, key_hash: u64) {
         for (l, k) in self.limits.iter_mut().zip(&mut self.keys) {
-            if *l == NO_CHARGE {
-                (*l, *k) = (limit as u16, key_hash);
+            if *l == 0 {
+                (*l, *k) = (limit as u16 + 1, key_hash);
                 return;
             }
-            if usize::from(*l) == limit && *k == key_hash {
+            if usize::from(*l) == limit + 1 && *k == key_hash {
                 return;
             }
         }
