@@ -379,6 +379,10 @@ func (v *verdict) holdsPermits() bool {
 	return false
 }
 
+// holdsCharges reports whether the engine handed the request deferred charges (its
+// charge_on_status limits), which weir_engine_charge must hand back with the response status.
+func (v *verdict) holdsCharges() bool { return v.v.charges[0].limit >= 0 }
+
 // headerLines returns the "Name: value" lines the engine emitted.
 func (v *verdict) headerLines() [][2]string {
 	n := int(v.v.headers_len)
@@ -424,6 +428,14 @@ func (e *engine) renderKey(r *reqView, limit int) string {
 
 func (e *engine) abandon(v *verdict, now uint64) { C.weir_engine_abandon(e.p, &v.v, C.uint64_t(now)) }
 func (e *engine) release(v *verdict, now uint64) { C.weir_engine_release(e.p, &v.v, C.uint64_t(now)) }
+
+// charge charges v's deferred charges for a response of status (0: none; charges nothing).
+func (e *engine) charge(v *verdict, status int, now uint64) {
+	if status < 0 || status > 999 {
+		status = 0
+	}
+	C.weir_engine_charge(e.p, &v.v, C.uint16_t(status), C.uint64_t(now))
+}
 
 // banLine is the engine's log line for the ban verdict v started ("" when it started none):
 // `banning key "K" for Ns by weir limit "NAME"`, the last line of weir_engine_outcome.

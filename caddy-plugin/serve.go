@@ -59,8 +59,10 @@ const (
 // once the response is complete), the limits its inline zones select and their keys.
 type reqState struct {
 	v      [nEngines]verdict
-	held   [nEngines]*verdict // a verdict holding permits to release, by engine
+	held   [nEngines]*verdict // a verdict holding permits or charges to give back, by engine
 	heldBy [nEngines]*engineState
+	// the response's status, recorded for deferred charges (0: none written)
+	sw     statusWriter
 	sel    []uint16
 	vars   []byte
 	selBuf [maxZones]uint16
@@ -74,14 +76,19 @@ var reqStates = sync.Pool{New: func() any {
 
 func (rs *reqState) reset() {
 	rs.held, rs.heldBy = [nEngines]*verdict{}, [nEngines]*engineState{}
+	rs.sw = statusWriter{}
 	rs.sel = rs.selBuf[:0]
 	rs.vars = rs.vars[:0]
 }
 
-// releaseHeld gives v's permits back to s's engine (unless the engine is gone).
-func releaseHeld(s *engineState, v *verdict, now uint64) {
+// releaseHeld charges v's deferred charges for a response of status, then gives v's permits
+// back, to s's engine (unless the engine is gone).
+func releaseHeld(s *engineState, v *verdict, status int, now uint64) {
 	s.mu.RLock()
 	if s.eng != nil {
+		if v.holdsCharges() {
+			s.eng.charge(v, status, now)
+		}
 		s.eng.release(v, now)
 	}
 	s.mu.RUnlock()
@@ -89,23 +96,24 @@ func releaseHeld(s *engineState, v *verdict, now uint64) {
 
 // detach hands the request's permits over as functions (test harness: held across steps);
 // the state then holds none.
-func (rs *reqState) detach() []func(uint64) {
-	var out []func(uint64)
+func (rs *reqState) detach() []func(status int, now uint64) {
+	var out []func(status int, now uint64)
 	for i, v := range rs.held {
 		if v != nil {
 			s := rs.heldBy[i]
-			out = append(out, func(now uint64) { releaseHeld(s, v, now) })
+			out = append(out, func(status int, now uint64) { releaseHeld(s, v, status, now) })
 		}
 	}
 	rs.reset()
 	return out
 }
 
-// done releases what the request holds, the policy's permits first, and recycles its state.
+// done charges and releases what the request holds, the policy's first, and recycles its
+// state.
 func (h *Handler) done(rs *reqState) {
 	for i := nEngines - 1; i >= 0; i-- {
 		if v := rs.held[i]; v != nil {
-			releaseHeld(rs.heldBy[i], v, nowNS())
+			releaseHeld(rs.heldBy[i], v, rs.sw.status, nowNS())
 		}
 	}
 	rs.reset()
@@ -143,6 +151,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	if env.test != nil && env.test.hold {
 		// Test harness: keep the permits until an explicit release step.
 		testHold(env.test, rs.detach())
+	}
+	if rs.charging() {
+		return rs.serveCharged(w, r, next)
 	}
 	return next.ServeHTTP(w, r)
 }
@@ -388,7 +399,7 @@ func (h *Handler) serveEngine(w http.ResponseWriter, r *http.Request, repl *cadd
 		h.dryRun(r, env, s.name(d), v.dryRunAction(), s.logLevel(d))
 	}
 	holdPermits := func() {
-		if v.holdsPermits() {
+		if v.holdsPermits() || v.holdsCharges() {
 			rs.held[which], rs.heldBy[which] = v, s
 		}
 	}

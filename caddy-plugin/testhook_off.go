@@ -11,7 +11,7 @@ type testCtl struct{ hold bool }
 func testIntercept(*Handler, http.ResponseWriter, *http.Request, *reqEnv) (bool, error) {
 	return false, nil
 }
-func testHold(*testCtl, []func(uint64))                                                {}
+func testHold(*testCtl, []func(int, uint64))                                           {}
 func testQueue(*engineState, http.ResponseWriter, *reqEnv, *reqView, *verdict, string) {}
 func testReport(http.ResponseWriter, *reqEnv, string, string, *verdict)                {}
 func isTestHeader(string) bool                                                         { return false }

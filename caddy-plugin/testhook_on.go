@@ -9,7 +9,8 @@ package weir
 //	X-Weir-Test-Now: <t_ms>       evaluate at 1_000_000_000_000 + t_ms·1e6 ns (the vectors' base)
 //	X-Weir-Test-Peer: <address>   the client address (instead of Caddy's client_ip)
 //	X-Weir-Test-Step: <id>        keep this request's permits / queue ticket under <id>
-//	X-Weir-Test-Release: <id>     release the permits held under <id> (answers 204)
+//	X-Weir-Test-Release: <id>     release the permits held under <id> (answers 204), after
+//	                              charging its deferred charges with X-Weir-Test-Status (or 0)
 //	X-Weir-Test-Retry: <id>       evaluate the ticket held under <id> again (evaluate_queued)
 //	X-Weir-Test-Abandon: <id>     give up the ticket held under <id> (answers 204)
 //
@@ -33,7 +34,7 @@ type testCtl struct {
 
 type held struct {
 	s       *engineState // the engine of v
-	release []func(uint64)
+	release []func(status int, now uint64)
 	v       *verdict
 	rv      reqView
 }
@@ -83,9 +84,10 @@ func testIntercept(h *Handler, w http.ResponseWriter, r *http.Request, env *reqE
 		env.peer = p
 	}
 	if id := r.Header.Get("X-Weir-Test-Release"); id != "" {
+		status, _ := strconv.Atoi(r.Header.Get("X-Weir-Test-Status"))
 		if x := take(id); x != nil {
 			for i := len(x.release) - 1; i >= 0; i-- {
-				x.release[i](env.now)
+				x.release[i](status, env.now)
 			}
 		}
 		w.WriteHeader(http.StatusNoContent)
@@ -116,7 +118,9 @@ func testIntercept(h *Handler, w http.ResponseWriter, r *http.Request, env *reqE
 			testReport(w, env, "reject", limit, v)
 			w.WriteHeader(v.status())
 		default:
-			put(ctl.step, &held{release: []func(uint64){func(now uint64) { s.eng.release(v, now) }}})
+			put(ctl.step, &held{release: []func(int, uint64){func(status int, now uint64) {
+				releaseHeld(s, v, status, now)
+			}}})
 			testReport(w, env, "pass", "", v)
 			w.WriteHeader(http.StatusOK)
 		}
@@ -125,7 +129,7 @@ func testIntercept(h *Handler, w http.ResponseWriter, r *http.Request, env *reqE
 	return false, nil
 }
 
-func testHold(t *testCtl, release []func(uint64)) {
+func testHold(t *testCtl, release []func(status int, now uint64)) {
 	put(t.step, &held{release: release})
 }
 

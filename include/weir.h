@@ -84,6 +84,11 @@
 #define WEIR_QUEUE 3
 
 /*
+ Number of deferred charges a verdict can hold.
+ */
+#define WEIR_MAX_CHARGES 4
+
+/*
  `weir_engine_attach_shared` flag: do not start the cluster syncer threads yet (call
  `weir_engine_start_sync` later, e.g. in each process after `fork`: threads do not survive
  it).
@@ -210,6 +215,15 @@ typedef struct weir_permit {
 } weir_permit;
 
 /*
+ A deferred charge: limit `limit` (a rate limit with `charge_on_status`) for the key of
+ hash `key_hash`. `limit < 0` means empty.
+ */
+typedef struct weir_charge {
+  int32_t limit;
+  uint64_t key_hash;
+} weir_charge;
+
+/*
  The engine's answer for one request.
  */
 typedef struct weir_verdict {
@@ -298,6 +312,16 @@ typedef struct weir_verdict {
    The started ban's entry in the engine's list of bans (for its key), or -1.
    */
   int32_t ban_entry;
+  /*
+   The deferred charges of the `charge_on_status` limits a WEIR_PASS or WEIR_DELAY passed:
+   hand them back with the response status through `weir_engine_charge` (before
+   `weir_engine_release`). Copies are harmless, as for permits.
+   */
+  struct weir_charge charges[WEIR_MAX_CHARGES];
+  /*
+   The charges' entry in the engine's record of what is handed out (as a permit's).
+   */
+  uint64_t charges_generation;
 } weir_verdict;
 
 /*
@@ -698,6 +722,19 @@ int weir_engine_render_key(const struct weir_engine *e,
                            uint8_t *buf,
                            size_t cap,
                            size_t *len);
+
+/*
+ Charges the deferred charges held in `v` for a response of `status` (call it once the
+ response status is known, before `weir_engine_release`; status 0 when there was no
+ response, which charges nothing) and clears them, so a second call changes nothing;
+ charging a copy of `v` afterwards changes nothing either. Only the limits whose
+ `charge_on_status` lists `status` are charged. A charge naming no such limit of `e` gives
+ WEIR_ERR_INVALID and nothing is charged.
+ */
+int weir_engine_charge(const struct weir_engine *e,
+                       struct weir_verdict *v,
+                       uint16_t status,
+                       uint64_t now);
 
 /*
  Starts the engine's cluster syncer threads that are not running (see

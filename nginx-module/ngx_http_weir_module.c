@@ -370,7 +370,8 @@ ngx_http_weir_cleanup(void *data)
 {
     ngx_http_weir_state_t  *st = data;
 
-    uint64_t  now;
+    uint64_t    now;
+    ngx_uint_t  status;
 
     if (st->request == NULL) {
         return;
@@ -388,6 +389,17 @@ ngx_http_weir_cleanup(void *data)
         if (st->verdict.action == WEIR_QUEUE) {
             (void) weir_engine_abandon(st->engine, &st->verdict, now);
         }
+
+        /*
+         * the response's status charges the limits with charge_on_status,
+         * before the permits go back (a concurrency limit on the same key
+         * then bounds the requests that pass before their charge lands)
+         */
+
+        status = st->request->headers_out.status;
+
+        (void) weir_engine_charge(st->engine, &st->verdict,
+                                  (uint16_t) (status <= 999 ? status : 0), now);
 
         (void) weir_engine_release(st->engine, &st->verdict, now);
     }

@@ -26,9 +26,11 @@ type step struct {
 	Vars    map[string]string `json:"vars"`
 	Select  []string          `json:"select"`
 	Release *int              `json:"release"`
-	Retry   *int              `json:"retry"`
-	Abandon *int              `json:"abandon"`
-	Expect  *expect           `json:"expect"`
+	// RespStatus is the status the response has when released (the harness charges with it).
+	RespStatus *int    `json:"response_status"`
+	Retry      *int    `json:"retry"`
+	Abandon    *int    `json:"abandon"`
+	Expect     *expect `json:"expect"`
 }
 
 type expect struct {
@@ -63,6 +65,18 @@ func loadVectors(t *testing.T) []vector {
 		vs = append(vs, v)
 	}
 	return vs
+}
+
+// respStatus is the response status of step i's request (a retry's is its request's; 200
+// when the vector gives none).
+func respStatus(steps []step, i int) int {
+	for steps[i].Retry != nil {
+		i = *steps[i].Retry
+	}
+	if s := steps[i].RespStatus; s != nil {
+		return *s
+	}
+	return 200
 }
 
 // nullableString decodes a JSON string or null ("" for null).
@@ -109,7 +123,8 @@ func TestVectors(t *testing.T) {
 				var r response
 				switch {
 				case st.Release != nil:
-					ctl = append(ctl, [2]string{"X-Weir-Test-Release", fmt.Sprintf("%s/%d", v.Name, *st.Release)})
+					ctl = append(ctl, [2]string{"X-Weir-Test-Release", fmt.Sprintf("%s/%d", v.Name, *st.Release)},
+						[2]string{"X-Weir-Test-Status", strconv.Itoa(respStatus(v.Steps, *st.Release))})
 					if r = get(t, s.port, "/", ctl...); r.status != 204 {
 						t.Fatalf("step %d: release answered %d", i, r.status)
 					}

@@ -32,6 +32,8 @@ pub struct Entry {
     pub peer: IpAddr,
     /// `$request_time` / Caddy `duration`, when logged: concurrency permits are held this long.
     pub duration_ns: Option<u64>,
+    /// `$status` / Caddy `status`, when logged: what `charge_on_status` limits are charged with.
+    pub status: Option<u16>,
     /// `$weir_action` / Caddy `weir_action`, when logged ("-" or empty: none).
     pub logged_action: Option<LogAction>,
     /// `$weir_limit` / Caddy `weir_limit`, when the format records it (empty: no limit).
@@ -56,6 +58,7 @@ impl Default for Entry {
             seq: 0,
             peer: IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
             duration_ns: None,
+            status: None,
             logged_action: None,
             logged_limit: None,
             buf: Vec::with_capacity(512),
@@ -73,6 +76,7 @@ impl Entry {
         self.headers.clear();
         self.by_name.clear();
         self.duration_ns = None;
+        self.status = None;
         self.logged_action = None;
         self.logged_limit = None;
         self.whole_second = false;
@@ -225,6 +229,7 @@ enum Var {
     Uri,
     Args,
     RequestTime,
+    Status,
     /// `$weir_action`, `$weir_limit`: the decision the host logged.
     WeirAction,
     WeirLimit,
@@ -232,7 +237,7 @@ enum Var {
     Http(Box<[u8]>),
     /// `$cookie_NAME`: cookie name as written.
     Cookie(Box<[u8]>),
-    /// Anything else ($status, $body_bytes_sent, $remote_user, $upstream_*, …): skipped.
+    /// Anything else ($body_bytes_sent, $remote_user, $upstream_*, …): skipped.
     Other,
 }
 
@@ -388,6 +393,7 @@ impl NginxFormat {
                         ncookies += 1;
                     }
                 }
+                Var::Status => e.status = std::str::from_utf8(v).ok().and_then(|s| s.parse().ok()),
                 Var::WeirAction => e.logged_action = logged_action(v),
                 Var::WeirLimit => e.set_logged_limit(r),
                 Var::Other => {}
@@ -472,6 +478,7 @@ impl Var {
             "uri" | "document_uri" => Var::Uri,
             "args" | "query_string" => Var::Args,
             "request_time" => Var::RequestTime,
+            "status" => Var::Status,
             "weir_action" => Var::WeirAction,
             "weir_limit" => Var::WeirLimit,
             _ => {
@@ -527,6 +534,7 @@ struct CaddyLine<'a> {
     #[serde(borrow)]
     request: Option<CaddyRequest<'a>>,
     duration: Option<f64>,
+    status: Option<u16>,
     /// log_append fields of `{http.weir.action}` and `{http.weir.limit}` (docs/CADDY.md).
     #[serde(borrow)]
     weir_action: Option<Cow<'a, str>>,
@@ -598,6 +606,7 @@ impl CaddyFormat {
             let r = e.push(lim.as_bytes());
             e.set_logged_limit(r);
         }
+        e.status = l.status;
         e.duration_ns = l
             .duration
             .filter(|d| d.is_finite() && *d >= 0.0)
@@ -652,7 +661,7 @@ mod tests {
             e.header(b"x-forwarded-for"),
             Some(&b"198.51.100.1, 10.0.0.1"[..])
         );
-        assert_eq!(e.duration_ns, Some(250_000_000));
+        assert_eq!((e.duration_ns, e.status), (Some(250_000_000), Some(200)));
         let e = parse(
             fmt,
             r#"2001:db8::5 [2026-12-02T12:36:45+00:00] GET /x "-" 200 - "-" "-" "-""#,
@@ -690,6 +699,7 @@ mod tests {
         assert_eq!(e.target(), b"/app.css?v=3");
         assert_eq!(e.cookie(b"wiki_session"), Some(&b"x"[..]));
         assert_eq!(e.header(b"user-agent"), Some(&b"curl/8"[..]));
+        assert_eq!(e.status, Some(200));
         assert!(!e.whole_second);
         assert!(parse("caddy-json", r#"{"ts":1,"msg":"x"}"#).is_err());
     }

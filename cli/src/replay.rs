@@ -22,7 +22,7 @@ use std::sync::Arc;
 
 use weir::policy::config::Limit;
 use weir::policy::counters::LimitCounts;
-use weir::policy::engine::Permits;
+use weir::policy::engine::{Charges, Permits};
 use weir::policy::key::KeyPart;
 use weir::policy::{Action, Engine};
 
@@ -68,11 +68,14 @@ const TOP_CAPACITY: usize = 1024;
 /// Distinct counts are exact up to this many clients.
 const DISTINCT_EXACT: usize = 65_536;
 
-/// Concurrency permits held until the logged request duration has passed.
+/// Concurrency permits, and deferred charges with the logged status, held until the logged
+/// request duration has passed.
 struct Held {
     end: u64,
     seq: u64,
     permits: Permits,
+    charges: Charges,
+    status: u16,
 }
 impl PartialEq for Held {
     fn eq(&self, o: &Self) -> bool {
@@ -145,6 +148,7 @@ impl Sim {
         let now = BASE_NS + (t - origin).max(0) as u64;
         while self.held.peek().is_some_and(|h| h.end <= now) {
             let h = self.held.pop().expect("peeked");
+            self.engine.charge_response(h.charges, h.status, now);
             self.engine.release(h.permits, now);
         }
         self.counts.requests += 1;
@@ -208,16 +212,23 @@ impl Sim {
                     // Replay has no waiting room: a queued request gives its place back.
                     self.engine.abandon(ticket, now);
                 }
+                // charge_on_status limits are charged with the logged status (none: nothing).
+                let status = e.status.unwrap_or(0);
                 match e.duration_ns {
-                    Some(d) if !out.permits.is_empty() => {
+                    Some(d) if !out.permits.is_empty() || !out.charges.is_empty() => {
                         self.seq += 1;
                         self.held.push(Held {
                             end: now + d,
                             seq: self.seq,
                             permits: out.permits,
+                            charges: out.charges,
+                            status,
                         })
                     }
-                    _ => self.engine.release(out.permits, now),
+                    _ => {
+                        self.engine.charge_response(out.charges, status, now);
+                        self.engine.release(out.permits, now);
+                    }
                 }
             }
         }

@@ -305,3 +305,40 @@ fn incident_crawler_limited_everyone_else_untouched() {
     );
     assert!(!html.contains("<link") && !html.contains("src="));
 }
+
+#[test]
+fn replay_charges_charge_on_status_limits_with_the_logged_status() {
+    let dir = std::env::temp_dir().join(format!("weir-charge-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let policy = dir.join("p.toml");
+    std::fs::write(
+        &policy,
+        "[zones.f]\nsize = \"64k\"\nalgorithm = \"sliding\"\nevents = 2\nwindow = \"1h\"\n\
+         [[limit]]\nname = \"failures\"\nclass = \"*\"\nzone = \"f\"\ncharge_on_status = [401]\n",
+    )
+    .unwrap();
+    // Three 200s never count; two 401s fill the limit; the next two are refused.
+    let line = |status: u16| {
+        format!("192.0.2.1 - - [02/Dec/2026:12:00:00 +0000] \"POST /login HTTP/1.1\" {status} 10 \"-\" \"-\"\n")
+    };
+    let log: String = [200, 200, 401, 200, 401, 200, 401]
+        .into_iter()
+        .map(line)
+        .collect();
+    let log_path = dir.join("access.log");
+    std::fs::write(&log_path, log).unwrap();
+    let got = json(&weir(&[
+        "replay",
+        "--policy",
+        policy.to_str().unwrap(),
+        "--json",
+        log_path.to_str().unwrap(),
+    ]));
+    let l = &got["limits"][0];
+    assert_eq!(
+        (&l["passed"], &l["rejected"]),
+        (&5.into(), &2.into()),
+        "{l}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -8,6 +8,7 @@ use weir::policy::engine::{Action, Permits, QueueTicket, RawPermit, MAX_PERMITS,
 use weir::policy::{Engine, EvalError, RequestView};
 
 use crate::{bytes, guard, weir_engine, MAX_LEN};
+use crate::{put_charges, weir_charge, NO_CHARGE, WEIR_MAX_CHARGES};
 use crate::{WEIR_DELAY, WEIR_ERR_BAD_TARGET, WEIR_ERR_INVALID, WEIR_ERR_NULL, WEIR_OK};
 use crate::{WEIR_PASS, WEIR_QUEUE, WEIR_REJECT};
 
@@ -142,6 +143,12 @@ pub struct weir_verdict {
     pub ban_s: u64,
     /// The started ban's entry in the engine's list of bans (for its key), or -1.
     pub ban_entry: i32,
+    /// The deferred charges of the `charge_on_status` limits a WEIR_PASS or WEIR_DELAY passed:
+    /// hand them back with the response status through `weir_engine_charge` (before
+    /// `weir_engine_release`). Copies are harmless, as for permits.
+    pub charges: [weir_charge; WEIR_MAX_CHARGES],
+    /// The charges' entry in the engine's record of what is handed out (as a permit's).
+    pub charges_generation: u64,
 }
 
 /// A `weir_request` seen as the engine's request view.
@@ -235,6 +242,8 @@ pub(crate) fn empty_verdict() -> weir_verdict {
         banned: 0,
         ban_s: 0,
         ban_entry: -1,
+        charges: [NO_CHARGE; WEIR_MAX_CHARGES],
+        charges_generation: 0,
     }
 }
 
@@ -388,6 +397,7 @@ unsafe fn evaluate(
     for (slot, raw) in v.permits.iter_mut().zip(o.permits.into_raw()) {
         *slot = raw_permit(raw);
     }
+    put_charges(&mut v, o.charges);
     if let Some(t) = o.ticket {
         v.ticket_deadline_ns = t.deadline_ns();
         v.ticket = raw_permit(Some(t.into_raw()));

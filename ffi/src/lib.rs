@@ -21,6 +21,7 @@
 #![allow(non_camel_case_types)] // C names: weir_engine, weir_verdict, ...
 
 mod access_log;
+mod charge;
 mod cluster;
 mod directive;
 mod engine;
@@ -40,6 +41,7 @@ use std::ffi::{c_char, c_int, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 pub use access_log::*;
+pub use charge::*;
 pub use cluster::*;
 pub use directive::*;
 pub use engine::*;

@@ -304,6 +304,11 @@ run_vector(const cJSON *vec)
         int rc, nsel;
 
         if (cJSON_IsNumber(rel)) {
+            const cJSON *st = cJSON_GetObjectItem(reqs[rel->valueint], "response_status");
+
+            CHECK(weir_engine_charge(engine, &verdicts[rel->valueint],
+                                     (uint16_t) (cJSON_IsNumber(st) ? st->valueint : 200), now)
+                  == WEIR_OK, "%s: charge of step %d", name, rel->valueint);
             weir_engine_release(engine, &verdicts[rel->valueint], now);
         } else if (cJSON_IsNumber(abandon)) {
             weir_engine_abandon(engine, &verdicts[abandon->valueint], now);
@@ -322,6 +327,9 @@ run_vector(const cJSON *vec)
             verdicts[k].ticket.limit = -1;
             for (int j = 0; j < WEIR_MAX_PERMITS; j++) {
                 verdicts[k].permits[j].limit = -1;
+            }
+            for (int j = 0; j < WEIR_MAX_CHARGES; j++) {
+                verdicts[k].charges[j].limit = -1;
             }
             reqs[i] = reqs[k];
             if (expect) {
@@ -1068,6 +1076,55 @@ test_parse_values(void)
     CHECK(rate_of("x", &r, small, 0) == WEIR_ERR_INVALID && small[0] == 'Z', "cap 0");
 }
 
+/* charge_on_status: 401s are charged, 200s never; a copy of a charged verdict charges
+ * nothing; a forged charge is refused without a charge or a word on stderr. */
+static void
+test_charge_on_status(void)
+{
+    static const char policy[] =
+        "[zones.f]\nsize = \"64k\"\nalgorithm = \"sliding\"\nevents = 2\nwindow = \"1m\"\n"
+        "[[limit]]\nclass = \"*\"\nzone = \"f\"\ncharge_on_status = [401]\n";
+    weir_policy *p = NULL;
+    weir_engine *e = NULL;
+    weir_verdict v, copy;
+    weir_request r;
+    uint64_t now = BASE_NS;
+    long noise;
+    int rc;
+
+    CHECK(weir_policy_parse((const uint8_t *) policy, strlen(policy), "c", &p, NULL) == WEIR_OK
+          && weir_engine_new(p, &e, NULL) == WEIR_OK, "charge_on_status engine");
+    r = (weir_request) { .method = (const uint8_t *) "POST", .method_len = 4,
+                         .target = (const uint8_t *) "/login", .target_len = 6,
+                         .peer = (const uint8_t *) "192.0.2.1", .peer_len = 9 };
+    CHECK(weir_engine_charge(NULL, NULL, 401, now) == WEIR_ERR_NULL, "NULL charge");
+    for (int i = 0; i < 5; i++) {
+        CHECK(weir_engine_evaluate(e, &r, now, &v, NULL, 0) == WEIR_OK
+              && v.action == WEIR_PASS && v.charges[0].limit == 0
+              && v.charges[1].limit == -1, "200 %d passes with its charge", i);
+        CHECK(weir_engine_charge(e, &v, 200, now) == WEIR_OK && v.charges[0].limit == -1,
+              "200 charges nothing and clears");
+    }
+    CHECK(weir_engine_evaluate(e, &r, now, &v, NULL, 0) == WEIR_OK, "first 401");
+    copy = v;
+    CHECK(weir_engine_charge(e, &v, 401, now) == WEIR_OK, "charge");
+    CHECK(weir_engine_charge(e, &copy, 401, now) == WEIR_OK, "charge of a copy");
+    CHECK(weir_engine_evaluate(e, &r, now, &v, NULL, 0) == WEIR_OK && v.action == WEIR_PASS,
+          "the copy charged nothing");
+    copy = v;
+    copy.charges[0].limit = 3;
+    quiet_begin();
+    rc = weir_engine_charge(e, &copy, 401, now);
+    noise = quiet_end();
+    CHECK(rc == WEIR_ERR_INVALID && noise == 0 && copy.charges[0].limit == 3,
+          "forged charge: rc %d, %ld bytes on stderr", rc, noise);
+    CHECK(weir_engine_charge(e, &v, 401, now) == WEIR_OK, "second 401");
+    CHECK(weir_engine_evaluate(e, &r, now, &v, NULL, 0) == WEIR_OK && v.action == WEIR_REJECT
+          && v.status == 429 && v.charges[0].limit == -1, "two 401s: refused, nothing to charge");
+    weir_engine_free(e);
+    weir_policy_free(p);
+}
+
 static void
 test_abi_misuse(void)
 {
@@ -1364,6 +1421,7 @@ main(int argc, char **argv)
 {
     test_bad_inputs();
     test_abi_misuse();
+    test_charge_on_status();
     test_parse_values();
     test_host_limits();
     test_fork_shared_region();

@@ -41,6 +41,8 @@ pub struct Step {
     /// Limit names for `evaluate_selected`.
     pub select: Option<Vec<String>>,
     pub release: Option<usize>,
+    /// The status the upstream answers this request with once it is released (default 200).
+    pub response_status: Option<u16>,
     pub retry: Option<usize>,
     pub abandon: Option<usize>,
     pub expect: Option<Expect>,
@@ -53,7 +55,8 @@ pub enum Kind<'a> {
     Request(&'a Expect),
     /// Step `I`'s queued request asks again.
     Retry(usize, &'a Expect),
-    /// Step `I`'s response is complete: its permits go back.
+    /// Step `I`'s response is complete (with its `response_status`): its deferred charges
+    /// are charged, then its permits go back.
     Release(usize),
     /// Step `I` gives up its queue place.
     Abandon(usize),
@@ -161,6 +164,10 @@ fn check_steps(v: &Vector) {
             assert!(j < i, "{ctx}: must name an earlier step");
         }
         let request = s.method.is_some() && s.target.is_some() && s.peer.is_some();
+        assert!(
+            s.response_status.is_none() || request,
+            "{ctx}: response_status belongs to a request"
+        );
         let fine = match (s.release, s.abandon, s.retry) {
             (Some(_), ..) | (_, Some(_), _) => s.expect.is_none() && !request,
             (.., Some(_)) => s.expect.is_some() && !request,

@@ -270,7 +270,8 @@ class Backend:
                     with backend.lock:
                         backend.arrived[tag] = self.headers.get("X-Weir-Verdict", "")
                     ev.wait(60)
-                self.send_response(200)
+                # the vector's response_status, when it gives one
+                self.send_response(int(self.headers.get("X-Weir-Respond", "200")))
                 self.send_header("Content-Length", "0")
                 self.end_headers()
 
@@ -372,6 +373,8 @@ def run_vector(module, path, backend, env=None):
                 origin[i] = i
                 hs = [("X-Weir-Test-Now", str(BASE_NS + step["t_ms"] * 1_000_000)),
                       ("X-Weir-Test-Peer", step["peer"]), ("X-Weir-Step", f"{name}:{i}")]
+                if "response_status" in step:
+                    hs.append(("X-Weir-Respond", str(step["response_status"])))
                 hs += [(k, v) for k, v in step.get("headers", [])]
                 socks[i] = send(ngx.port, step["method"], step["target"], hs)
             kind, data = settle(i, exp)
@@ -1340,6 +1343,7 @@ def main():
     sys.modules["run"] = sys.modules[__name__]
     import access_log
     import bans
+    import charge_on_status
     import fail2ban
     import hosts
     import incident
@@ -1396,6 +1400,7 @@ def main():
         ("bans", lambda: bans.test_bans(args.module)),
         ("incident", lambda: incident.test_incident(args.module, args.weir)),
         ("keys", lambda: keys.test_keys(args.module, args.weir)),
+        ("charge-on-status", lambda: charge_on_status.test_charge_on_status(args.module)),
     ]
     if args.asan_module:
         checks += [

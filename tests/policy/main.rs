@@ -14,6 +14,7 @@ mod promcheck;
 mod vector;
 
 mod bans;
+mod charge_on_status;
 mod classset_props;
 mod engine_attach;
 mod engine_counters;

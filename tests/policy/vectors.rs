@@ -9,7 +9,7 @@ use std::net::IpAddr;
 use std::path::Path;
 
 use vector::{Expect, Kind, Step, Vector};
-use weir::policy::engine::{Outcome, Permits, QueueTicket};
+use weir::policy::engine::{Charges, Outcome, Permits, QueueTicket};
 use weir::policy::{Action, CompiledPolicy, Engine, EvalError, OwnedRequest};
 
 fn action_name(out: &Outcome) -> &'static str {
@@ -148,6 +148,9 @@ fn run_vector(v: &Vector) -> Vec<String> {
         .unwrap_or_else(|e| panic!("{name}: policy does not load: {e}"));
     let engine = Engine::new(policy).unwrap_or_else(|e| panic!("{name}: engine: {e}"));
     let mut permits: HashMap<usize, Permits> = HashMap::new();
+    let mut charges: HashMap<usize, Charges> = HashMap::new();
+    // Per step: the status its request's response will have (a retry's is its origin's).
+    let mut statuses: HashMap<usize, u16> = HashMap::new();
     let mut tickets: HashMap<usize, QueueTicket> = HashMap::new();
     let mut requests: HashMap<usize, (OwnedRequest, Option<Vec<u16>>)> = HashMap::new();
     for (i, step) in v.steps.iter().enumerate() {
@@ -155,11 +158,14 @@ fn run_vector(v: &Vector) -> Vec<String> {
         let now = step.now_ns();
         let (req, res, expect) = match step.kind() {
             Kind::Release(j) => {
-                let p = permits.remove(&j);
-                engine.release(
-                    p.unwrap_or_else(|| panic!("{ctx}: {j} holds no permits")),
-                    now,
-                );
+                let (p, c) = (permits.remove(&j), charges.remove(&j));
+                assert!(p.is_some() || c.is_some(), "{ctx}: {j} holds nothing");
+                if let Some(c) = c {
+                    engine.charge_response(c, statuses[&j], now);
+                }
+                if let Some(p) = p {
+                    engine.release(p, now);
+                }
                 continue;
             }
             Kind::Abandon(j) => {
@@ -199,7 +205,16 @@ fn run_vector(v: &Vector) -> Vec<String> {
             if !p.is_empty() {
                 permits.insert(i, p);
             }
+            let c = std::mem::take(&mut out.charges);
+            if !c.is_empty() {
+                charges.insert(i, c);
+            }
         }
+        let status = match step.kind() {
+            Kind::Retry(j, _) => statuses[&j],
+            _ => step.response_status.unwrap_or(200),
+        };
+        statuses.insert(i, status);
         requests.insert(i, req);
     }
     errs

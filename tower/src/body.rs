@@ -8,32 +8,59 @@ use std::task::{ready, Context, Poll};
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
-use weir::policy::engine::{Permits, QueueTicket};
+use weir::policy::engine::{Charges, Outcome, Permits, QueueTicket};
 
 use crate::Config;
 
-/// Releases an admitted request's concurrency permits when dropped.
+/// What an admitted request holds until its response: its concurrency permits, released when
+/// dropped, and its deferred charges (`charge_on_status`), charged with the response status
+/// by [`PermitGuard::charge`] — or, when no response came (an inner-service error, a dropped
+/// future), handed back on drop uncharged.
 pub(crate) struct PermitGuard {
     cfg: Arc<Config>,
     permits: Permits,
+    charges: Charges,
 }
 
 impl PermitGuard {
-    pub(crate) fn new(cfg: &Arc<Config>, permits: Permits) -> Option<PermitGuard> {
-        if permits.is_empty() {
+    pub(crate) fn new(cfg: &Arc<Config>, out: &mut Outcome) -> Option<PermitGuard> {
+        if out.permits.is_empty() && out.charges.is_empty() {
             return None;
         }
         Some(PermitGuard {
             cfg: cfg.clone(),
-            permits,
+            permits: std::mem::take(&mut out.permits),
+            charges: std::mem::take(&mut out.charges),
         })
+    }
+
+    /// Charges the deferred charges for a response of `status` (before any permit goes back);
+    /// the guard, if it still holds permits.
+    pub(crate) fn charge(mut self, status: u16) -> Option<PermitGuard> {
+        if !self.charges.is_empty() {
+            let charges = std::mem::take(&mut self.charges);
+            self.cfg
+                .engine
+                .charge_response(charges, status, self.cfg.clock.now_ns());
+        }
+        (!self.permits.is_empty()).then_some(self)
     }
 }
 
 impl Drop for PermitGuard {
     fn drop(&mut self) {
-        let permits = std::mem::take(&mut self.permits);
-        self.cfg.engine.release(permits, self.cfg.clock.now_ns());
+        let now = self.cfg.clock.now_ns();
+        if !self.charges.is_empty() {
+            // No response: status 0 charges nothing.
+            self.cfg
+                .engine
+                .charge_response(std::mem::take(&mut self.charges), 0, now);
+        }
+        if !self.permits.is_empty() {
+            self.cfg
+                .engine
+                .release(std::mem::take(&mut self.permits), now);
+        }
     }
 }
 

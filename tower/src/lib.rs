@@ -23,6 +23,10 @@
 //! `tower_http::catch_panic`). A streaming download therefore counts as in flight until its last
 //! byte.
 //!
+//! **Limits with `charge_on_status`** are charged when the inner service's response is produced,
+//! with its status (before the body's permits go back); an inner-service error, or a future
+//! dropped before the response, charges nothing.
+//!
 //! # Wiring it into axum
 //!
 //! ```no_run
@@ -373,13 +377,15 @@ fn bad_request<B>(cfg: &Config) -> Response<WeirBody<B>> {
     resp
 }
 
-/// Wraps the inner response: permits ride on the body, fields and verdict are added.
+/// Wraps the inner response: its status charges the deferred charges, permits ride on the
+/// body, fields and verdict are added.
 fn finish<B>(
     resp: Response<B>,
     guard: Option<PermitGuard>,
     fields: Option<Fields>,
     verdict: Option<Verdict>,
 ) -> Response<WeirBody<B>> {
+    let guard = guard.and_then(|g| g.charge(resp.status().as_u16()));
     let mut resp = resp.map(|b| WeirBody::inner(b, guard));
     if let Some(fields) = fields {
         let h = resp.headers_mut();
@@ -433,7 +439,8 @@ where
                 fields,
                 verdict,
             } => {
-                // An error drops the guard with this future: the permits come back.
+                // An error drops the guard with this future: the permits come back, the
+                // deferred charges charge nothing.
                 let resp = ready!(fut.poll(cx))?;
                 Poll::Ready(Ok(finish(
                     resp,
@@ -509,7 +516,7 @@ where
         let state = match out.action {
             Action::Pass => {
                 let fields = wants_fields(engine, &out).then(|| fields(engine, &out));
-                let guard = PermitGuard::new(cfg, std::mem::take(&mut out.permits));
+                let guard = PermitGuard::new(cfg, &mut out);
                 let verdict = cfg.expose_verdict.then(|| {
                     let verdict = Verdict::of(cfg, &req, &out, None);
                     req.extensions_mut().insert(verdict.clone());
@@ -591,7 +598,7 @@ where
             Verdict::of(&cfg, &req, &out, queued)
         }));
     }
-    let guard = PermitGuard::new(&cfg, std::mem::take(&mut out.permits));
+    let guard = PermitGuard::new(&cfg, &mut out);
     if out.action == Action::Delay && out.wait_ns > 0 {
         cfg.clock.sleep(Duration::from_nanos(out.wait_ns)).await;
     }

@@ -12,6 +12,8 @@
 //! * `queue` expectations: the request must get no response (it waits in the layer).
 //! * `retry` expecting pass/reject: the waiting request's response must now arrive (the layer
 //!   re-evaluates with its ticket every 10 ms, as the engine says); expecting queue: still no response.
+//! * `response_status`: the handler answers it (from `x-test-respond`); the layer charges
+//!   `charge_on_status` limits as the response head is produced.
 //! * `release`: the handler's body ends; the test reads it to its end on the client.
 //! * `abandon`: the client drops the waiting request's connection; the test waits until the
 //!   request's future is gone (the layer's guard gives the queue place back).
@@ -139,7 +141,15 @@ async fn test_mw(State(held): State<Arc<Held>>, mut req: Request, next: Next) ->
 
 async fn handler(State(held): State<Arc<Held>>, req: Request) -> Response {
     let id = common::step_id(&req).expect("x-test-step");
-    held_response(&held, id)
+    let status = req
+        .headers()
+        .get("x-test-respond")
+        .and_then(|v| v.to_str().ok()?.parse::<u16>().ok());
+    let mut resp = held_response(&held, id);
+    if let Some(s) = status.and_then(|s| http::StatusCode::from_u16(s).ok()) {
+        *resp.status_mut() = s;
+    }
+    resp
 }
 
 struct Run {
@@ -278,6 +288,9 @@ async fn run_vector(v: &Vector) -> (Vec<String>, usize) {
                 headers.push(("x-test-vars".into(), serde_json::to_string(vars).unwrap()));
             }
             headers.push(("x-test-step".into(), i.to_string()));
+            if let Some(status) = step.response_status {
+                headers.push(("x-test-respond".into(), status.to_string()));
+            }
             let hs: Vec<(&str, &str)> = headers
                 .iter()
                 .map(|(a, b)| (a.as_str(), b.as_str()))

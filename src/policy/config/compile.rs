@@ -165,6 +165,7 @@ pub(super) fn compile(cx: &mut Cx<'_>, spec: FileSpec) -> CompiledPolicy {
     }
     let mut limits: Vec<Limit> = Vec::new();
     let mut names: BTreeMap<String, usize> = BTreeMap::new();
+    let mut deferred = 0;
     for l in &spec.limit {
         if let Some(limit) = compile_limit(cx, l, &spec, &zones, &classes) {
             let span = l.get_ref().name.as_ref().map_or(l.span(), |n| n.span());
@@ -179,6 +180,20 @@ pub(super) fn compile(cx: &mut Cx<'_>, spec: FileSpec) -> CompiledPolicy {
                 );
             } else {
                 names.insert(limit.name.clone(), span.start);
+            }
+            if !limit.charge_on_status.is_empty() {
+                deferred += 1;
+                if deferred > crate::policy::engine::MAX_CHARGES {
+                    if let Some(list) = &l.get_ref().charge_on_status {
+                        cx.err(
+                            &list.span(),
+                            format!(
+                                "at most {} limits may have `charge_on_status` (a request carries that many deferred charges)",
+                                crate::policy::engine::MAX_CHARGES
+                            ),
+                        );
+                    }
+                }
             }
             limits.push(limit);
         }

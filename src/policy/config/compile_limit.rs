@@ -391,6 +391,13 @@ pub(super) fn compile_limit(
             None
         }),
     };
+    let charge_on_status = match &ls.charge_on_status {
+        None => Box::default(),
+        Some(list) => compile_statuses(cx, list, z).unwrap_or_else(|| {
+            ok = false;
+            Box::default()
+        }),
+    };
     let key = key?;
     ok.then(|| Limit {
         name,
@@ -408,7 +415,48 @@ pub(super) fn compile_limit(
         queue,
         timeout,
         ban,
+        charge_on_status,
     })
+}
+
+/// A limit's `charge_on_status`: a non-empty list of distinct statuses 100–599, on a rate
+/// limit's zone; sorted.
+fn compile_statuses(
+    cx: &mut Cx<'_>,
+    list: &Spanned<Vec<Spanned<i64>>>,
+    z: &Zone,
+) -> Option<Box<[u16]>> {
+    if matches!(z.algorithm, Algorithm::Concurrency { .. }) {
+        cx.err(
+            &list.span(),
+            format!(
+                "`charge_on_status` applies only to rate limits (gcra, sliding, sliding_log); zone {:?} is concurrency",
+                z.name
+            ),
+        );
+        return None;
+    }
+    if list.get_ref().is_empty() {
+        cx.err(
+            &list.span(),
+            "`charge_on_status` is an empty list; list at least one status or remove it",
+        );
+        return None;
+    }
+    let mut ok = true;
+    let mut statuses: Vec<u16> = Vec::new();
+    for s in list.get_ref() {
+        match positive(cx, s, "charge_on_status", 100, 599) {
+            Some(n) if statuses.contains(&(n as u16)) => {
+                cx.err(&s.span(), format!("status {n} is listed twice"));
+                ok = false;
+            }
+            Some(n) => statuses.push(n as u16),
+            None => ok = false,
+        }
+    }
+    statuses.sort_unstable();
+    ok.then(|| statuses.into_boxed_slice())
 }
 
 /// A limit's `ban` table: `after` ≥ 1 strikes, `within` and `duration` of at least 1 ms.

@@ -296,6 +296,7 @@ impl HostLimits {
             queue: (l.queue != 0).then(|| int(item, l.queue)),
             timeout,
             ban: None,
+            charge_on_status: None,
         })
     }
 }

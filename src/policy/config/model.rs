@@ -121,6 +121,11 @@ pub struct Limit {
     /// `ban`: a key this limit rejects `after` times `within` a window is refused outright
     /// by this limit for `duration` (not on `sliding_log` zones).
     pub ban: Option<crate::limiter::Ban>,
+    /// `charge_on_status`: the response statuses this limit is charged for, sorted, each
+    /// once (rate limits only). Empty: every request it passes is charged when checked.
+    /// Otherwise a request is only checked before it runs and charged after its response
+    /// ([`crate::policy::Engine::charge_response`]).
+    pub charge_on_status: Box<[u16]>,
 }
 
 /// A validated, compiled policy, ready for evaluation.

@@ -108,6 +108,7 @@ pub(super) struct LimitSpec {
     pub(super) queue: Option<Spanned<i64>>,
     pub(super) timeout: Option<Spanned<Scalar>>,
     pub(super) ban: Option<Spanned<BanSpec>>,
+    pub(super) charge_on_status: Option<Spanned<Vec<Spanned<i64>>>>,
 }
 
 /// `ban = { after = N, within = "1m", duration = "10m" }`.

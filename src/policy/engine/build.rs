@@ -304,10 +304,12 @@ impl Engine {
             }
         }
         let header_names = read_headers(&policy);
+        // Permits and deferred charges are handed back through the ledger.
         let ledger = Ledger::new(
             limiters
                 .iter()
-                .any(|l| matches!(l, Limiter::Concurrency(_))),
+                .any(|l| matches!(l, Limiter::Concurrency(_)))
+                || policy.limits.iter().any(|l| !l.charge_on_status.is_empty()),
         );
         let mut counters = counters;
         counters.exposure = policy.status_clients;
@@ -327,8 +329,10 @@ impl Engine {
             reads_path: Vec::new(),
             policy_reads: Reads::default(),
             any_ban: false,
+            any_deferred: false,
         };
         engine.any_ban = engine.policy.limits.iter().any(|l| l.ban.is_some());
+        engine.any_deferred = (engine.policy.limits.iter()).any(|l| !l.charge_on_status.is_empty());
         engine.keys = engine.key_plans();
         engine.reads_path = (engine.policy.limits.iter())
             .map(|l| l.key.parts.contains(&KeyPart::Path))

@@ -107,6 +107,8 @@ impl Engine {
         // 4. Charge the rate limits, one table access each; an enforced rejection undoes every
         //    charge and permit before it (all-or-nothing).
         let mut dry_wait = 0;
+        let mut deferred = false;
+        let any_deferred = self.any_deferred;
         for (k, h) in hits.iter().enumerate() {
             let (limit, Limiter::Rate(alg)) =
                 (&self.policy.limits[h.limit], &self.limiters[h.limit])
@@ -114,7 +116,13 @@ impl Engine {
                 continue;
             };
             let table = &self.tables[limit.zone];
-            let v = alg.check(table, h.key_hash, limit.cost, now);
+            let v = if !any_deferred || limit.charge_on_status.is_empty() {
+                alg.check(table, h.key_hash, limit.cost, now)
+            } else {
+                pending[k] = Counted::Checked;
+                deferred = true;
+                self.check_deferred(&mut out, h.limit, alg, h.key_hash, now)
+            };
             // The quota only feeds RateLimit headers: skip its divisions when they are off,
             // and when this limit does not have less room left than the tightest so far.
             if self.policy.emit_headers
@@ -155,12 +163,13 @@ impl Engine {
                         if let (l, Limiter::Rate(a), false) = (
                             &self.policy.limits[e.limit],
                             &self.limiters[e.limit],
-                            matches!(counted, Counted::DryRejected),
+                            matches!(counted, Counted::DryRejected | Counted::Checked),
                         ) {
                             a.refund(&self.tables[l.zone], e.key_hash, l.cost, now);
                         }
                     }
                     self.release(std::mem::take(&mut out.permits), now);
+                    out.charges = Charges::default();
                     // The request is answered as if this limit had been asked alone, on the
                     // states before this request: the same state unless an earlier limit
                     // charged this very bucket (two limits on one zone with one key). Then a
@@ -169,7 +178,7 @@ impl Engine {
                     let shared = hits[..k].iter().zip(&pending[..k]).any(|(e, counted)| {
                         e.key_hash == h.key_hash
                             && self.policy.limits[e.limit].zone == limit.zone
-                            && !matches!(counted, Counted::DryRejected)
+                            && !matches!(counted, Counted::DryRejected | Counted::Checked)
                     });
                     let alone = if shared {
                         let p = alg.predict(table, h.key_hash, limit.cost, now);
@@ -197,9 +206,12 @@ impl Engine {
                 }
             }
         }
+        if deferred && !out.charges.is_empty() {
+            out.charges.generation = self.ledger.take();
+        }
         for (k, h) in hits.iter().enumerate() {
             match pending[k] {
-                Counted::Pass => self.counters.add_limit(h.limit, |c| &c.passed),
+                Counted::Pass | Counted::Checked => self.counters.add_limit(h.limit, |c| &c.passed),
                 Counted::Delayed => self.counters.delayed(h.limit, now),
                 Counted::DryDelayed => self.counters.add_limit(h.limit, |c| &c.dry_run_delayed),
                 Counted::DryRejected => self.counters.add_limit(h.limit, |c| &c.dry_run_rejected),
@@ -268,6 +280,9 @@ impl Engine {
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Counted {
     Pass,
+    /// A `charge_on_status` limit's check passed: counted as passed, charged (or not) after
+    /// the response, never refunded.
+    Checked,
     Delayed,
     DryDelayed,
     DryRejected,

@@ -59,12 +59,15 @@ mod attach;
 pub use attach::{AttachError, AttachOptions, HostRegions};
 mod bans;
 mod charge;
+mod deferred;
 mod headers;
 mod keys;
 pub use keys::KeyState;
 
 /// Concurrency limits one request can hold at once.
 pub const MAX_PERMITS: usize = 4;
+/// Limits with `charge_on_status` in one policy (each request carries their charges).
+pub const MAX_CHARGES: usize = 4;
 /// Targets up to this length are normalized in a stack buffer; longer ones use the heap.
 const STACK_TARGET: usize = 2048;
 /// Salt that turns a concurrency key into the key of its wait queue (same table).
@@ -97,6 +100,8 @@ pub struct Engine {
     ledger: Ledger,
     /// Whether some limit has a `ban` (only then are bans looked up: engine/bans.rs).
     any_ban: bool,
+    /// Whether some limit has `charge_on_status` (engine/deferred.rs).
+    any_deferred: bool,
 }
 
 /// One matched limit during an evaluation.

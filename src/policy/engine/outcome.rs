@@ -137,6 +137,81 @@ impl Permits {
     }
 }
 
+/// The deferred charges of an admitted request: its `charge_on_status` limits, checked but
+/// not charged. Hand them to [`Engine::charge_response`] with the response status once the
+/// response is known (before releasing the request's permits), or with status 0 when there
+/// is no response; a set handed back twice (a stale copy) charges nothing the second time.
+#[derive(Debug, Default)]
+#[must_use = "deferred charges must be handed to Engine::charge_response"]
+pub struct Charges {
+    /// Limit index + 1 of each charge, the used ones first, then 0 (all zero when empty, so
+    /// an outcome without charges is initialized with the zeros around it).
+    pub(super) limits: [u16; MAX_CHARGES],
+    /// The key hash of each used entry.
+    pub(super) keys: [u64; MAX_CHARGES],
+    /// Its entry in the engine's [`Ledger`].
+    pub(super) generation: u64,
+}
+
+/// One deferred charge as plain data, for hosts that carry charges across an FFI.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RawCharge {
+    /// Index of the rate limit with `charge_on_status`.
+    pub limit: u16,
+    pub key_hash: u64,
+}
+
+impl Charges {
+    pub fn is_empty(&self) -> bool {
+        self.limits[0] == 0
+    }
+
+    /// The charges (limit, key hash), in order.
+    pub(super) fn due(&self) -> impl Iterator<Item = (usize, u64)> + '_ {
+        (self.limits.iter().zip(&self.keys))
+            .take_while(|(l, _)| **l != 0)
+            .map(|(l, k)| (usize::from(*l) - 1, *k))
+    }
+
+    /// Adds limit `limit`'s charge of key `key_hash` (once; a full set ignores more, which
+    /// a validated policy never has).
+    pub(super) fn push(&mut self, limit: usize, key_hash: u64) {
+        for (l, k) in self.limits.iter_mut().zip(&mut self.keys) {
+            if *l == 0 {
+                (*l, *k) = (limit as u16 + 1, key_hash);
+                return;
+            }
+            if usize::from(*l) == limit + 1 && *k == key_hash {
+                return;
+            }
+        }
+    }
+
+    /// The raw parts, consuming the set: each charge and the set's ledger generation.
+    pub fn into_raw(self) -> ([Option<RawCharge>; MAX_CHARGES], u64) {
+        let mut raw = [None; MAX_CHARGES];
+        for (slot, (limit, key_hash)) in raw.iter_mut().zip(self.due()) {
+            *slot = Some(RawCharge {
+                limit: limit as u16,
+                key_hash,
+            });
+        }
+        (raw, self.generation)
+    }
+
+    /// Rebuilds a set from [`Charges::into_raw`]'s parts (in any order, with gaps).
+    pub fn from_raw(raw: [Option<RawCharge>; MAX_CHARGES], generation: u64) -> Charges {
+        let mut c = Charges {
+            generation,
+            ..Charges::default()
+        };
+        for r in raw.into_iter().flatten() {
+            c.push(usize::from(r.limit), r.key_hash);
+        }
+        c
+    }
+}
+
 /// Numbers for the `RateLimit` / `RateLimit-Policy` fields: the matched rate limit with the
 /// least room left.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -185,6 +260,9 @@ pub struct Outcome {
     /// only when the policy emits RateLimit headers.
     pub quota: Option<Quota>,
     pub permits: Permits,
+    /// The `charge_on_status` limits the request passed, to charge by its response status
+    /// ([`Engine::charge_response`]). Empty unless the action is a pass or a delay.
+    pub charges: Charges,
     pub ticket: Option<QueueTicket>,
     /// A rejection because the key is banned by [`Outcome::limit`] (`ban`): refused without
     /// being charged, `retry_after_ns` is what is left of the ban.
@@ -218,6 +296,7 @@ impl Outcome {
             dry_run_excess_milli: 0,
             quota: None,
             permits: Permits::default(),
+            charges: Charges::default(),
             ticket: None,
             banned: false,
             ban_started: None,

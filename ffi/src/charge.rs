@@ -1,0 +1,87 @@
+//! Deferred charges (`charge_on_status`): carried in the verdict, handed back with the
+//! response status.
+
+use std::ffi::c_int;
+
+use weir::policy::engine::{Charges, RawCharge, MAX_CHARGES};
+
+use crate::{guard, weir_engine, weir_verdict, WEIR_ERR_INVALID, WEIR_ERR_NULL, WEIR_OK};
+
+/// Number of deferred charges a verdict can hold.
+pub const WEIR_MAX_CHARGES: usize = 4;
+const _: () = assert!(WEIR_MAX_CHARGES == MAX_CHARGES);
+
+/// A deferred charge: limit `limit` (a rate limit with `charge_on_status`) for the key of
+/// hash `key_hash`. `limit < 0` means empty.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct weir_charge {
+    pub limit: i32,
+    pub key_hash: u64,
+}
+
+pub(crate) const NO_CHARGE: weir_charge = weir_charge {
+    limit: -1,
+    key_hash: 0,
+};
+
+/// Writes an outcome's charges into its verdict.
+pub(crate) fn put_charges(v: &mut weir_verdict, charges: Charges) {
+    let (raw, generation) = charges.into_raw();
+    for (slot, r) in v.charges.iter_mut().zip(raw) {
+        *slot = r.map_or(NO_CHARGE, |r| weir_charge {
+            limit: i32::from(r.limit),
+            key_hash: r.key_hash,
+        });
+    }
+    v.charges_generation = generation;
+}
+
+/// Takes the charges out of `v` (emptying them); `Err` and nothing taken when one names no
+/// deferred limit of `e` (forged, or from another engine).
+fn take_charges(e: &weir::policy::Engine, v: &mut weir_verdict) -> Result<Charges, c_int> {
+    let mut raw = [None; MAX_CHARGES];
+    for (slot, c) in raw.iter_mut().zip(&v.charges) {
+        if c.limit < 0 {
+            continue;
+        }
+        match u16::try_from(c.limit) {
+            Ok(limit) if e.is_deferred_limit(limit.into()) => {
+                *slot = Some(RawCharge {
+                    limit,
+                    key_hash: c.key_hash,
+                })
+            }
+            _ => return Err(WEIR_ERR_INVALID),
+        }
+    }
+    v.charges = [NO_CHARGE; WEIR_MAX_CHARGES];
+    Ok(Charges::from_raw(raw, v.charges_generation))
+}
+
+/// Charges the deferred charges held in `v` for a response of `status` (call it once the
+/// response status is known, before `weir_engine_release`; status 0 when there was no
+/// response, which charges nothing) and clears them, so a second call changes nothing;
+/// charging a copy of `v` afterwards changes nothing either. Only the limits whose
+/// `charge_on_status` lists `status` are charged. A charge naming no such limit of `e` gives
+/// WEIR_ERR_INVALID and nothing is charged.
+#[no_mangle]
+pub unsafe extern "C" fn weir_engine_charge(
+    e: *const weir_engine,
+    v: *mut weir_verdict,
+    status: u16,
+    now: u64,
+) -> c_int {
+    guard(|| {
+        if e.is_null() || v.is_null() {
+            return WEIR_ERR_NULL;
+        }
+        match take_charges(&(*e).engine, &mut *v) {
+            Ok(charges) => {
+                (*e).engine.charge_response(charges, status, now);
+                WEIR_OK
+            }
+            Err(code) => code,
+        }
+    })
+}
