@@ -18,9 +18,9 @@ VECTORS ?= tests/vectors
 
 CFLAGS_TEST = -std=c11 -Wall -Wextra -Werror -g -Iinclude
 NATIVE_LIBS = -lgcc_s -lutil -lrt -lpthread -lm -ldl -lc
-OUT_HEADER = $$(ls -t target/release/build/weir-ffi-*/out/weir.h | head -1)
 # where cargo puts its output (CARGO_TARGET_DIR when set)
 CARGO_OUT = $(or $(CARGO_TARGET_DIR),target)
+OUT_HEADER = $$(ls -t $(CARGO_OUT)/release/build/weir-ffi-*/out/weir.h | head -1)
 NGX_OUT ?= target/nginx
 
 setup:
