@@ -61,6 +61,7 @@ loom:
 fuzz:
 	bash fuzz/run.sh normalize $(FUZZ_SECONDS)
 	@if [ -f fuzz/fuzz_targets/policy.rs ]; then bash fuzz/run.sh policy $(FUZZ_SECONDS); fi
+	bash fuzz/run.sh keyops $(FUZZ_SECONDS)
 
 # libweir.a and libweir.so (target/release), and the header cbindgen generates with them.
 lib:
