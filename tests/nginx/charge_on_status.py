@@ -28,8 +28,9 @@ HTTP = """
 """
 
 
-def test_charge_on_status(module):
-    ngx = Nginx(module, HTTP, files={"policy.toml": POLICY, "html/f": "x"}, workers=2)
+def test_charge_on_status(module, env=None):
+    ngx = Nginx(module, HTTP, files={"policy.toml": POLICY, "html/f": "x"}, workers=2,
+                env=env)
     try:
         ngx.start()
         got = [request(ngx.port, "GET", "/ok")[0] for _ in range(10)]

@@ -263,11 +263,12 @@ def key_ops(ngx):
     return f"unban + reset of {net} from 127.0.0.1 let it in, 403 from 127.0.0.2", 200
 
 
-def test_incident(module, binary):
+def test_incident(module, binary, env=None):
     check(os.access(binary, os.X_OK),
           f"{binary}: no weir binary (cargo build --release -p weir-cli)")
-    ngx = Nginx(module, HTTP, workers=2, files={"policy.toml": BEFORE, "after.toml": AFTER,
-                                                "html/page.html": "a wiki page\n"})
+    ngx = Nginx(module, HTTP, workers=2, env=env,
+                files={"policy.toml": BEFORE, "after.toml": AFTER,
+                       "html/page.html": "a wiki page\n"})
     try:
         ngx.start()
         # The incident: nothing limits the crawler.

@@ -54,8 +54,8 @@ def weir_key(weir, port, *args):
     return p.returncode, p.stdout, p.stderr
 
 
-def test_keys(module, weir):
-    ngx = Nginx(module, HTTP, files={"policy.toml": POLICY, "html/f": "x"}, workers=2)
+def test_keys(module, weir, env=None):
+    ngx = Nginx(module, HTTP, files={"policy.toml": POLICY, "html/f": "x"}, workers=2, env=env)
     try:
         ngx.start()
         port = ngx.port

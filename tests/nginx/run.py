@@ -1411,6 +1411,11 @@ def main():
              lambda: reload_edits.test_reload_edits(args.asan_module, asan_env())),
             ("asan-redirects-waits", lambda: test_redirects_and_waits(args.asan_module, asan_env())),
             ("asan-cluster", lambda: test_cluster(args.asan_module, asan_env())),
+            ("asan-keys", lambda: keys.test_keys(args.asan_module, args.weir, asan_env())),
+            ("asan-charge-on-status",
+             lambda: charge_on_status.test_charge_on_status(args.asan_module, asan_env())),
+            ("asan-incident",
+             lambda: incident.test_incident(args.asan_module, args.weir, asan_env())),
             ("asan-hosts",
              lambda: hosts.test_hosts(args.asan_module, args.hosts, args.promcheck, asan_env())),
         ]
