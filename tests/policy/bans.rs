@@ -124,8 +124,13 @@ fn one_ban_is_announced_and_listed_once_under_concurrent_threads() {
             .sum::<usize>()
     });
     assert_eq!(started, 1);
+    // The 50th rejection starts the ban. A request that read the key's ban entry before
+    // that, and is charged after it, is still rejected (not refused as banned): so at least
+    // 50 rejections, and every request after the first either rejected or banned.
     let c = engine.counters(0);
-    assert_eq!((c.passed, c.rejected, c.banned), (1, 50, 749));
+    assert_eq!(c.passed, 1);
+    assert!(c.rejected >= 50 && c.rejected < 54, "{c:?}");
+    assert_eq!(c.rejected + c.banned, 799, "{c:?}");
     let j = json(&engine, t0);
     assert_eq!(j["limits"][0]["bans"].as_array().unwrap().len(), 1);
 }
