@@ -14,6 +14,8 @@ static int ngx_http_weir_var(void *ctx, size_t index, const uint8_t **value,
     size_t *value_len);
 static ngx_int_t ngx_http_weir_evaluate(ngx_http_request_t *r,
     ngx_http_weir_sel_t *sel, weir_verdict *v);
+static void ngx_http_weir_keep_key(ngx_http_request_t *r,
+    ngx_http_weir_state_t *st);
 
 
 /*
@@ -130,8 +132,13 @@ ngx_http_weir_limit(ngx_http_request_t *r, ngx_http_weir_loc_conf_t *wlcf,
         return NGX_DECLINED;
     }
 
-    ngx_http_weir_log_record(r, st, wmcf->dir.engine, v,
-                             conn ? WEIR_STYLE_CONN : WEIR_STYLE_REQ);
+    if (ngx_http_weir_log_record(r, st, wmcf->dir.engine, v,
+                                 conn ? WEIR_STYLE_CONN : WEIR_STYLE_REQ)
+        == NGX_OK
+        && st->log_limit >= 0)
+    {
+        ngx_http_weir_keep_key(r, st);
+    }
 
     status = conn ? &st->conn_status : &st->req_status;
     status->data = (u_char *) o.state;
@@ -140,6 +147,41 @@ ngx_http_weir_limit(ngx_http_request_t *r, ngx_http_weir_loc_conf_t *wlcf,
     return ngx_http_weir_act(r, &o,
                              conn ? wlcf->conn_log_level : wlcf->req_log_level,
                              wlcf->req_delay_log_level);
+}
+
+
+/*
+ * Keeps the key of the zone that decided (delayed, rejected, or would have
+ * in a dry run) as the request has it now, when it was evaluated: $weir_key
+ * shows it after internal redirects (error_page, try_files) changed the
+ * variables it is made of.  Passes keep nothing.
+ */
+
+static void
+ngx_http_weir_keep_key(ngx_http_request_t *r, ngx_http_weir_state_t *st)
+{
+    ngx_uint_t                  i;
+    ngx_http_weir_dzone_t      *dz;
+    ngx_http_weir_main_conf_t  *wmcf;
+
+    wmcf = ngx_http_get_module_main_conf(r, ngx_http_weir_module);
+    dz = wmcf->dzones.elts;
+
+    for (i = 0; i < wmcf->dzones.nelts; i++) {
+        if (dz[i].name.len == st->log_name.len
+            && ngx_strncmp(dz[i].name.data, st->log_name.data,
+                           st->log_name.len)
+               == 0)
+        {
+            if (ngx_http_complex_value(r, &dz[i].key, &st->log_key)
+                != NGX_OK)
+            {
+                ngx_str_null(&st->log_key);
+            }
+
+            return;
+        }
+    }
 }
 
 

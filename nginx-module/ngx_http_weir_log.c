@@ -4,7 +4,8 @@
  * $weir_limit (the deciding limit: policy limit or weir_req / weir_conn
  * zone), $weir_action (pass, exempt, delay, queue, reject, dry-run-delay,
  * dry-run-reject) and $weir_key (the deciding limit's key, rendered by the
- * engine only when a log line asks for it).
+ * engine only when a log line asks for it, from what was charged: the main
+ * request's line and headers, or the zone's key kept when it decided).
  */
 
 
@@ -18,6 +19,8 @@ static ngx_int_t ngx_http_weir_log_variable(ngx_http_request_t *r,
     ngx_http_variable_value_t *v, uintptr_t data);
 static ngx_int_t ngx_http_weir_key_variable(ngx_http_request_t *r,
     ngx_http_variable_value_t *v, uintptr_t data);
+static int ngx_http_weir_kept_var(void *ctx, size_t index,
+    const uint8_t **value, size_t *value_len);
 
 
 static ngx_http_variable_t  ngx_http_weir_vars[] = {
@@ -74,24 +77,24 @@ ngx_http_weir_add_variables(ngx_conf_t *cf)
 
 
 /*
- * Records the decision verdict v shows; a later verdict replaces it unless
- * it names no limit while the recorded one does (a queued request admitted
- * afterwards stays "queue"; weir_conn passing then weir_req rejecting is
- * weir_req's rejection)
+ * Records the decision verdict v shows (NGX_OK); a later verdict replaces it
+ * unless it names no limit while the recorded one does (a queued request
+ * admitted afterwards stays "queue"; weir_conn passing then weir_req
+ * rejecting is weir_req's rejection): NGX_DECLINED
  */
 
-void
+ngx_int_t
 ngx_http_weir_log_record(ngx_http_request_t *r, ngx_http_weir_state_t *st,
     weir_engine *e, weir_verdict *v, int style)
 {
     weir_log_decision  d;
 
     if (weir_engine_log_decision(e, v, style, &d) != WEIR_OK) {
-        return;
+        return NGX_DECLINED;
     }
 
     if (st->log_engine != NULL && d.limit < 0 && st->log_limit >= 0) {
-        return;
+        return NGX_DECLINED;
     }
 
     st->log_engine = e;
@@ -101,6 +104,9 @@ ngx_http_weir_log_record(ngx_http_request_t *r, ngx_http_weir_state_t *st,
     st->log_name.len = d.name_len;
     st->log_action.data = (u_char *) d.action;
     st->log_action.len = d.action_len;
+    ngx_str_null(&st->log_key);
+
+    return NGX_OK;
 }
 
 
@@ -144,7 +150,12 @@ ngx_http_weir_log_variable(ngx_http_request_t *r,
 }
 
 
-/* $weir_key: the engine renders it from the request as it was evaluated */
+/*
+ * $weir_key: the engine renders it from the request as it was evaluated:
+ * in policy mode the main request (its line and headers stay through
+ * internal redirects), for a zone the key kept when it decided (its
+ * variables, $uri say, may have changed since)
+ */
 
 static ngx_int_t
 ngx_http_weir_key_variable(ngx_http_request_t *r,
@@ -165,8 +176,15 @@ ngx_http_weir_key_variable(ngx_http_request_t *r,
     if (st->log_policy) {
         ngx_http_weir_request(r, &wr);
 
+    } else if (st->log_key.len) {
+        ngx_memzero(&wr, sizeof(weir_request));
+
+        wr.header_ctx = st;
+        wr.var = ngx_http_weir_kept_var;
+
     } else {
-        ngx_http_weir_limit_request(r, &wr);
+        v->not_found = 1;
+        return NGX_OK;
     }
 
     buf = ngx_pnalloc(r->pool, NGX_HTTP_WEIR_KEY_MAX);
@@ -183,4 +201,19 @@ ngx_http_weir_key_variable(ngx_http_request_t *r,
     }
 
     return ngx_http_weir_log_str(v, buf, len);
+}
+
+
+/* a zone's limit has one key part, its variable: the kept key */
+
+static int
+ngx_http_weir_kept_var(void *ctx, size_t index, const uint8_t **value,
+    size_t *value_len)
+{
+    ngx_http_weir_state_t  *st = ctx;
+
+    *value = st->log_key.data;
+    *value_len = st->log_key.len;
+
+    return 1;
 }

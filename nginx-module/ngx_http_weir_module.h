@@ -156,6 +156,7 @@ typedef struct {
     unsigned                     log_policy:1;
     ngx_str_t                    log_name;
     ngx_str_t                    log_action;
+    ngx_str_t                    log_key;      /* a zone's, as it decided */
 } ngx_http_weir_state_t;
 
 
@@ -224,7 +225,7 @@ ngx_int_t ngx_http_weir_keys_handler(ngx_http_request_t *r);
 
 /* ngx_http_weir_log.c */
 
-void ngx_http_weir_log_record(ngx_http_request_t *r,
+ngx_int_t ngx_http_weir_log_record(ngx_http_request_t *r,
     ngx_http_weir_state_t *st, weir_engine *e, weir_verdict *v, int style);
 ngx_int_t ngx_http_weir_add_variables(ngx_conf_t *cf);
 
