@@ -15,7 +15,8 @@
 # The tarball is unpacked once into OUT_DIR/src; each kind configures its own objects directory
 # (OUT_DIR/KIND/objs) and keeps it, so a second run only recompiles what changed.  nginx's default
 # module set: the tests need proxy, rewrite (return), fastcgi/uwsgi/scgi (their temp paths in
-# the test configs), limit_req and limit_conn (nginx's own tests).
+# the test configs), limit_req and limit_conn (nginx's own tests); plus HTTP/2 and auth_request
+# (charge_on_status over h2c, with a subrequest).
 set -euo pipefail
 
 tarball=$(realpath "${1:?usage: $0 TARBALL OUT_DIR LIBWEIR_A dynamic|test|static}")
@@ -35,11 +36,13 @@ if [ ! -d "$src/auto" ] || [ "$(cat "$out/src.stamp" 2>/dev/null)" != "$tarball"
     echo "$tarball" > "$out/src.stamp"
 fi
 
+modules=(--with-http_v2_module --with-http_auth_request_module)
 case $kind in
-    dynamic) args=(--with-compat --add-dynamic-module="$here"); target=build ;;
-    test)    args=(--with-compat --with-cc-opt="-DWEIR_TEST_HOOKS=1" --add-dynamic-module="$here")
+    dynamic) args=(--with-compat "${modules[@]}" --add-dynamic-module="$here"); target=build ;;
+    test)    args=(--with-compat "${modules[@]}" --with-cc-opt="-DWEIR_TEST_HOOKS=1"
+                   --add-dynamic-module="$here")
              target=modules ;;
-    static)  args=(--add-module="$here"); target=build ;;
+    static)  args=("${modules[@]}" --add-module="$here"); target=build ;;
     *) echo "build-nginx.sh: unknown kind $kind" >&2; exit 1 ;;
 esac
 

@@ -393,7 +393,9 @@ ngx_http_weir_cleanup(void *data)
         /*
          * the response's status charges the limits with charge_on_status,
          * before the permits go back (a concurrency limit on the same key
-         * then bounds the requests that pass before their charge lands)
+         * then bounds the requests that pass before their charge lands);
+         * after a sent header charged them (ngx_http_weir_charge_filter)
+         * the verdict holds none, and this charges nothing
          */
 
         status = st->request->headers_out.status;

@@ -6,7 +6,7 @@
  *                             the per-request state, delays
  * ngx_http_weir_zone.c        shared memory: the engines' zones and
  *                             counters, cluster syncers
- * ngx_http_weir_policy.c      policy mode (weir_policy, weir on)
+ * ngx_http_weir_policy.c      policy mode (weir_policy, weir on), charges
  * ngx_http_weir_limit.c       weir_req / weir_conn at request time
  * ngx_http_weir_limit_conf.c  weir_req_zone, weir_conn_zone, weir_req,
  *                             weir_conn

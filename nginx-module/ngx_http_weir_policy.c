@@ -3,7 +3,8 @@
  * weir: nginx module, policy mode.  weir_policy loads a policy and declares
  * its zones; "weir on" hands each request to the engine through a request
  * view, acts on the verdict (pass, delay, queue, reject), adds the engine's
- * response headers and releases the request's permits when it ends.
+ * response headers, charges the charge_on_status limits once the response
+ * header is sent and releases the request's permits when it ends.
  */
 
 
@@ -14,6 +15,44 @@ static ngx_int_t ngx_http_weir_verdict(ngx_http_request_t *r,
     ngx_http_weir_loc_conf_t *wlcf, ngx_http_weir_state_t *st, int wrc,
     u_char *buf);
 static void ngx_http_weir_queue_handler(ngx_http_request_t *r);
+static ngx_int_t ngx_http_weir_charge_filter(ngx_http_request_t *r);
+static ngx_int_t ngx_http_weir_charge_init(ngx_conf_t *cf);
+
+
+static ngx_http_output_header_filter_pt  ngx_http_next_header_filter;
+
+
+/* a module of its own, to take its place among the filters (see config) */
+
+static ngx_http_module_t  ngx_http_weir_filter_module_ctx = {
+    NULL,                                  /* preconfiguration */
+    ngx_http_weir_charge_init,             /* postconfiguration */
+
+    NULL,                                  /* create main configuration */
+    NULL,                                  /* init main configuration */
+
+    NULL,                                  /* create server configuration */
+    NULL,                                  /* merge server configuration */
+
+    NULL,                                  /* create location configuration */
+    NULL                                   /* merge location configuration */
+};
+
+
+ngx_module_t  ngx_http_weir_filter_module = {
+    NGX_MODULE_V1,
+    &ngx_http_weir_filter_module_ctx,      /* module context */
+    NULL,                                  /* module directives */
+    NGX_HTTP_MODULE,                       /* module type */
+    NULL,                                  /* init master */
+    NULL,                                  /* init module */
+    NULL,                                  /* init process */
+    NULL,                                  /* init thread */
+    NULL,                                  /* exit thread */
+    NULL,                                  /* exit process */
+    NULL,                                  /* exit master */
+    NGX_MODULE_V1_PADDING
+};
 
 
 /*
@@ -306,6 +345,64 @@ ngx_http_weir_queue_handler(ngx_http_request_t *r)
     }
 
     ngx_http_weir_resume(r);
+}
+
+
+/*
+ * Charges the request's charge_on_status limits with the status of the
+ * response header once it went down the filter chain: the status the client
+ * gets, final after error_page and the other filters.  The charge does not
+ * wait for the body (a client's HTTP/2 flow control can hold a stream for
+ * send_timeout).  The engine clears the charges it takes, so the one the
+ * request's end makes (ngx_http_weir_cleanup) charges only a request whose
+ * header was never sent: a client that left (499), a failed upstream.
+ * Subrequests' headers are not the response's: they charge nothing.
+ */
+
+static ngx_int_t
+ngx_http_weir_charge_filter(ngx_http_request_t *r)
+{
+    ngx_int_t               rc;
+    ngx_uint_t              status;
+    ngx_http_weir_state_t  *st;
+
+    rc = ngx_http_next_header_filter(r);
+
+    if (r != r->main || !r->header_sent) {
+        return rc;
+    }
+
+    st = ngx_http_weir_state(r, 0);
+    status = r->headers_out.status;
+
+    if (st == NULL || !st->evaluated || status == 0 || status > 999) {
+        return rc;
+    }
+
+    (void) weir_engine_charge(st->engine, &st->verdict, (uint16_t) status,
+                              st->test_clock ? st->test_now : weir_now_ns());
+
+    return rc;
+}
+
+
+/* in policy mode (weir_policy): the header filter that charges */
+
+static ngx_int_t
+ngx_http_weir_charge_init(ngx_conf_t *cf)
+{
+    ngx_http_weir_main_conf_t  *wmcf;
+
+    wmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_weir_module);
+
+    if (wmcf->pol.policy == NULL) {
+        return NGX_OK;
+    }
+
+    ngx_http_next_header_filter = ngx_http_top_header_filter;
+    ngx_http_top_header_filter = ngx_http_weir_charge_filter;
+
+    return NGX_OK;
 }
 
 

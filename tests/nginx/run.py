@@ -1402,6 +1402,8 @@ def main():
         ("incident", lambda: incident.test_incident(args.module, args.weir)),
         ("keys", lambda: keys.test_keys(args.module, args.weir)),
         ("charge-on-status", lambda: charge_on_status.test_charge_on_status(args.module)),
+        ("charge-on-status-h2",
+         lambda: charge_on_status.test_charge_on_status_h2(args.module)),
     ]
     if args.asan_module:
         checks += [
@@ -1415,6 +1417,8 @@ def main():
             ("asan-keys", lambda: keys.test_keys(args.asan_module, args.weir, asan_env())),
             ("asan-charge-on-status",
              lambda: charge_on_status.test_charge_on_status(args.asan_module, asan_env())),
+            ("asan-charge-on-status-h2",
+             lambda: charge_on_status.test_charge_on_status_h2(args.asan_module, asan_env())),
             ("asan-access-log-redirects",
              lambda: access_log.test_access_log_redirects(args.asan_module, asan_env())),
             ("asan-incident",
