@@ -1,6 +1,8 @@
 package weir
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -9,6 +11,7 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	"go.uber.org/zap"
 )
 
 // caddy-ratelimit's handler options that go beyond its zones: `distributed`, `jitter`, the
@@ -202,9 +205,12 @@ func clusterPolicy(zones []*inlineZone) string {
 
 // newClusterZonesState makes the engine of a distributed handler's zones (its cluster
 // syncers start with it and stop when it is freed).
-func newClusterZonesState(zones []*inlineZone, d *Distributed) (caddy.Destructor, error) {
+func newClusterZonesState(zones []*inlineZone, d *Distributed, logger *zap.Logger) (caddy.Destructor, error) {
 	startClusterLog()
-	eng, err := newEngine([]byte(clusterPolicy(zones)), "distributed zones")
+	// Zones are pooled per Redis deployment (named by a hash: the URLs may hold a password).
+	sum := sha256.Sum256([]byte(strings.Join(append([]string{d.Redis}, d.RedisNodes...), "\x00")))
+	owner := "distributed zones " + hex.EncodeToString(sum[:8])
+	eng, held, err := newPolicyEngine([]byte(clusterPolicy(zones)), "distributed zones", owner, false, logger)
 	if err != nil {
 		return nil, fmt.Errorf("distributed (redis %s): %v", d.Redis, err)
 	}
@@ -212,7 +218,7 @@ func newClusterZonesState(zones []*inlineZone, d *Distributed) (caddy.Destructor
 	for i, z := range zones {
 		names[i] = z.name
 	}
-	s := newEngineState(eng, "distributed zones", names)
+	s := newEngineState(eng, held, "distributed zones", names)
 	hub.track(s)
 	return s, nil
 }

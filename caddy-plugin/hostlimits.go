@@ -2,25 +2,15 @@ package weir
 
 /*
 #include <stdlib.h>
-#include <sys/mman.h>
 #include "weir.h"
-
-// A zone's region: anonymous memory, page-aligned and zero until a key lands in a page.
-static void *wgo_region_alloc(size_t n) {
-	void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	return p == MAP_FAILED ? NULL : p;
-}
-
-static void wgo_region_free(void *p, size_t n) { munmap(p, n); }
 */
 import "C"
 
 import (
 	"errors"
-	"fmt"
 	"unsafe"
 
-	"github.com/caddyserver/caddy/v2"
+	"go.uber.org/zap"
 )
 
 // Zone algorithms (weir.h, weir_zone_spec.algorithm).
@@ -32,7 +22,7 @@ const (
 )
 
 // zoneParams are an inline zone as the engine declares it (weir_zone_spec and
-// weir_limit_spec); equal params share state across reloads.
+// weir_limit_spec); equal params share an engine across reloads, equal layouts a table.
 type zoneParams struct {
 	engName   string // the zone's and its limit's name in the engine
 	algorithm int
@@ -53,80 +43,16 @@ type zoneParams struct {
 	cluster   string // distributed: the zone's cluster settings (policy text), else ""
 }
 
-// regions keeps each inline zone's table across engines: a config whose zones changed gets a
-// new engine, attached to the tables of the zones that did not (same name, same params), so
-// that those keep their state. Each engine holds one reference to each of its regions.
-var regions = caddy.NewUsagePool()
-
-// zoneRegion is a pooled region holding one inline zone's table.
-type zoneRegion struct {
-	p unsafe.Pointer
-	n C.size_t
-}
-
-// Destruct implements caddy.Destructor (when no engine uses the region any more).
-func (r *zoneRegion) Destruct() error {
-	C.wgo_region_free(r.p, r.n)
-	return nil
-}
-
-// releaseRegions gives back an engine's references to its regions (once it is freed).
-func releaseRegions(keys map[string]string) {
-	for _, k := range keys {
-		_, _ = regions.Delete(k)
-	}
-}
-
 // newZonesEngine declares each zone as a host-limits zone with one limit, in order (limit i is
-// zones[i]), and makes their engine over the zones' pooled regions, whose keys it returns by
-// the engine's zone name (releaseRegions once the engine is freed).
-func newZonesEngine(zones []*inlineZone) (eng *engine, keys map[string]string, err error) {
+// zones[i]), and makes their engine over pooled regions (attachPooled: a zone whose layout is
+// unchanged keeps its table across reloads; the counters live in the engine).
+func newZonesEngine(zones []*inlineZone, logger *zap.Logger) (*engine, *engineRegions, error) {
 	pol, err := buildZones(zones)
 	if err != nil {
 		return nil, nil, err
 	}
 	defer C.weir_policy_free(pol)
-	defer func() {
-		if err != nil {
-			releaseRegions(keys)
-		}
-	}()
-	byName := map[string]*inlineZone{}
-	for _, z := range zones {
-		byName[z.params.engName] = z
-	}
-	n := int(C.weir_policy_zone_count(pol))
-	regs := make([]C.weir_region, n)
-	keys = make(map[string]string, n)
-	for i := 0; i < n; i++ { // the policy's zones, in its order (by name)
-		var info C.weir_zone_info
-		if rc := C.weir_policy_zone(pol, C.size_t(i), &info); rc != C.WEIR_OK {
-			return nil, keys, takeError(nil, rc)
-		}
-		name := C.GoStringN((*C.char)(unsafe.Pointer(info.name)), C.int(info.name_len))
-		key := fmt.Sprintf("region|%q=%+v", byName[name].name, byName[name].params)
-		v, _, err := regions.LoadOrNew(key, func() (caddy.Destructor, error) {
-			p := C.wgo_region_alloc(info.bytes)
-			if p == nil {
-				return nil, fmt.Errorf("zone %s: cannot map %d bytes", name, uint64(info.bytes))
-			}
-			return &zoneRegion{p: p, n: info.bytes}, nil
-		})
-		if err != nil {
-			return nil, keys, err
-		}
-		keys[name] = key
-		r := v.(*zoneRegion)
-		regs[i] = C.weir_region{ptr: r.p, len: r.n}
-	}
-	var e *C.weir_engine
-	var cerr *C.weir_error
-	// The regions are C memory (cgo lets C keep no Go pointer), zero where no table is yet.
-	if rc := C.weir_engine_attach_shared(pol, unsafe.SliceData(regs), C.size_t(n), nil, nil, 0,
-		C.WEIR_ATTACH_ZEROED, &e, &cerr); rc != C.WEIR_OK {
-		return nil, keys, takeError(cerr, rc)
-	}
-	return describe(e), keys, nil
+	return attachPooled(pol, "inline zones", false, logger)
 }
 
 // buildZones declares each zone as a host-limits zone with one limit (limit i is zones[i])

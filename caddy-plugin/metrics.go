@@ -22,10 +22,11 @@ import (
 // The collector reports every live engine of the process (policy files and inline zones of
 // every weir handler of every running config). Invariants:
 //   - a series (family and labels) appears once: the samples of several engines that name it
-//     are added up, except a zone's table counts, read from its region, which an inline zone
-//     shares between the engines of successive configs (counted once per region);
+//     are added up, except counts read from a pooled region (regions.go: a zone's table, a
+//     cluster zone's shared side, a policy's counters), which the engines of successive
+//     configs share: those are counted once per region;
 //   - counters never go backwards across reloads: an engine's counters are added to `retired`
-//     when it is freed (not a zone's whose region lives on in another engine), and `retired`
+//     when it is freed (not those of a region that lives on in another engine), and `retired`
 //     is added to the live series of the same name and labels.
 var hub = &metricsHub{
 	live:       map[*engineState]struct{}{},
@@ -45,8 +46,12 @@ type metricsHub struct {
 	compat map[*Handler][]compatZone
 }
 
-// zoneFamilyPrefix names the families whose `zone` label is a table's (its region's) counts.
-const zoneFamilyPrefix = "weir_zone_"
+// Families whose `zone` label names a table's counts, or a cluster zone's shared side's; the
+// others are the engine's counters.
+const (
+	zoneFamilyPrefix    = "weir_zone_"
+	clusterFamilyPrefix = "weir_cluster_"
+)
 
 // track adds a new engine to the metrics.
 func (h *metricsHub) track(s *engineState) {
@@ -69,7 +74,7 @@ func (h *metricsHub) retire(s *engineState) {
 		if smp.typ != dto.MetricType_COUNTER {
 			continue
 		}
-		if r := s.zoneRegion(smp); r != "" && h.regionLive(r) {
+		if r := s.regionOf(smp); r != "" && h.regionLive(r) {
 			continue // the next engine over this region reports these counts
 		}
 		h.retired[smp.key] += smp.value
@@ -80,10 +85,8 @@ func (h *metricsHub) retire(s *engineState) {
 // regionLive reports whether a live engine holds region r.
 func (h *metricsHub) regionLive(r string) bool {
 	for s := range h.live {
-		for _, k := range s.regions {
-			if k == r {
-				return true
-			}
+		if s.held.holds(r) {
+			return true
 		}
 	}
 	return false
@@ -99,7 +102,7 @@ func (h *metricsHub) Collect(ch chan<- prometheus.Metric) {
 	defer h.mu.Unlock()
 	merged := map[string]*sample{}
 	var order []string
-	seen := map[string]bool{} // region + family: one table counted once
+	seen := map[string]bool{} // region + series: a region's counts counted once
 	for s := range h.live {
 		s.mu.RLock()
 		var got []sample
@@ -107,11 +110,11 @@ func (h *metricsHub) Collect(ch chan<- prometheus.Metric) {
 			got = engineSamples(s.eng)
 		}
 		for _, smp := range got {
-			if r := s.zoneRegion(smp); r != "" {
-				if seen[r+"\x00"+smp.family] {
+			if r := s.regionOf(smp); r != "" {
+				if seen[r+"\x00"+smp.key] {
 					continue
 				}
-				seen[r+"\x00"+smp.family] = true
+				seen[r+"\x00"+smp.key] = true
 			}
 			if m := merged[smp.key]; m != nil {
 				m.value += smp.value
@@ -145,7 +148,7 @@ type sample struct {
 	typ               dto.MetricType
 	labelNames        []string
 	labelValues       []string
-	zone              string // the `zone` label of a weir_zone_* family
+	zone              string // the `zone` label of a weir_zone_* or weir_cluster_* family
 	value             float64
 }
 
@@ -166,7 +169,7 @@ func engineSamples(e *engine) []sample {
 				s.labelNames = append(s.labelNames, l.GetName())
 				s.labelValues = append(s.labelValues, l.GetValue())
 				key.WriteString("\x00" + l.GetName() + "=" + l.GetValue())
-				if l.GetName() == "zone" && strings.HasPrefix(name, zoneFamilyPrefix) {
+				if l.GetName() == "zone" && (strings.HasPrefix(name, zoneFamilyPrefix) || strings.HasPrefix(name, clusterFamilyPrefix)) {
 					s.zone = l.GetValue()
 				}
 			}
@@ -185,12 +188,19 @@ func engineSamples(e *engine) []sample {
 	return out
 }
 
-// zoneRegion is the pooled region whose table counts smp is ("" for none).
-func (s *engineState) zoneRegion(smp sample) string {
-	if smp.zone == "" {
+// regionOf is the pooled region smp is read from ("" for none: the engine's own memory).
+func (s *engineState) regionOf(smp sample) string {
+	if s.held == nil {
 		return ""
 	}
-	return s.regions[smp.zone]
+	switch {
+	case strings.HasPrefix(smp.family, zoneFamilyPrefix):
+		return s.held.zones[smp.zone]
+	case strings.HasPrefix(smp.family, clusterFamilyPrefix):
+		return s.held.clusters[smp.zone]
+	default:
+		return s.held.counters
+	}
 }
 
 // registerMetrics registers the collector in the config's registry, once: an unchecked

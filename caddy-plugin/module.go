@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sort"
 	"time"
 
@@ -124,7 +125,7 @@ const (
 )
 
 // zoneParamsOf validates a zone and returns its weir zone and limit (the engine's zone and
-// its one limit; equal params share state across reloads).
+// its one limit; equal layouts share state across reloads).
 func zoneParamsOf(name string, z *Zone) (zoneParams, error) {
 	p := zoneParams{engName: engineName(name), bytes: 1 << 20, v4: -1, v6: -1}
 	if z.Size != 0 {
@@ -258,8 +259,9 @@ func (h *Handler) Validate() error {
 	return h.validateCompat()
 }
 
-// Provision loads the policy and zones, reusing the tables of an earlier config when the
-// policy content or zone parameters are unchanged.
+// Provision loads the policy and zones, reusing the engines of an earlier config when the
+// policy content or zone parameters are unchanged, and otherwise the regions of every zone
+// whose layout did not change (regions.go).
 func (h *Handler) Provision(ctx caddy.Context) error {
 	h.logger = ctx.Logger(h)
 	if err := h.Validate(); err != nil {
@@ -279,12 +281,17 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		}
 		sum := sha256.Sum256(text)
 		h.policyKey = "policy|" + h.Policy + "|" + hex.EncodeToString(sum[:8])
+		// Zones are pooled by the file's absolute path: edits of one file keep its zones.
+		owner := h.Policy
+		if abs, err := filepath.Abs(h.Policy); err == nil {
+			owner = abs
+		}
 		v, _, err := pool.LoadOrNew(h.policyKey, func() (caddy.Destructor, error) {
-			eng, err := newEngine(text, h.Policy)
+			eng, held, err := newPolicyEngine(text, h.Policy, "policy "+owner, true, h.logger)
 			if err != nil {
 				return nil, err
 			}
-			s := newEngineState(eng, h.Policy, eng.limits)
+			s := newEngineState(eng, held, h.Policy, eng.limits)
 			hub.track(s)
 			return s, nil
 		})
@@ -307,7 +314,8 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 // provisionZones makes the inline zones one engine (a zone and one host-selected limit per
 // inline zone), shared by every config with the same zones: a reload that changes none of
 // them keeps their state and counters. A reload that changes some gets a new engine, over
-// the tables of the unchanged ones (which keep their state; the counters start afresh).
+// the tables of the zones whose layout did not change (which keep their state, see
+// regions.go; the engine's counters start afresh).
 func (h *Handler) provisionZones(ctx caddy.Context) error {
 	names := make([]string, 0, len(h.RateLimits))
 	for name := range h.RateLimits {
@@ -347,9 +355,9 @@ func (h *Handler) provisionZones(ctx caddy.Context) error {
 	}
 	v, _, err := pool.LoadOrNew(key, func() (caddy.Destructor, error) {
 		if h.Distributed != nil {
-			return newClusterZonesState(h.zones, h.Distributed)
+			return newClusterZonesState(h.zones, h.Distributed, h.logger)
 		}
-		eng, regionKeys, err := newZonesEngine(h.zones)
+		eng, held, err := newZonesEngine(h.zones, h.logger)
 		if err != nil {
 			return nil, err
 		}
@@ -357,9 +365,7 @@ func (h *Handler) provisionZones(ctx caddy.Context) error {
 		for i, z := range h.zones {
 			names[i] = z.name
 		}
-		s := newEngineState(eng, "inline zones", names)
-		s.regions = regionKeys
-		s.freed = func() { releaseRegions(regionKeys) }
+		s := newEngineState(eng, held, "inline zones", names)
 		hub.track(s)
 		return s, nil
 	})

@@ -9,7 +9,8 @@ import (
 
 // pool keeps engines alive across config reloads: a new config that names the same policy
 // file with the same content, or the same inline zones with the same parameters, gets the
-// same engine (and so the same counts). The last config to stop using one frees it.
+// same engine (and so the same counts). The last config to stop using one frees it. Another
+// content gets a new engine over the regions of the zones it kept (regions.go).
 var pool = caddy.NewUsagePool()
 
 // engineState is a pooled engine: a policy file's or a handler's inline zones'. mu guards the
@@ -19,20 +20,18 @@ type engineState struct {
 	mu     sync.RWMutex
 	eng    *engine
 	source string
-	// freed runs after the engine is freed (inline zones: give back their regions).
-	freed func()
-	// regions: the pooled region of each of the engine's zones, by the engine's zone name
-	// (inline zones; nil for a policy's own tables).
-	regions map[string]string
+	// held: the pooled regions the engine is attached to, given back once it is freed.
+	held *engineRegions
 	// Per limit, read once: the name Caddy shows (logs, placeholders, metrics) and the level
 	// its rejections are logged at.
 	names     []string
 	logLevels []zapcore.Level
 }
 
-// newEngineState wraps eng; names are its limits' names as Caddy shows them.
-func newEngineState(eng *engine, source string, names []string) *engineState {
-	s := &engineState{eng: eng, source: source, names: names}
+// newEngineState wraps eng, attached to the regions held; names are its limits' names as
+// Caddy shows them.
+func newEngineState(eng *engine, held *engineRegions, source string, names []string) *engineState {
+	s := &engineState{eng: eng, held: held, source: source, names: names}
 	for i := range eng.limits {
 		s.logLevels = append(s.logLevels, policyLogLevel(eng.logLevel(i)))
 	}
@@ -67,8 +66,8 @@ func (s *engineState) freeEngine() {
 	if s.eng != nil {
 		s.eng.free()
 		s.eng = nil
-		if s.freed != nil {
-			s.freed()
+		if s.held != nil {
+			s.held.release()
 		}
 	}
 }

@@ -57,7 +57,7 @@ func writePolicy(t *testing.T, dir, rate string) {
 }
 
 // TestReloadKeepsState: a reload with the same zone parameters and the same policy content
-// keeps the counts; changed parameters start afresh. Also checks the placeholders,
+// keeps the counts; a changed layout starts afresh, a changed rate does not. Also checks the placeholders,
 // handle_errors, the rejection log and the metrics.
 func TestReloadKeepsState(t *testing.T) {
 	bin := binary(t, "WEIR_CADDY")
@@ -95,11 +95,12 @@ func TestReloadKeepsState(t *testing.T) {
 	if r.status != 429 || r.body != "reject pg 429" {
 		t.Fatalf("after param change: %d %q, want the zone fresh and the policy full", r.status, r.body)
 	}
-	// Changed policy content: fresh engine.
+	// Changed policy content (its rate): a new engine over the same zone, whose key keeps its
+	// excess (1.5h ahead at 2r/h, beyond the burst's 1h), and the same counters.
 	writePolicy(t, dir, "2r/h")
 	s.reload("caddyfile", cfg("3h", "v4"))
-	if r = getAfterReload(t, s.port, "/"); r.status != 200 || r.body != "v4 pass" {
-		t.Fatalf("after policy change: %d %q", r.status, r.body)
+	if r = getAfterReload(t, s.port, "/"); r.status != 429 || r.body != "reject pg 429" {
+		t.Fatalf("after policy change: %d %q, want the policy's zone still full", r.status, r.body)
 	}
 
 	s.assertAlive()
@@ -107,10 +108,11 @@ func TestReloadKeepsState(t *testing.T) {
 		t.Errorf("no rejection log line in:\n%s", s.Logs())
 	}
 	// The counters of every engine these configs had, summed: a new engine's add to its
-	// predecessor's (z: 3 + 1 + 1 passed; pg: 3 + 1 passed, 1 rejected).
+	// predecessor's (z: 3 + 1 + 1 passed), except where the policy's counter block was kept
+	// (pg's limits never changed: 3 passed, 2 rejected).
 	checkSamples(t, "after the reloads", s.samples(), map[string]float64{
-		`weir_limit_requests_total{limit="pg",verdict="passed"}`:   4,
-		`weir_limit_requests_total{limit="pg",verdict="rejected"}`: 1,
+		`weir_limit_requests_total{limit="pg",verdict="passed"}`:   3,
+		`weir_limit_requests_total{limit="pg",verdict="rejected"}`: 2,
 		`weir_limit_requests_total{limit="z",verdict="passed"}`:    5,
 		`weir_limit_requests_total{limit="z",verdict="rejected"}`:  2,
 	})
