@@ -56,7 +56,6 @@ impl TopArea<'_> {
     /// `None` when every entry is being written.
     #[cold]
     #[inline(never)]
-    #[allow(clippy::too_many_arguments)]
     pub fn add_ban(
         &self,
         id: u64,
