@@ -872,6 +872,17 @@ int weir_engine_attach_shared(const struct weir_policy *p,
                               struct weir_error **err);
 
 /*
+ After `weir_engine_attach_shared` with a new counters region (the policy's limits changed:
+ nginx gives the counters new memory), lists again in it the bans listed in `old`, the
+ counters region of the configuration before (still mapped), that the engine still
+ enforces: a ban stays listed in the status while it stays enforced. Call it in the process
+ that attached, before requests are evaluated. Returns how many bans it listed (0 when `old`
+ holds no counters of this build), `WEIR_ERR_NULL` for a NULL argument, `WEIR_ERR_INVALID`
+ for a region not 8-byte aligned.
+ */
+int weir_engine_carry_bans(const struct weir_engine *e, const struct weir_region *old);
+
+/*
  Frees an engine (NULL is ignored). Caller regions are left as they are.
  */
 void weir_engine_free(struct weir_engine *e);

@@ -76,6 +76,9 @@ struct ngx_http_weir_pzone_s {
     /* the counters zone: its init attaches this engine */
     void                        *eng;
 
+    /* the counters zone of the running configuration when the limits changed */
+    ngx_http_weir_pzone_t       *prev;
+
     /* a cluster zone's shared remote counts, sync health and stats */
     ngx_http_weir_pzone_t       *cluster;
 };

@@ -94,7 +94,7 @@ ngx_http_weir_init_counters_zone(ngx_shm_zone_t *shm_zone, void *data)
     ngx_int_t                rc;
     ngx_uint_t               i, n;
     weir_error              *err;
-    weir_region             *regions, *cluster, counters;
+    weir_region             *regions, *cluster, counters, old;
     ngx_http_weir_eng_t     *eng;
     ngx_http_weir_pzone_t   *cz, **pz;
 
@@ -149,6 +149,17 @@ ngx_http_weir_init_counters_zone(ngx_shm_zone_t *shm_zone, void *data)
                       &eng->what, weir_error_message(err), &eng->where);
         weir_error_free(err);
         rc = NGX_ERROR;
+
+    } else if (cz->prev && cz->prev->region) {
+
+        /*
+         * the limits changed, so the counters moved to new memory: the bans
+         * listed in the old one, still mapped here, stay listed
+         */
+
+        old.ptr = cz->prev->region;
+        old.len = cz->prev->bytes;
+        (void) weir_engine_carry_bans(eng->engine, &old);
     }
 
     ngx_free(regions);
@@ -272,6 +283,8 @@ ngx_http_weir_add_zones(ngx_conf_t *cf, ngx_http_weir_eng_t *eng,
                            "weir counters start from zero: "
                            "the policy's limits changed");
     }
+
+    pz->prev = prev;
 
     shm_zone->init = ngx_http_weir_init_counters_zone;
 

@@ -170,6 +170,31 @@ pub unsafe extern "C" fn weir_engine_attach_shared(
     })
 }
 
+/// After `weir_engine_attach_shared` with a new counters region (the policy's limits changed:
+/// nginx gives the counters new memory), lists again in it the bans listed in `old`, the
+/// counters region of the configuration before (still mapped), that the engine still
+/// enforces: a ban stays listed in the status while it stays enforced. Call it in the process
+/// that attached, before requests are evaluated. Returns how many bans it listed (0 when `old`
+/// holds no counters of this build), `WEIR_ERR_NULL` for a NULL argument, `WEIR_ERR_INVALID`
+/// for a region not 8-byte aligned.
+#[no_mangle]
+pub unsafe extern "C" fn weir_engine_carry_bans(
+    e: *const weir_engine,
+    old: *const weir_region,
+) -> c_int {
+    guard(|| {
+        let (Some(e), Some(old)) = (e.as_ref(), old.as_ref().filter(|r| !r.ptr.is_null())) else {
+            return WEIR_ERR_NULL;
+        };
+        // SAFETY: the caller's contract: `old` is valid for `len` bytes while this runs.
+        let Ok(old) = Region::new(old.ptr.cast(), old.len, 8) else {
+            return WEIR_ERR_INVALID;
+        };
+        let now = weir::clock::monotonic_ns();
+        e.engine.carry_bans(old, now).min(c_int::MAX as usize) as c_int
+    })
+}
+
 /// Frees an engine (NULL is ignored). Caller regions are left as they are.
 #[no_mangle]
 pub unsafe extern "C" fn weir_engine_free(e: *mut weir_engine) {

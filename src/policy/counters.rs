@@ -26,9 +26,9 @@ use crate::region::{atomic_words, Region, WordSpan};
 
 use super::key::KeySpec;
 use super::request::PreparedRequest;
-use super::topkeys::{ActiveBan, Exposure, LimitTop, TopArea, BAN_WORDS};
+use super::topkeys::{ActiveBan, Exposure, LimitTop, TopArea, BAN_SLOTS, BAN_WORDS};
 
-const MAGIC: u64 = magic(b"WEIRCNT", b'5');
+const MAGIC: u64 = magic(b"WEIRCNT", b'6');
 const SEED_WORD: usize = 3;
 const HEADER_WORDS: usize = 8;
 /// A stripe's first word: its owner.
@@ -99,6 +99,8 @@ pub struct Counters {
     pub(crate) exposure: Exposure,
     /// Whether rejections record their key and client (the policy's `[status] top_keys`).
     pub(crate) record_keys: bool,
+    /// Per limit: the id its listed bans carry (the engine's ban ids; 0: none).
+    pub(crate) ban_ids: Vec<u64>,
     _backing: Backing<()>,
 }
 
@@ -161,6 +163,7 @@ impl Counters {
             stride: stripe_words(limits),
             exposure: Exposure::default(),
             record_keys: true,
+            ban_ids: Vec::new(),
             _backing: Backing::Borrowed,
         })
     }
@@ -237,37 +240,74 @@ impl Counters {
         self.top().delayed(i, now, || self.limit(i).passed);
     }
 
-    /// Lists a ban by limit `i` of `spec`'s key for `req`, ending at `until`; its entry.
+    /// Lists a ban by limit `i` of `spec`'s key for `req` (its table entry `hash`), ending at
+    /// `until`; its entry.
     pub(crate) fn add_ban(
         &self,
         i: usize,
+        hash: u64,
         spec: &KeySpec,
         req: &PreparedRequest<'_>,
         until: u64,
         now: u64,
     ) -> Option<usize> {
-        self.top().add_ban(i, spec, req, until, now)
+        let id = self.ban_ids[i];
+        self.top().add_ban(id, hash, spec, req, until, now)
     }
 
-    /// Takes the listed bans of `spec`'s key for `req` by limit `i` off the list; how many.
-    pub(crate) fn remove_ban(
-        &self,
-        i: usize,
-        spec: &KeySpec,
-        req: &PreparedRequest<'_>,
-        now: u64,
-    ) -> usize {
-        self.top().remove_ban(i, spec, req, now)
+    /// Takes limit `i`'s listed bans of table entry `hash` off the list; how many.
+    pub(crate) fn remove_ban(&self, i: usize, hash: u64, now: u64) -> usize {
+        self.top().remove_ban(self.ban_ids[i], hash, now)
     }
 
-    /// The ban listed in entry `slot` (its limit and the ban), if it lasts beyond `now`.
-    pub fn ban(&self, slot: usize, now: u64) -> Option<(usize, ActiveBan)> {
-        self.top().ban(slot, now)
+    /// The ban listed in entry `slot`, if it lasts beyond `now` and its ban id is a limit's:
+    /// that limit, the ban's table entry and the ban.
+    pub(crate) fn ban(&self, slot: usize, now: u64) -> Option<(usize, u64, ActiveBan)> {
+        let b = self.top().ban(slot, now)?;
+        let limit = self.ban_ids.iter().position(|&id| id != 0 && id == b.id)?;
+        Some((limit, b.hash, b.ban))
     }
 
-    /// Limit `i`'s listed bans that last beyond `now`.
-    pub fn bans_of(&self, i: usize, now: u64) -> Vec<ActiveBan> {
-        self.top().bans_of(i, now)
+    /// Limit `i`'s listed bans that last beyond `now`, with their table entries.
+    pub(crate) fn bans_of(&self, i: usize, now: u64) -> Vec<(u64, ActiveBan)> {
+        match self.ban_ids.get(i) {
+            Some(&id) if id != 0 => self.top().bans_of(id, now),
+            _ => Vec::new(),
+        }
+    }
+
+    /// Lists again the bans listed in `old`, the counter block of this layout that the host
+    /// used before this one (the limits changed, so the block moved), that one of this block's
+    /// limits stores under the same ban id (its name and zone generation: bans it still
+    /// enforces) and that are not listed yet; how many. Anything else in `old` is ignored.
+    pub fn carry_bans(&self, old: Region, now: u64) -> usize {
+        if old.as_ptr() as usize % 8 != 0 || old.len() < HEADER_WORDS * 8 {
+            return 0;
+        }
+        let head = old.words(HEADER_WORDS);
+        let limits = head[1].load(Relaxed) as usize;
+        if head[0].load(Relaxed) != MAGIC || limits > 1 << 24 || old.len() < Self::bytes_for(limits)
+        {
+            return 0;
+        }
+        let span = old.part(0, Self::bytes_for(limits)).word_span();
+        let from = TopArea {
+            words: &[],
+            bans: span.slice(Self::top_at(limits) + TopArea::words_for(limits), BAN_WORDS),
+            seed: 0,
+            exposure: self.exposure,
+        };
+        let to = self.top();
+        let listed: Vec<(u64, u64)> = (0..BAN_SLOTS)
+            .filter_map(|s| to.ban(s, now))
+            .map(|b| (b.id, b.hash))
+            .collect();
+        (0..BAN_SLOTS)
+            .filter_map(|s| from.ban(s, now))
+            .filter(|b| b.id != 0 && self.ban_ids.contains(&b.id))
+            .filter(|b| !listed.contains(&(b.id, b.hash)))
+            .filter(|b| (to.put(b.id, b.hash, b.ban.key.as_bytes(), b.ban.until, now)).is_some())
+            .count()
     }
 
     /// Limit `i`'s top keys and history as of `now` (ns).

@@ -232,3 +232,234 @@ fn the_list_keeps_the_latest_bans_when_full_and_every_ban_is_enforced() {
         );
     }
 }
+
+/// Shared regions for successive policies, as nginx gives them on reloads: a zone keeps its
+/// memory while its name and layout stay; the counter block while the limits' names stay.
+#[derive(Default)]
+struct Reloads {
+    zones: Vec<(
+        weir::policy::engine::ZoneLayout,
+        crate::common::SharedRegion,
+    )>,
+    counters: Vec<(u64, crate::common::SharedRegion)>,
+    /// The counter block of the last engine (nginx: the running configuration's).
+    last: Option<u64>,
+}
+
+impl Reloads {
+    fn attach(&mut self, text: &str) -> Engine {
+        use weir::policy::engine::HostRegions;
+        let policy = parse_policy(text, None).unwrap();
+        let region = |m: &crate::common::SharedRegion| {
+            // SAFETY: the mappings live as long as `self`, after every engine over them.
+            unsafe { weir::region::Region::new(m.ptr, m.len, 64) }.unwrap()
+        };
+        let mut zones = Vec::new();
+        for l in Engine::layouts(&policy) {
+            let same = |(k, _): &&(weir::policy::engine::ZoneLayout, _)| {
+                (&k.name, k.schema, k.bytes) == (&l.name, l.schema, l.bytes)
+            };
+            if !self.zones.iter().any(|z| same(&z)) {
+                let map = crate::common::SharedRegion::new(l.bytes);
+                self.zones.push((l.clone(), map));
+            }
+            zones.push(region(&self.zones.iter().find(same).unwrap().1));
+        }
+        let (bytes, fp) = Engine::counters_layout(&policy);
+        if !self.counters.iter().any(|(f, _)| *f == fp) {
+            self.counters
+                .push((fp, crate::common::SharedRegion::new(bytes)));
+        }
+        let counters = region(&self.counters.iter().find(|(f, _)| *f == fp).unwrap().1);
+        let regions = HostRegions {
+            zones: &zones,
+            cluster: None,
+            counters: Some(counters),
+        };
+        let opts = AttachOptions {
+            clock_base: 0,
+            start_syncers: false,
+            fresh: Fresh::Zeroed,
+        };
+        let engine = Engine::attach(policy, regions, opts).unwrap();
+        // A new block (the limits changed): the bans listed in the old one carry over.
+        if let Some(old) = self.last.filter(|&old| old != fp) {
+            let old = region(&self.counters.iter().find(|(f, _)| *f == old).unwrap().1);
+            engine.carry_bans(old, weir::clock::monotonic_ns());
+        }
+        self.last = Some(fp);
+        engine
+    }
+}
+
+/// `login` (every /login request, 1 a second with a burst of 1 in a bucket it shares with
+/// `site`: one request passes at a time) bans a client after 2 rejections; `site` (every
+/// request, same zone and key, so the same ban entry but for the limit) has a ban it never
+/// reaches; `extra` limits (in zone x) come first.
+fn login_policy(extra: &[&str], login_ban: bool, order_site_first: bool) -> String {
+    let mut text = String::from(
+        "[zones.ip]\nsize = \"64k\"\nalgorithm = \"gcra\"\nrate = \"1r/s\"\n\
+         [zones.x]\nsize = \"64k\"\nalgorithm = \"gcra\"\nrate = \"1r/s\"\n\
+         [classes.login]\nmatch = [{ path = \"/login\" }]\n\
+         [classes.x]\nmatch = [{ path = \"/x\" }]\n",
+    );
+    for name in extra {
+        text += &format!("[[limit]]\nname = \"{name}\"\nclass = \"x\"\nzone = \"x\"\n");
+    }
+    let login = format!(
+        "[[limit]]\nname = \"login\"\nclass = \"login\"\nzone = \"ip\"\nburst = 1\n{}\n",
+        if login_ban {
+            "ban = { after = 2, within = \"1m\", duration = \"10m\" }"
+        } else {
+            ""
+        }
+    );
+    let site =
+        "[[limit]]\nname = \"site\"\nclass = \"*\"\nzone = \"ip\"\nburst = 100\nnodelay = true\n\
+                ban = { after = 1000, within = \"1m\", duration = \"10m\" }\n";
+    if order_site_first {
+        text + site + &login
+    } else {
+        text + &login + site
+    }
+}
+
+fn get(path: &str) -> OwnedRequest {
+    OwnedRequest::new("GET", path, "192.0.2.1".parse().unwrap())
+}
+
+/// Limit `name`'s listed bans in the JSON status (`None`: it has no `ban`).
+fn listed(engine: &Engine, name: &str, now: u64) -> Option<Vec<String>> {
+    let j = json(engine, now);
+    let limit = j["limits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["name"] == name)
+        .unwrap();
+    let bans = limit.get("bans")?.as_array().unwrap().iter();
+    Some(
+        bans.map(|b| b["key"].as_str().unwrap().to_string())
+            .collect(),
+    )
+}
+
+/// Bans 192.0.2.1 through `login` at `t0`.
+fn ban_login(engine: &Engine, t0: u64) {
+    let login = engine.limit_index("login").unwrap();
+    for _ in 0..10 {
+        let out = engine.evaluate(&get("/login"), t0).unwrap();
+        if out.ban_started.is_some() {
+            assert_eq!(out.limit, Some(login as u16));
+            return;
+        }
+    }
+    panic!("login never banned");
+}
+
+/// Asserts that `login` refuses 192.0.2.1 as banned (lists it) and that no other limit does.
+fn banned_by_login_only(engine: &Engine, now: u64, what: &str) {
+    let login = engine.limit_index("login").unwrap();
+    let out = engine.evaluate(&get("/login"), now).unwrap();
+    assert_eq!(
+        (out.action, out.banned, out.limit),
+        (Action::Reject, true, Some(login as u16)),
+        "{what}: login no longer bans the client"
+    );
+    let site = engine.evaluate(&get("/page"), now).unwrap();
+    assert_eq!(
+        (site.action, site.banned),
+        (Action::Pass, false),
+        "{what}: another limit bans the client"
+    );
+    assert_eq!(
+        listed(engine, "login", now).unwrap(),
+        ["192.0.2.1"],
+        "{what}"
+    );
+    assert_eq!(
+        listed(engine, "site", now).unwrap(),
+        Vec::<String>::new(),
+        "{what}"
+    );
+}
+
+#[test]
+fn a_ban_stays_with_its_limit_when_limits_are_added_removed_and_reordered() {
+    let mut host = Reloads::default();
+    let t0 = weir::clock::monotonic_ns();
+    let first = host.attach(&login_policy(&[], true, false));
+    ban_login(&first, t0);
+    banned_by_login_only(&first, t0 + S, "before any edit");
+    // A limit prepended (the incident page's step 2): login moves from index 0 to 1.
+    let prepended = host.attach(&login_policy(&["tools"], true, false));
+    banned_by_login_only(&prepended, t0 + 2 * S, "a limit prepended");
+    // Reordered: site first (login's former index), and two limits before both.
+    let reordered = host.attach(&login_policy(&["a", "b"], true, true));
+    banned_by_login_only(&reordered, t0 + 3 * S, "limits reordered");
+    // Back to the first policy: still the one ban, with what is left of it.
+    let back = host.attach(&login_policy(&[], true, false));
+    banned_by_login_only(&back, t0 + 4 * S, "limits removed");
+    let out = back.evaluate(&get("/login"), t0 + 60 * S).unwrap();
+    assert_eq!(out.retry_after_s(), 540);
+}
+
+#[test]
+fn removing_ban_lifts_the_bans_and_putting_it_back_starts_with_none() {
+    let mut host = Reloads::default();
+    let t0 = weir::clock::monotonic_ns();
+    let first = host.attach(&login_policy(&[], true, false));
+    ban_login(&first, t0);
+    // `ban` removed: the limit refuses by its rate only, lists nothing, and a key operation
+    // sees no ban (the counter block is the same: same limits).
+    let without = host.attach(&login_policy(&[], false, false));
+    let now = t0 + 5 * S;
+    let out = without.evaluate(&get("/login"), now).unwrap();
+    assert_eq!((out.action, out.banned), (Action::Pass, false), "{out:?}");
+    assert_eq!(listed(&without, "login", now), None);
+    // `ban` put back while the old ban would still run: it is not resurrected, nor listed.
+    let again = host.attach(&login_policy(&[], true, false));
+    let now = t0 + 10 * S;
+    let out = again.evaluate(&get("/login"), now).unwrap();
+    assert_eq!((out.action, out.banned), (Action::Pass, false), "{out:?}");
+    assert_eq!(listed(&again, "login", now).unwrap(), Vec::<String>::new());
+    // ... and bans anew.
+    ban_login(&again, now);
+    banned_by_login_only(&again, now + S, "a new ban after ban came back");
+}
+
+#[test]
+fn a_renamed_or_moved_limit_leaves_its_bans_behind_for_good() {
+    let mut host = Reloads::default();
+    let t0 = weir::clock::monotonic_ns();
+    let first = host.attach(&login_policy(&[], true, false));
+    ban_login(&first, t0);
+    // Renamed: the bans stay with the old name, which no limit has now.
+    let renamed = host
+        .attach(&login_policy(&[], true, false).replace("\"login\"\nclass", "\"signin\"\nclass"));
+    let out = renamed.evaluate(&get("/login"), t0 + 5 * S).unwrap();
+    assert_eq!((out.action, out.banned), (Action::Pass, false), "{out:?}");
+    // Named back: the old bans do not come back.
+    let back = host.attach(&login_policy(&[], true, false));
+    let out = back.evaluate(&get("/login"), t0 + 10 * S).unwrap();
+    assert!(!out.banned, "{out:?}");
+    ban_login(&back, t0 + 10 * S);
+    // Moved to zone x: its bans stayed in zone ip; moved back, they do not come back.
+    let moved = host.attach(&login_policy(&[], true, false).replace(
+        "class = \"login\"\nzone = \"ip\"",
+        "class = \"login\"\nzone = \"x\"",
+    ));
+    let out = moved.evaluate(&get("/login"), t0 + 20 * S).unwrap();
+    assert!(!out.banned, "{out:?}");
+    assert_eq!(
+        listed(&moved, "login", t0 + 20 * S).unwrap(),
+        Vec::<String>::new()
+    );
+    let home = host.attach(&login_policy(&[], true, false));
+    let out = home.evaluate(&get("/login"), t0 + 30 * S).unwrap();
+    assert!(!out.banned, "{out:?}");
+    assert_eq!(
+        listed(&home, "login", t0 + 30 * S).unwrap(),
+        Vec::<String>::new()
+    );
+}

@@ -329,6 +329,7 @@ impl Engine {
             reads_path: Vec::new(),
             policy_reads: Reads::default(),
             any_ban: false,
+            ban_ids: Vec::new(),
             any_deferred: false,
         };
         engine.any_ban = engine.policy.limits.iter().any(|l| l.ban.is_some());
@@ -338,6 +339,8 @@ impl Engine {
             .map(|l| l.key.parts.contains(&KeyPart::Path))
             .collect();
         engine.policy_reads = engine.policy_reads();
+        engine.ban_ids = engine.ban_ids(now);
+        engine.counters.ban_ids = engine.ban_ids.clone();
         Ok(engine)
     }
 

@@ -52,10 +52,14 @@ impl Engine {
         let l = &self.policy.limits[limit];
         let table = &self.tables[l.zone];
         let rel = now.saturating_sub(table.clock_base());
-        let ban_left_ns = l
-            .ban
-            .as_ref()
-            .and_then(|b| b.left(table.peek(ban_hash(key_hash, limit)).unwrap_or(0), rel));
+        let ban_left_ns = l.ban.as_ref().and_then(|b| {
+            b.left(
+                table
+                    .peek(ban_hash(key_hash, self.ban_ids[limit]))
+                    .unwrap_or(0),
+                rel,
+            )
+        });
         let mut st = match &self.limiters[limit] {
             Limiter::Concurrency(c) => {
                 let held = c.in_flight(table.peek(key_hash).unwrap_or(0), rel);
@@ -114,7 +118,7 @@ impl Engine {
         };
         if let Some(ban) = &l.ban {
             changed |= table.update(
-                ban_hash(key_hash, limit),
+                ban_hash(key_hash, self.ban_ids[limit]),
                 now,
                 |s, n| ban.residual(s, n),
                 |s, n| match ban.left(s, n) {
@@ -128,27 +132,21 @@ impl Engine {
     }
 
     /// Lifts key `key_hash`'s ban in limit `limit` (and the strikes toward the next one) and
-    /// takes it off the status's list of active bans (`listed`: a request whose key is this
-    /// one, to name it as the list does). Whether a ban was in force or listed.
-    pub(crate) fn unban_key(
-        &self,
-        limit: usize,
-        key_hash: u64,
-        listed: &PreparedRequest<'_>,
-        now: u64,
-    ) -> bool {
+    /// takes it off the status's list of active bans. Whether a ban was in force.
+    pub(crate) fn unban_key(&self, limit: usize, key_hash: u64, now: u64) -> bool {
         let l = &self.policy.limits[limit];
-        let Some(ban) = &l.ban else {
+        let (Some(ban), id) = (&l.ban, self.ban_ids[limit]) else {
             return false;
         };
+        let hash = ban_hash(key_hash, id);
         let was = self.tables[l.zone].update(
-            ban_hash(key_hash, limit),
+            hash,
             now,
             |s, n| ban.residual(s, n),
             |s, n| (0, ban.left(s, n).is_some()),
             false,
         );
-        let freed = self.counters.remove_ban(limit, &l.key, listed, now);
-        was || freed > 0
+        self.counters.remove_ban(limit, hash, now);
+        was
     }
 }

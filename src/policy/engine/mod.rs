@@ -57,6 +57,7 @@ pub use build::*;
 mod attach;
 #[cfg(not(loom))]
 pub use attach::{AttachError, AttachOptions, HostRegions};
+mod ban_ids;
 mod bans;
 mod charge;
 mod deferred;
@@ -100,6 +101,8 @@ pub struct Engine {
     ledger: Ledger,
     /// Whether some limit has a `ban` (only then are bans looked up: engine/bans.rs).
     any_ban: bool,
+    /// Per limit: the id its bans are stored under, 0 when it enforces none (engine/ban_ids.rs).
+    ban_ids: Vec<u64>,
     /// Whether some limit has `charge_on_status` (engine/deferred.rs).
     any_deferred: bool,
 }
@@ -202,7 +205,7 @@ impl Engine {
     pub fn limit_top(&self, limit: usize, now: u64) -> crate::policy::topkeys::LimitTop {
         let mut top = self.counters.limit_top(limit, now);
         if self.policy.limits[limit].ban.is_some() {
-            top.bans = Some(self.counters.bans_of(limit, now));
+            top.bans = Some(self.enforced_bans(limit, now));
         }
         top
     }

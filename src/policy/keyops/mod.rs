@@ -132,7 +132,7 @@ pub fn key_request(engines: &[&Engine], method: &[u8], query: &[u8], now: u64) -
     let changed = match action {
         KeyAction::Inspect => false,
         KeyAction::Reset => engine.reset_key(limit, hash, now),
-        KeyAction::Unban => engine.unban_key(limit, hash, &prepared, now),
+        KeyAction::Unban => engine.unban_key(limit, hash, now),
     };
     let state = engine.key_state(limit, hash, now);
     let audit = change.then(|| {
