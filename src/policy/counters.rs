@@ -25,6 +25,7 @@ use crate::region::stripes::{add as add_to_stripe, STRIPES};
 use crate::region::{atomic_words, Region, WordSpan};
 
 use super::key::KeySpec;
+use super::key_text::Hide;
 use super::request::PreparedRequest;
 use super::topkeys::{ActiveBan, Exposure, LimitTop, TopArea, BAN_WORDS};
 
@@ -97,6 +98,8 @@ pub struct Counters {
     stride: usize,
     /// How the top-keys area shows client addresses (the policy's `[status] clients`).
     pub(crate) exposure: Exposure,
+    /// Key parts whose values key text hides (the policy's `[key_text] hide`).
+    pub(crate) hide: Hide,
     /// Whether rejections record their key and client (the policy's `[status] top_keys`).
     pub(crate) record_keys: bool,
     _backing: Backing<()>,
@@ -160,6 +163,7 @@ impl Counters {
             limits,
             stride: stripe_words(limits),
             exposure: Exposure::default(),
+            hide: Hide::default(),
             record_keys: true,
             _backing: Backing::Borrowed,
         })
@@ -211,19 +215,33 @@ impl Counters {
         TopArea {
             words: self.words.slice(at, top),
             bans: self.words.slice(at + top, BAN_WORDS),
-            seed: self.words.view::<AtomicU64>(SEED_WORD).load(Relaxed),
+            seed: self.seed(),
             exposure: self.exposure,
+            hide: &self.hide,
         }
     }
 
-    /// Counts a rejection by limit `i` and records its key (`spec` for `req`) and client.
+    /// The block's random seed: it keys the hashes of hidden key values and addresses.
+    pub(crate) fn seed(&self) -> u64 {
+        self.words.view::<AtomicU64>(SEED_WORD).load(Relaxed)
+    }
+
+    /// Counts a rejection by limit `i` and records its key (`spec` for `req`, whose reference
+    /// is `reference`) and client.
     #[cold]
     #[inline(never)]
-    pub(crate) fn rejected(&self, i: usize, spec: &KeySpec, req: &PreparedRequest<'_>, now: u64) {
+    pub(crate) fn rejected(
+        &self,
+        i: usize,
+        spec: &KeySpec,
+        req: &PreparedRequest<'_>,
+        reference: u64,
+        now: u64,
+    ) {
         self.add_limit(i, |c| &c.rejected);
         let top = self.top();
         if self.record_keys {
-            top.rejected(i, spec, req, now, || self.limit(i).passed);
+            top.rejected(i, spec, req, reference, now, || self.limit(i).passed);
         } else {
             top.rejected_unnamed(i, now, || self.limit(i).passed);
         }
@@ -237,27 +255,26 @@ impl Counters {
         self.top().delayed(i, now, || self.limit(i).passed);
     }
 
-    /// Lists a ban by limit `i` of `spec`'s key for `req`, ending at `until`; its entry.
+    /// Lists a ban by limit `i` of `spec`'s key for `req` (hash `key_hash`, reference
+    /// `reference`), ending at `until`; its entry.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn add_ban(
         &self,
         i: usize,
         spec: &KeySpec,
         req: &PreparedRequest<'_>,
+        key_hash: u64,
+        reference: u64,
         until: u64,
         now: u64,
     ) -> Option<usize> {
-        self.top().add_ban(i, spec, req, until, now)
+        self.top()
+            .add_ban(i, spec, req, key_hash, reference, until, now)
     }
 
-    /// Takes the listed bans of `spec`'s key for `req` by limit `i` off the list; how many.
-    pub(crate) fn remove_ban(
-        &self,
-        i: usize,
-        spec: &KeySpec,
-        req: &PreparedRequest<'_>,
-        now: u64,
-    ) -> usize {
-        self.top().remove_ban(i, spec, req, now)
+    /// Takes the listed bans of key `key_hash` by limit `i` off the list; how many.
+    pub(crate) fn remove_ban(&self, i: usize, key_hash: u64, now: u64) -> usize {
+        self.top().remove_ban(i, key_hash, now)
     }
 
     /// The ban listed in entry `slot` (its limit and the ban), if it lasts beyond `now`.

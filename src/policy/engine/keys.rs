@@ -128,15 +128,8 @@ impl Engine {
     }
 
     /// Lifts key `key_hash`'s ban in limit `limit` (and the strikes toward the next one) and
-    /// takes it off the status's list of active bans (`listed`: a request whose key is this
-    /// one, to name it as the list does). Whether a ban was in force or listed.
-    pub(crate) fn unban_key(
-        &self,
-        limit: usize,
-        key_hash: u64,
-        listed: &PreparedRequest<'_>,
-        now: u64,
-    ) -> bool {
+    /// takes it off the status's list of active bans. Whether a ban was in force or listed.
+    pub(crate) fn unban_key(&self, limit: usize, key_hash: u64, now: u64) -> bool {
         let l = &self.policy.limits[limit];
         let Some(ban) = &l.ban else {
             return false;
@@ -148,7 +141,7 @@ impl Engine {
             |s, n| (0, ban.left(s, n).is_some()),
             false,
         );
-        let freed = self.counters.remove_ban(limit, &l.key, listed, now);
+        let freed = self.counters.remove_ban(limit, key_hash, now);
         was || freed > 0
     }
 }

@@ -2,8 +2,9 @@
 //! after the top keys, shared by every process that shares the region.
 //!
 //! Entry ([`ENTRY_WORDS`] words): `[0]` the ban's end (ns, the engine's clock; 0 free,
-//! [`BUSY`] while written), `[1]` limit index `| key length << 32`, then the key's text
-//! ([`TEXT_BYTES`] bytes, longer keys cut). A ban takes a free or ended entry, else the one
+//! [`BUSY`] while written), `[1]` limit index `| key length << 32`, `[2]` the key's hash (what
+//! a lifted ban is found by), then the key's text ([`TEXT_BYTES`] bytes, a longer key cut with
+//! its reference, `policy::key_text`). A ban takes a free or ended entry, else the one
 //! ending first (the table entry still enforces a ban that left the list). Readers check the
 //! end word before and after reading the rest (a sequence lock): a torn entry is skipped.
 
@@ -19,7 +20,8 @@ use crate::policy::key_text::write_key;
 /// Entries in the list.
 pub const SLOTS: usize = 64;
 const ENTRY_WORDS: usize = 16;
-const TEXT_BYTES: usize = (ENTRY_WORDS - 2) * 8;
+const TEXT_AT: usize = 3;
+const TEXT_BYTES: usize = (ENTRY_WORDS - TEXT_AT) * 8;
 /// Words of the list.
 pub(crate) const WORDS: usize = SLOTS * ENTRY_WORDS;
 const BUSY: u64 = u64::MAX;
@@ -40,22 +42,25 @@ impl TopArea<'_> {
         &self.bans[slot * ENTRY_WORDS..(slot + 1) * ENTRY_WORDS]
     }
 
-    /// Lists a ban of `spec`'s key for `req` by limit `i` until `until`, at `now`; the entry
-    /// taken (for [`TopArea::ban`]), or `None` when every entry is being written.
+    /// Lists a ban of `spec`'s key for `req` (hash `key_hash`, reference `reference`) by
+    /// limit `i` until `until`, at `now`; the entry taken (for [`TopArea::ban`]), or `None`
+    /// when every entry is being written.
     #[cold]
     #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
     pub fn add_ban(
         &self,
         i: usize,
         spec: &KeySpec,
         req: &PreparedRequest<'_>,
+        key_hash: u64,
+        reference: u64,
         until: u64,
         now: u64,
     ) -> Option<usize> {
         let mut buf = [0u8; TEXT_BYTES];
-        let key = Text::write(&mut buf, |t| {
-            write_key(t, &spec.parts, req, true, self.exposure, self.seed)
-        });
+        let style = self.style(reference, TEXT_BYTES);
+        let key = Text::write(&mut buf, |t| write_key(t, &spec.parts, req, true, &style));
         for _ in 0..4 {
             // A free or ended entry, else the one ending first.
             let (slot, end) = (0..SLOTS)
@@ -68,7 +73,8 @@ impl TopArea<'_> {
             }
             fence(Release);
             e[1].store(i as u64 | (key.len() as u64) << 32, Relaxed);
-            for (w, chunk) in e[2..].iter().zip(buf.chunks(8)) {
+            e[2].store(key_hash, Relaxed);
+            for (w, chunk) in e[TEXT_AT..].iter().zip(buf.chunks(8)) {
                 w.store(
                     u64::from_le_bytes(chunk.try_into().unwrap_or([0; 8])),
                     Relaxed,
@@ -80,26 +86,16 @@ impl TopArea<'_> {
         None
     }
 
-    /// Takes the bans of `spec`'s key for `req` by limit `i` off the list (a lifted ban); how
-    /// many entries it freed.
-    pub fn remove_ban(
-        &self,
-        i: usize,
-        spec: &KeySpec,
-        req: &PreparedRequest<'_>,
-        now: u64,
-    ) -> usize {
-        let mut buf = [0u8; TEXT_BYTES];
-        let key = Text::write(&mut buf, |t| {
-            write_key(t, &spec.parts, req, true, self.exposure, self.seed)
-        });
+    /// Takes the bans of key `key_hash` by limit `i` off the list (a lifted ban); how many
+    /// entries it freed.
+    pub fn remove_ban(&self, i: usize, key_hash: u64, now: u64) -> usize {
         let mut freed = 0;
         for slot in 0..SLOTS {
             let Some((l, ban)) = self.ban(slot, now) else {
                 continue;
             };
             if l == i
-                && ban.key.as_bytes() == key
+                && self.ban_entry(slot)[2].load(Relaxed) == key_hash
                 && self.ban_entry(slot)[0]
                     .compare_exchange(ban.until, 0, AcqRel, Relaxed)
                     .is_ok()
@@ -121,7 +117,7 @@ impl TopArea<'_> {
         }
         let head = e[1].load(Relaxed);
         let mut text = [0u8; TEXT_BYTES];
-        for (w, chunk) in e[2..].iter().zip(text.chunks_mut(8)) {
+        for (w, chunk) in e[TEXT_AT..].iter().zip(text.chunks_mut(8)) {
             chunk.copy_from_slice(&w.load(Relaxed).to_le_bytes());
         }
         fence(Acquire);
