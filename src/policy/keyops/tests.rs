@@ -153,3 +153,34 @@ proptest! {
         });
     }
 }
+
+/// A 154-byte header key: logs show it whole; the status's 104 bytes cut it with `(cut)` and
+/// its reference, which names the key.
+#[test]
+fn a_long_header_key_is_whole_in_logs_and_cut_with_its_reference_in_the_status() {
+    let src = "[key_text]\nhide = []\n[zones.z]\nsize = \"64k\"\nalgorithm = \"gcra\"\n\
+               rate = \"1r/m\"\n[[limit]]\nname = \"l\"\nclass = \"*\"\nzone = \"z\"\n\
+               key = \"header:x-k\"\n";
+    let e = Engine::new(parse_policy(src, None).unwrap()).unwrap();
+    let value = "v".repeat(154);
+    let req = OwnedRequest::new("GET", "/", "192.0.2.1".parse().unwrap()).header("x-k", &value);
+    let mut logged = String::new();
+    e.render_key(0, &req, &mut logged);
+    assert_eq!(logged, value);
+    let mut cut = String::new();
+    let want = e
+        .with_key_request(0, &req, |p, ok| {
+            e.write_key_text(0, p, ok, 104, &mut cut);
+            e.key_hash_of(0, p)
+        })
+        .flatten()
+        .unwrap();
+    assert!(cut.len() <= 104 && cut.contains("(cut) #"), "{cut}");
+    let parts = &e.policy().limits[0].key.parts;
+    match parse_key(parts, cut.as_bytes()) {
+        Ok(Named::Reference(r)) => assert_eq!(e.key_of_reference(0, r), want),
+        _ => panic!("{cut}: not a reference"),
+    }
+    let without = cut.split(" #").next().unwrap();
+    assert!(parse_key(parts, without.as_bytes()).is_err_and(|e| e.contains("cut")));
+}
