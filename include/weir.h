@@ -711,8 +711,9 @@ int weir_engine_log_decision(const struct weir_engine *e,
 
 /*
  Writes limit `limit`'s key for request `r` as logs show it (`203.0.113.0/24`,
- `ip=192.0.2.7 path=/api`; docs/C-API.md) into `buf` (`cap` bytes, cut to fit, not
- NUL-terminated) and its length into `*len`. `r` is the request as it was evaluated (the
+ `ip=192.0.2.7 path=/api`; docs/METRICS.md, "Key text") into `buf` (at most `cap` and 512
+ bytes, printable ASCII, not NUL-terminated; a longer key is cut, marked `(cut)`, and keeps
+ its reference) and its length into `*len`. `r` is the request as it was evaluated (the
  same views and callbacks). Nothing is written for a limit index that names none.
  Allocates: call it for a log line, not on the request path.
  */

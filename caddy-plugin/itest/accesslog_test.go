@@ -117,3 +117,50 @@ func TestAccessLogPlaceholders(t *testing.T) {
 		}
 	}
 }
+
+// {http.weir.key} of a limit keyed on a session cookie shows its keyed hash, never the value
+// (key text hides header and cookie values by default), and no other part of the access log
+// shows it either.
+func TestAccessLogHidesCookieKeys(t *testing.T) {
+	const secret = "SECRET-7f3a9c"
+	bin := binary(t, "WEIR_CADDY")
+	dir := t.TempDir()
+	writeFile(t, dir, "p.toml", `[zones.s]
+size = "64k"
+algorithm = "gcra"
+rate = "1r/h"
+[classes.c]
+match = [{ path_prefix = "/c" }]
+[[limit]]
+class = "c"
+zone = "s"
+name = "session"
+key = "cookie:session"
+`)
+	s := startCaddy(t, bin, "caddyfile", strings.ReplaceAll(accessLogCfg, "%DIR%", dir))
+	for i, want := range []int{200, 429} {
+		if r := get(t, s.port, "/c", [2]string{"Cookie", "a=1; session=" + secret}); r.status != want {
+			t.Fatalf("request %d: %d, want %d", i, r.status, want)
+		}
+	}
+	var key string
+	deadline := time.Now().Add(10 * time.Second)
+	for key == "" && time.Now().Before(deadline) {
+		data, _ := os.ReadFile(filepath.Join(dir, "access.log"))
+		if strings.Contains(string(data), secret) {
+			t.Fatalf("the access log shows the cookie: %s", data)
+		}
+		for _, l := range strings.Split(string(data), "\n") {
+			var e struct {
+				Key string `json:"weir_key"`
+			}
+			if json.Unmarshal([]byte(l), &e) == nil && e.Key != "" {
+				key = e.Key
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !strings.HasPrefix(key, "cookie:session=~") || !strings.Contains(key, " #") {
+		t.Fatalf("weir_key %q: want the cookie's hash and the key's reference", key)
+	}
+}

@@ -72,8 +72,9 @@ pub unsafe extern "C" fn weir_engine_log_decision(
 }
 
 /// Writes limit `limit`'s key for request `r` as logs show it (`203.0.113.0/24`,
-/// `ip=192.0.2.7 path=/api`; docs/C-API.md) into `buf` (`cap` bytes, cut to fit, not
-/// NUL-terminated) and its length into `*len`. `r` is the request as it was evaluated (the
+/// `ip=192.0.2.7 path=/api`; docs/METRICS.md, "Key text") into `buf` (at most `cap` and 512
+/// bytes, printable ASCII, not NUL-terminated; a longer key is cut, marked `(cut)`, and keeps
+/// its reference) and its length into `*len`. `r` is the request as it was evaluated (the
 /// same views and callbacks). Nothing is written for a limit index that names none.
 /// Allocates: call it for a log line, not on the request path.
 #[no_mangle]
@@ -98,7 +99,8 @@ pub unsafe extern "C" fn weir_engine_render_key(
             return WEIR_OK;
         };
         let mut text = String::new();
-        (*e).engine.render_key(limit, &req, &mut text);
+        let max = cap.min(weir::policy::key_text::TEXT_MAX);
+        (*e).engine.render_key_within(limit, &req, &mut text, max);
         let n = cut(&text, cap.min(MAX_LEN));
         if n > 0 {
             std::slice::from_raw_parts_mut(buf, n).copy_from_slice(&text.as_bytes()[..n]);

@@ -25,6 +25,7 @@ use crate::region::stripes::{add as add_to_stripe, STRIPES};
 use crate::region::{atomic_words, Region, WordSpan};
 
 use super::key::KeySpec;
+use super::key_text::Hide;
 use super::request::PreparedRequest;
 use super::topkeys::{ActiveBan, Exposure, LimitTop, TopArea, BAN_SLOTS, BAN_WORDS};
 
@@ -97,6 +98,8 @@ pub struct Counters {
     stride: usize,
     /// How the top-keys area shows client addresses (the policy's `[status] clients`).
     pub(crate) exposure: Exposure,
+    /// Key parts whose values key text hides (the policy's `[key_text] hide`).
+    pub(crate) hide: Hide,
     /// Whether rejections record their key and client (the policy's `[status] top_keys`).
     pub(crate) record_keys: bool,
     /// Per limit: the id its listed bans carry (the engine's ban ids; 0: none).
@@ -162,6 +165,7 @@ impl Counters {
             limits,
             stride: stripe_words(limits),
             exposure: Exposure::default(),
+            hide: Hide::default(),
             record_keys: true,
             ban_ids: Vec::new(),
             _backing: Backing::Borrowed,
@@ -214,19 +218,33 @@ impl Counters {
         TopArea {
             words: self.words.slice(at, top),
             bans: self.words.slice(at + top, BAN_WORDS),
-            seed: self.words.view::<AtomicU64>(SEED_WORD).load(Relaxed),
+            seed: self.seed(),
             exposure: self.exposure,
+            hide: &self.hide,
         }
     }
 
-    /// Counts a rejection by limit `i` and records its key (`spec` for `req`) and client.
+    /// The block's random seed: it keys the hashes of hidden key values and addresses.
+    pub(crate) fn seed(&self) -> u64 {
+        self.words.view::<AtomicU64>(SEED_WORD).load(Relaxed)
+    }
+
+    /// Counts a rejection by limit `i` and records its key (`spec` for `req`, whose reference
+    /// is `reference`) and client.
     #[cold]
     #[inline(never)]
-    pub(crate) fn rejected(&self, i: usize, spec: &KeySpec, req: &PreparedRequest<'_>, now: u64) {
+    pub(crate) fn rejected(
+        &self,
+        i: usize,
+        spec: &KeySpec,
+        req: &PreparedRequest<'_>,
+        reference: u64,
+        now: u64,
+    ) {
         self.add_limit(i, |c| &c.rejected);
         let top = self.top();
         if self.record_keys {
-            top.rejected(i, spec, req, now, || self.limit(i).passed);
+            top.rejected(i, spec, req, reference, now, || self.limit(i).passed);
         } else {
             top.rejected_unnamed(i, now, || self.limit(i).passed);
         }
@@ -240,19 +258,22 @@ impl Counters {
         self.top().delayed(i, now, || self.limit(i).passed);
     }
 
-    /// Lists a ban by limit `i` of `spec`'s key for `req` (its table entry `hash`), ending at
-    /// `until`; its entry.
+    /// Lists a ban by limit `i` of `spec`'s key for `req` (its table entry `hash`, the key's
+    /// reference `reference`), ending at `until`; its entry.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn add_ban(
         &self,
         i: usize,
         hash: u64,
         spec: &KeySpec,
         req: &PreparedRequest<'_>,
+        reference: u64,
         until: u64,
         now: u64,
     ) -> Option<usize> {
         let id = self.ban_ids[i];
-        self.top().add_ban(id, hash, spec, req, until, now)
+        self.top()
+            .add_ban(id, hash, spec, req, reference, until, now)
     }
 
     /// Takes limit `i`'s listed bans of table entry `hash` off the list; how many.
@@ -296,6 +317,7 @@ impl Counters {
             bans: span.slice(Self::top_at(limits) + TopArea::words_for(limits), BAN_WORDS),
             seed: 0,
             exposure: self.exposure,
+            hide: &self.hide,
         };
         let to = self.top();
         let listed: Vec<(u64, u64)> = (0..BAN_SLOTS)

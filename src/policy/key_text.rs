@@ -1,24 +1,53 @@
-//! A limit's key as text, the one way every surface shows it: access logs (`$weir_key`,
-//! `{http.weir.key}`, tower's `Verdict::key`), `weir replay`, and the live top keys of the
-//! JSON status.
+//! A limit's key as text, the one way every surface writes it: access logs (`$weir_key`,
+//! `{http.weir.key}`, tower's `Verdict::key`), the error log's ban lines, the JSON status's top
+//! keys and bans, key operations' answers and audit lines, `weir replay` and `weir top`.
+//! `policy::keyops` parses it back (docs/METRICS.md, "Key text").
 //!
-//! A one-part key is its value (`203.0.113.0/24`, `/w/index.php`, a header's value); several
-//! parts are `part=value` separated by spaces (`ip=192.0.2.7 path=/api`). An `ip` part below
-//! the full length and a masked `var:` value carry their prefix (`192.0.2.0/24`); the local
-//! client is `local`, `global` is `global`, an absent header, cookie or variable `(absent)`,
-//! named even in a one-part key (`cookie:session=(absent)`); bytes
-//! other than printable ASCII (and `"`, `\`) are written `\xHH`; a value is cut at
-//! [`PART_MAX`] bytes (`…` marks the cut). Written into any [`KeyText`] sink without
-//! allocating, so the reject path can name keys into a fixed buffer.
+//! Grammar (every byte printable ASCII, no `"` or `\`, so access logs with any escaping and
+//! JSON carry it unchanged):
+//!
+//! ```text
+//! text      = parts [" #" reference] | "#" reference
+//! parts     = value | name "=" marker | name "=" value *(" " name "=" value) ["(cut)"]
+//! value     = 1*(safe | "%" HEX HEX) | address | marker
+//! marker    = "(absent)" | "(empty)" | "(bad-target)" | "~" 16hex
+//! ```
+//!
+//! A one-part key is its value (`203.0.113.0/24`, `/w/index.php`), named when the value is a
+//! marker (`cookie:session=(absent)`); several parts are `name=value` separated by one space.
+//! A value's bytes outside [`safe`] are `%HH`, so a value never holds a space, `(`, `~` or `#`
+//! and no literal value reads as a marker. A hidden value ([`Hide`]) is `~` and the 16 hex
+//! digits of its keyed hash; an address hidden or hashed (`[status] clients`) is `h:` and 16
+//! hex digits, a masked one its network (`/prefix`). Text that does not name the key exactly
+//! (hidden, hashed or masked) ends with the key's reference, ` #` and 16 hex digits, which key
+//! operations turn back into the key. Text longer than its room is cut: `(cut)`, then the
+//! reference. Written into any [`KeyText`] sink without allocating, so the reject path can
+//! name keys into a fixed buffer.
+
+mod hide;
+mod secret;
 
 use std::net::IpAddr;
+
+pub use hide::Hide;
+pub use secret::{seal, unseal};
 
 use super::key::{KeyPart, VarMask};
 use super::net::mask_ip;
 use super::request::PreparedRequest;
 
-/// Longest value rendered of one key part.
-pub const PART_MAX: usize = 200;
+/// Longest key text logs and key operations write (the status's lists keep less).
+pub const TEXT_MAX: usize = 512;
+/// ` #` and 16 hex digits.
+const REFERENCE_LEN: usize = 18;
+/// Ends a cut text (before its reference).
+pub const CUT: &str = "(cut)";
+/// An absent header, cookie or variable.
+pub const ABSENT: &str = "(absent)";
+/// An empty header, cookie or variable value.
+pub const EMPTY: &str = "(empty)";
+/// A `path` part of a request whose target the engine refused.
+pub const BAD_TARGET: &str = "(bad-target)";
 
 /// How client addresses appear (`[status] clients` for the status; logs show them in full).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -45,7 +74,23 @@ impl Exposure {
     }
 }
 
-/// Where key text goes. Every byte written is ASCII except `…`.
+/// How one key is written.
+#[derive(Clone, Copy, Debug)]
+pub struct Style<'a> {
+    /// Addresses.
+    pub exposure: Exposure,
+    /// Parts whose values are hidden.
+    pub hide: &'a Hide,
+    /// Keys the hashes of hidden values and addresses (the engine's).
+    pub seed: u64,
+    /// The key's reference ([`seal`] of its hash), written when the text does not name the key
+    /// exactly; `None` when there is no key (a refused target, a limit that does not apply).
+    pub reference: Option<u64>,
+    /// Longest text.
+    pub max: usize,
+}
+
+/// Where key text goes. Every byte written is printable ASCII.
 pub trait KeyText {
     /// Appends `bytes` (a sink may drop what does not fit).
     fn put(&mut self, bytes: &[u8]);
@@ -69,7 +114,7 @@ impl KeyText for String {
     }
 }
 
-/// Adapts a sink to `fmt::Write` (IPv6 addresses, hex).
+/// Adapts a sink to `fmt::Write` (IPv6 addresses).
 struct Fmt<'a, O: ?Sized>(&'a mut O);
 
 impl<O: KeyText + ?Sized> std::fmt::Write for Fmt<'_, O> {
@@ -79,7 +124,7 @@ impl<O: KeyText + ?Sized> std::fmt::Write for Fmt<'_, O> {
     }
 }
 
-/// FNV-1a of `bytes` from `seed`, never 0 (hashed addresses, the summaries' tags).
+/// FNV-1a of `bytes` from `seed`, never 0 (the summaries' tags).
 pub fn fnv(seed: u64, bytes: &[u8]) -> u64 {
     let mut h = 0xcbf2_9ce4_8422_2325u64 ^ seed;
     for &b in bytes {
@@ -88,22 +133,41 @@ pub fn fnv(seed: u64, bytes: &[u8]) -> u64 {
     h.max(1)
 }
 
+/// Whether byte `b` of a value is written as it is (else `%HH`): printable ASCII but space,
+/// `"`, `#`, `%`, `'`, `(`, `)`, `\` and `~`.
+pub fn safe(b: u8) -> bool {
+    (0x21..0x7f).contains(&b)
+        && !matches!(b, b'"' | b'#' | b'%' | b'\'' | b'(' | b')' | b'\\' | b'~')
+}
+
+/// Sixteen lowercase hex digits.
+fn put_hex<O: KeyText + ?Sized>(out: &mut O, v: u64) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut b = [0u8; 16];
+    for (i, d) in b.iter_mut().enumerate() {
+        *d = HEX[(v >> (60 - 4 * i) & 15) as usize];
+    }
+    out.put(&b);
+}
+
 /// Writes `ip` masked to `prefix` bits (when shorter than the address) as `how` says, with
-/// `/prefix` when masked; `None` is the local client, `local`. `seed` keys the hash.
+/// `/prefix` when masked; `None` is the local client, `local`. `seed` keys the hash. Whether
+/// the text names fewer bits than `prefix` (hashed, or masked further).
 pub fn write_ip<O: KeyText + ?Sized>(
     out: &mut O,
     ip: Option<IpAddr>,
     prefix: Option<u8>,
     how: Exposure,
     seed: u64,
-) {
+) -> bool {
     use std::fmt::Write;
     let Some(ip) = ip else {
         out.put(b"local");
-        return;
+        return false;
     };
     let full = if ip.is_ipv4() { 32 } else { 128 };
-    let mut bits = prefix.unwrap_or(full).min(full);
+    let want = prefix.unwrap_or(full).min(full);
+    let mut bits = want;
     if how == Exposure::Masked {
         bits = bits.min(if ip.is_ipv4() { 24 } else { 48 });
     }
@@ -113,7 +177,8 @@ pub fn write_ip<O: KeyText + ?Sized>(
             IpAddr::V4(a) => a.to_ipv6_mapped().octets(),
             IpAddr::V6(a) => a.octets(),
         };
-        let _ = write!(Fmt(out), "h:{:016x}", fnv(seed, &octets));
+        out.put(b"h:");
+        put_hex(out, secret::keyed(seed, &octets));
     } else if let IpAddr::V4(a) = masked {
         for (i, o) in a.octets().into_iter().enumerate() {
             if i > 0 {
@@ -128,33 +193,166 @@ pub fn write_ip<O: KeyText + ?Sized>(
         out.put(b"/");
         out.put_u8(bits);
     }
+    how == Exposure::Hashed || bits < want
 }
 
-/// Writes the key `parts` make of `req` (module documentation). `path_ok` is false when the
-/// engine refused the request's target: a `path` part is then `(bad target)`.
+/// A sink that writes while there is room (a run of literal bytes may be cut, an escape or
+/// a marker is written whole or not at all) and notes what the text lost.
+struct Writer<'o, O: ?Sized> {
+    out: &'o mut O,
+    len: usize,
+    room: usize,
+    cut: bool,
+    lossy: bool,
+}
+
+impl<O: KeyText + ?Sized> Writer<'_, O> {
+    /// Writes `b` whole, or cuts the text here.
+    fn atom(&mut self, b: &[u8]) {
+        if self.cut || self.len + b.len() > self.room {
+            self.cut = true;
+            return;
+        }
+        self.out.put(b);
+        self.len += b.len();
+    }
+
+    /// Writes what fits of `b` (literal bytes).
+    fn run(&mut self, b: &[u8]) {
+        if self.cut {
+            return;
+        }
+        let n = b.len().min(self.room - self.len);
+        self.out.put(&b[..n]);
+        self.len += n;
+        self.cut = n < b.len();
+    }
+
+    /// `v` with every byte outside [`safe`] as `%HH`.
+    fn value(&mut self, v: &[u8]) {
+        const HEX: &[u8; 16] = b"0123456789ABCDEF";
+        let mut plain = 0;
+        for (i, &b) in v.iter().enumerate() {
+            if safe(b) {
+                continue;
+            }
+            self.run(&v[plain..i]);
+            self.atom(&[b'%', HEX[usize::from(b >> 4)], HEX[usize::from(b & 15)]]);
+            plain = i + 1;
+        }
+        self.run(&v[plain..]);
+    }
+
+    /// `~` and the keyed hash of `v`.
+    fn hidden(&mut self, seed: u64, v: &[u8]) {
+        let mut b = Vec16::default();
+        b.put(b"~");
+        put_hex(&mut b, secret::keyed(seed, v));
+        self.atom(&b.0[..b.1]);
+        self.lossy = true;
+    }
+}
+
+impl<O: KeyText + ?Sized> KeyText for Writer<'_, O> {
+    fn put(&mut self, bytes: &[u8]) {
+        self.atom(bytes);
+    }
+}
+
+/// A 17-byte buffer (`~` and 16 hex digits).
+#[derive(Default)]
+struct Vec16([u8; 17], usize);
+
+impl KeyText for Vec16 {
+    fn put(&mut self, b: &[u8]) {
+        let n = b.len().min(17 - self.1);
+        self.0[self.1..self.1 + n].copy_from_slice(&b[..n]);
+        self.1 += n;
+    }
+}
+
+/// A sink that keeps nothing (measuring).
+struct Null;
+
+impl KeyText for Null {
+    fn put(&mut self, _: &[u8]) {}
+}
+
+/// Writes the key `parts` make of `req` as `style` says (module documentation). `path_ok` is
+/// false when the engine refused the request's target: a `path` part is then `(bad-target)`.
 pub fn write_key<O: KeyText + ?Sized>(
     out: &mut O,
     parts: &[KeyPart],
     req: &PreparedRequest<'_>,
     path_ok: bool,
-    how: Exposure,
-    seed: u64,
+    style: &Style<'_>,
 ) {
-    let named = parts.len() > 1;
+    let mut probe = Writer {
+        out: &mut Null,
+        len: 0,
+        room: usize::MAX,
+        cut: false,
+        lossy: false,
+    };
+    emit(&mut probe, parts, req, path_ok, style);
+    let reference = style
+        .reference
+        .filter(|_| probe.lossy || probe.len > style.max);
+    let tail = if reference.is_some() {
+        REFERENCE_LEN
+    } else {
+        0
+    };
+    let whole = probe.len + tail <= style.max;
+    let room = if whole {
+        usize::MAX
+    } else {
+        style.max.saturating_sub(tail + CUT.len())
+    };
+    let mut w = Writer {
+        out: &mut *out,
+        len: 0,
+        room,
+        cut: false,
+        lossy: false,
+    };
+    emit(&mut w, parts, req, path_ok, style);
+    if !whole {
+        out.put(CUT.as_bytes());
+    }
+    if let Some(r) = reference {
+        out.put(b" #");
+        put_hex(out, r);
+    }
+}
+
+fn emit<O: KeyText + ?Sized>(
+    w: &mut Writer<'_, O>,
+    parts: &[KeyPart],
+    req: &PreparedRequest<'_>,
+    path_ok: bool,
+    style: &Style<'_>,
+) {
     for (i, part) in parts.iter().enumerate() {
         if i > 0 {
-            out.put(b" ");
+            w.atom(b" ");
         }
+        let hidden = style.hide.hides(part);
         let (v, mask) = match part {
             KeyPart::Header(n) => (req.header(n), VarMask::default()),
             KeyPart::Cookie(n) => (req.cookie_named(n), VarMask::default()),
             KeyPart::Var { index, mask, .. } => (req.view.var(*index), *mask),
-            _ => (Some(&b""[..]), VarMask::default()),
+            KeyPart::Path if path_ok => (Some(req.path), VarMask::default()),
+            KeyPart::Path => (None, VarMask::default()),
+            KeyPart::Method => (Some(req.method), VarMask::default()),
+            KeyPart::Ip { .. } | KeyPart::Global => (Some(&b""[..]), VarMask::default()),
         };
-        // An absent value is named even alone: `cookie:session=(absent)`.
-        if named || v.is_none() {
-            put_name(out, part);
-            out.put(b"=");
+        // A marker is named even alone: `cookie:session=(absent)`.
+        let ip = matches!(part, KeyPart::Ip { .. } | KeyPart::Global);
+        let marker = v.is_none_or(|v| v.is_empty()) || hidden;
+        if parts.len() > 1 || (!ip && marker) {
+            put_name(w, part);
+            w.atom(b"=");
         }
         match part {
             KeyPart::Ip {
@@ -165,18 +363,42 @@ pub fn write_key<O: KeyText + ?Sized>(
                     Some(IpAddr::V4(_)) => *v4_prefix,
                     _ => *v6_prefix,
                 };
-                write_ip(out, req.client, Some(prefix), how, seed);
+                let how = if hidden {
+                    Exposure::Hashed
+                } else {
+                    style.exposure
+                };
+                let lossy = write_ip(w, req.client, Some(prefix), how, style.seed);
+                w.lossy |= lossy;
             }
-            KeyPart::Global => out.put(b"global"),
-            KeyPart::Path if !path_ok => out.put(b"(bad target)"),
-            KeyPart::Path => escaped(out, req.path),
-            KeyPart::Method => escaped(out, req.method),
-            _ => value(out, v, mask, how, seed),
+            KeyPart::Global => w.atom(b"global"),
+            KeyPart::Path if !path_ok => w.atom(BAD_TARGET.as_bytes()),
+            _ => match v {
+                None => w.atom(ABSENT.as_bytes()),
+                Some(b"") => w.atom(EMPTY.as_bytes()),
+                Some(v) => match mask.apply(v) {
+                    Some((net, prefix)) if hidden => {
+                        let mut b = [0u8; 17];
+                        b[..16].copy_from_slice(&match net {
+                            IpAddr::V4(a) => a.to_ipv6_mapped().octets(),
+                            IpAddr::V6(a) => a.octets(),
+                        });
+                        b[16] = prefix;
+                        w.hidden(style.seed, &b);
+                    }
+                    Some((net, prefix)) => {
+                        write_ip(w, Some(net), Some(prefix), Exposure::Full, style.seed);
+                    }
+                    None if hidden => w.hidden(style.seed, v),
+                    None => w.value(v),
+                },
+            },
         }
     }
 }
 
-/// `ip`, `global`, `path`, `method`, `header:NAME`, `cookie:NAME`, `var:NAME`.
+/// `ip`, `global`, `path`, `method`, `header:NAME`, `cookie:NAME`, `var:NAME` (the name's
+/// bytes outside [`safe`] as `%HH`).
 pub(crate) fn put_name<O: KeyText + ?Sized>(out: &mut O, p: &KeyPart) {
     let (kind, name): (&[u8], &[u8]) = match p {
         KeyPart::Ip { .. } => (b"ip", b""),
@@ -187,50 +409,15 @@ pub(crate) fn put_name<O: KeyText + ?Sized>(out: &mut O, p: &KeyPart) {
         KeyPart::Cookie(n) => (b"cookie:", n),
         KeyPart::Var { name, .. } => (b"var:", name),
     };
-    out.put(kind);
-    escaped(out, name);
-}
-
-/// A header, cookie or variable value; a masked `var:` address as its network.
-fn value<O: KeyText + ?Sized>(
-    out: &mut O,
-    v: Option<&[u8]>,
-    mask: VarMask,
-    how: Exposure,
-    seed: u64,
-) {
-    match v {
-        None => out.put(b"(absent)"),
-        Some(v) => match mask.apply(v) {
-            Some((net, prefix)) => write_ip(out, Some(net), Some(prefix), how, seed),
-            None => escaped(out, v),
-        },
-    }
-}
-
-/// Printable ASCII as it is, other bytes (and `"`, `\`) as `\xHH`; at most [`PART_MAX`]
-/// bytes, then `…`.
-fn escaped<O: KeyText + ?Sized>(out: &mut O, v: &[u8]) {
-    const HEX: &[u8; 16] = b"0123456789ABCDEF";
-    let cut = &v[..v.len().min(PART_MAX)];
-    let mut plain = 0;
-    for (i, &b) in cut.iter().enumerate() {
-        if (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\' {
-            continue;
-        }
-        out.put(&cut[plain..i]);
-        out.put(&[
-            b'\\',
-            b'x',
-            HEX[usize::from(b >> 4)],
-            HEX[usize::from(b & 15)],
-        ]);
-        plain = i + 1;
-    }
-    out.put(&cut[plain..]);
-    if v.len() > PART_MAX {
-        out.put("…".as_bytes());
-    }
+    let mut w = Writer {
+        out,
+        len: 0,
+        room: usize::MAX,
+        cut: false,
+        lossy: false,
+    };
+    w.atom(kind);
+    w.value(name);
 }
 
 #[cfg(test)]
@@ -263,12 +450,16 @@ mod tests {
     }
 
     #[test]
-    fn escaping_cuts_long_values() {
+    fn values_escape_every_byte_a_log_or_a_marker_could_change() {
         let mut out = String::new();
-        escaped(&mut out, b"a\"b\x01c");
-        assert_eq!(out, "a\\x22b\\x01c");
-        let mut out = String::new();
-        escaped(&mut out, &[b'x'; PART_MAX + 5]);
-        assert_eq!(out, format!("{}…", "x".repeat(PART_MAX)));
+        let mut w = Writer {
+            out: &mut out,
+            len: 0,
+            room: usize::MAX,
+            cut: false,
+            lossy: false,
+        };
+        w.value(b"a\"b\x01c d%(absent)~#'\\\xff/x=y");
+        assert_eq!(out, "a%22b%01c%20d%25%28absent%29%7E%23%27%5C%FF/x=y");
     }
 }

@@ -8,6 +8,7 @@ is 400, an unknown limit 404, a GET asking for a change 405. `weir key` asks the
 import http.client
 import json
 import subprocess
+import urllib.parse
 
 from bans import POLICY
 from run import Nginx, check, request
@@ -126,3 +127,97 @@ def test_keys(module, weir, env=None):
     return ("inspect shows a rejection and a ban, POST reset and unban lift them (the ban "
             "leaves ?format=json), one audit line each, 403 for a denied address, 400/404/405 "
             "for bad requests; weir key inspects, resets and reports errors")
+
+
+TEXT_POLICY = """[zones.z]
+size = "64k"
+algorithm = "gcra"
+rate = "1r/m"
+[classes.s]
+match = [{ path_prefix = "/s" }]
+[classes.h]
+match = [{ path_prefix = "/h" }]
+[[limit]]
+name = "session"
+class = "s"
+zone = "z"
+key = "cookie:session"
+log_level = "warn"
+ban = { after = 2, within = "1m", duration = "10m" }
+[[limit]]
+name = "odd"
+class = "h"
+zone = "z"
+key = ["header:x-k", "path"]
+[key_text]
+hide = ["cookie"]
+"""
+
+SECRET = "SECRET-7f3a"
+# A header value the engine's old text mangled in logs: quotes, a backslash, a space, a
+# non-ASCII byte, ` path=/…` and a marker's spelling.
+ODD = 'a"b\\c d path=/x (absent) \xe9'
+
+
+def test_key_text(module, weir, env=None):
+    """Key text through real nginx: a secret session cookie never shows in the status, the
+    error log (its ban line included) or the access log, yet the logged text lifts the ban and
+    resets the key; a header key logged with nginx's default escaping (and escape=json) resets
+    its key through `weir key` and a key operation."""
+    http = HTTP.replace(
+        "server {",
+        "log_format k '$weir_limit|$weir_key';\n"
+        "    log_format kj escape=json '{\"k\":\"$weir_key\"}';\n"
+        "    server {\n"
+        "        access_log %DIR%/logs/key.log k;\n"
+        "        access_log %DIR%/logs/key.json kj;", 1)
+    ngx = Nginx(module, http, files={"policy.toml": TEXT_POLICY, "html/f": "x"}, env=env)
+    try:
+        ngx.start()
+        port = ngx.port
+        cookie = [("Cookie", f"a=1; session={SECRET}")]
+        got = [request(port, "GET", "/s", cookie)[0] for _ in range(3)]
+        check(got == [200, 429, 429], f"one pass, two rejections (the second bans): {got}")
+        st, status = ask(port, "GET", "/metrics?format=json")
+        lim = status["limits"][0]
+        bans = [b["key"] for b in lim["bans"]]
+        with open(ngx.path("logs", "key.log"), encoding="latin-1") as f:
+            logged = [l.rstrip("\n").split("|", 1)[1] for l in f if l.startswith("session|")]
+        everything = json.dumps(status) + ngx.error_log() + "\n".join(logged)
+        check(SECRET not in everything, "the secret shows:\n" + everything[-2000:])
+        check(len(bans) == 1 and bans[0] == logged[-1] and bans[0].startswith("cookie:session=~")
+              and " #" in bans[0], f"the ban and the log name the key alike: {bans} {logged}")
+        check(f'banning key "{bans[0]}" for 600s by weir limit "session"' in ngx.error_log(),
+              "the ban line names the hidden key")
+        rc, out, err = weir_key(weir, port, "session", logged[-1], "--unban")
+        check(rc == 0 and "banned       no" in out, f"weir key --unban: {rc} {out} {err}")
+        rc, out, err = weir_key(weir, port, "session", lim["last_1m"]["keys"][0]["key"],
+                                "--reset")
+        check(rc == 0, f"weir key --reset with the status's key: {rc} {out} {err}")
+        check(request(port, "GET", "/s", cookie)[0] == 200, "passes after unban and reset")
+
+        odd = [("X-K", ODD)]
+        got = [request(port, "GET", "/h/1", odd)[0] for _ in range(2)]
+        check(got == [200, 429], f"the header key: {got}")
+        with open(ngx.path("logs", "key.log"), encoding="latin-1") as f:
+            text = [l.rstrip("\n").split("|", 1)[1] for l in f if l.startswith("odd|")][-1]
+        with open(ngx.path("logs", "key.json"), encoding="latin-1") as f:
+            text_json = json.loads(f.readlines()[-1])["k"]
+        check(text == text_json and "\\" not in text and '"' not in text
+              and text.startswith("header:x-k=a%22b%5Cc%20d%20path=/x%20%28absent%29%20"),
+              f"the logged text is the same with both escapings: {text!r} {text_json!r}")
+        rc, out, err = weir_key(weir, port, "odd", text)
+        check(rc == 0 and "remaining    0" in out, f"weir key inspects it: {rc} {out} {err}")
+        st, j = ask(port, "POST", "/metrics?limit=odd&action=reset&key="
+                    + urllib.parse.quote(text, safe=""))
+        check(st == 200 and j["changed"] and j["key"] == text, f"reset: {st} {j}")
+        check(request(port, "GET", "/h/1", odd)[0] == 200, "passes after the reset")
+        audit = [l for l in ngx.error_log().splitlines() if "of weir limit" in l]
+        check(all("\\\\" not in l for l in audit) and any(f'"{text}"' in l for l in audit),
+              "audit lines quote the text as it is:\n" + "\n".join(audit))
+        ngx.check_log()
+    finally:
+        ngx.cleanup()
+    return ("a secret cookie never shows in the status, error or access log, and its logged "
+            "text unbans and resets it; a header key logged with default and json escaping "
+            "resets its key (weir key, POST)")

@@ -1401,6 +1401,7 @@ def main():
         ("bans", lambda: bans.test_bans(args.module)),
         ("incident", lambda: incident.test_incident(args.module, args.weir)),
         ("keys", lambda: keys.test_keys(args.module, args.weir)),
+        ("key-text", lambda: keys.test_key_text(args.module, args.weir)),
         ("charge-on-status", lambda: charge_on_status.test_charge_on_status(args.module)),
         ("charge-on-status-h2",
          lambda: charge_on_status.test_charge_on_status_h2(args.module)),

@@ -13,8 +13,13 @@ use weir::policy::{parse_policy, Action, Engine, OwnedRequest};
 const S: u64 = 1_000_000_000;
 const T0: u64 = 1000 * S;
 
+/// An engine whose key text shows every value (`[key_text] hide = []`).
 fn engine(zone: &str, limit: &str) -> Engine {
-    let src = format!("[zones.z]\nsize = \"64k\"\n{zone}\n[[limit]]\nname = \"l\"\nclass = \"*\"\nzone = \"z\"\nlog_level = \"warn\"\n{limit}\n");
+    engine_hiding("[]", zone, limit)
+}
+
+fn engine_hiding(hide: &str, zone: &str, limit: &str) -> Engine {
+    let src = format!("[key_text]\nhide = {hide}\n[zones.z]\nsize = \"64k\"\n{zone}\n[[limit]]\nname = \"l\"\nclass = \"*\"\nzone = \"z\"\nlog_level = \"warn\"\n{limit}\n");
     Engine::new(parse_policy(&src, None).unwrap()).unwrap()
 }
 
@@ -130,7 +135,9 @@ fn every_key_kind_round_trips_through_its_text() {
     // header, cookie, path, method, global.
     let e = engine(GCRA, "key = \"header:x-api-key\"");
     let h = |v: &str| get("192.0.2.1").header("X-Api-Key", v);
-    round_trip(&e, &h("k\"1 \u{1}é"), &h("k2"), "k\\x221 \\x01\\xC3\\xA9");
+    round_trip(&e, &h("k\"1 \u{1}é"), &h("k2"), "k%221%20%01%C3%A9");
+    // A literal value that reads like a marker is escaped: it names its own key.
+    round_trip(&e, &h("(absent)"), &get("192.0.2.1"), "%28absent%29");
     round_trip(&e, &get("192.0.2.1"), &h("k2"), "header:x-api-key=(absent)");
     let e = engine(GCRA, "key = \"cookie:sid\"");
     let c = |v: &str| get("192.0.2.1").header("Cookie", &format!("a=b; sid={v}"));
@@ -168,7 +175,7 @@ fn every_key_kind_round_trips_through_its_text() {
         &e,
         &m("a b path=/x"),
         &m("a"),
-        "ip=192.0.2.1 method=GET path=/p header:x-k=a b path=/x var:t=t 1",
+        "ip=192.0.2.1 method=GET path=/p header:x-k=a%20b%20path=/x var:t=t%201",
     );
 }
 
@@ -333,7 +340,25 @@ fn refusals_name_why() {
             "GET",
             "limit=l&key=ip%3D1.2.3.4+path%3D%2Fa%E2%80%A6",
             400,
+            "printable ASCII",
+        ),
+        (
+            "GET",
+            "limit=l&key=ip%3D1.2.3.4+path%3D%2Fa%28cut%29",
+            400,
             "cut",
+        ),
+        (
+            "GET",
+            "limit=l&key=ip%3D1.2.3.4+path%3D%2Fa%5Cx22",
+            400,
+            "%5C",
+        ),
+        (
+            "GET",
+            "limit=l&key=ip%3D1.2.3.4+path%3D%2F+%23abc",
+            400,
+            "16 hex digits",
         ),
         ("GET", "limit=l&key=ip%3Dh%3Aab+path%3D%2F", 400, "hashed"),
         ("GET", "limit=l", 400, "key argument is missing"),

@@ -23,6 +23,7 @@ mod engine_order;
 mod engine_reads;
 mod examples;
 mod host_limits;
+mod key_secrets;
 mod keyops;
 mod log_policy;
 mod metrics;

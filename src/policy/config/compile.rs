@@ -1,7 +1,7 @@
 //! Compilation context (error collection with spans) and the top-level pass.
 
 use super::*;
-use crate::policy::key_text::Exposure;
+use crate::policy::key_text::{Exposure, Hide};
 
 pub(super) struct Cx<'s> {
     pub(super) src: &'s str,
@@ -99,6 +99,16 @@ pub(super) fn compile(cx: &mut Cx<'_>, spec: FileSpec) -> CompiledPolicy {
             Exposure::Full
         }),
     };
+
+    let mut key_hide = Hide::default();
+    if let Some(list) = spec.key_text.as_ref().and_then(|k| k.hide.as_ref()) {
+        key_hide = Hide::nothing();
+        for entry in list.get_ref() {
+            if let Err(e) = key_hide.add(entry.get_ref()) {
+                cx.err(&entry.span(), e);
+            }
+        }
+    }
 
     let status_top_keys = spec
         .status
@@ -206,6 +216,7 @@ pub(super) fn compile(cx: &mut Cx<'_>, spec: FileSpec) -> CompiledPolicy {
         client_ip,
         status_clients,
         status_top_keys,
+        key_hide,
         zones,
         classes,
         exemptions,

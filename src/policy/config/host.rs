@@ -143,6 +143,7 @@ impl HostLimits {
             trusted_proxies: None,
             client_ip_header: None,
             status: None,
+            key_text: None,
             zones,
             classes: BTreeMap::new(),
             exempt: BTreeMap::new(),

@@ -141,6 +141,8 @@ pub struct CompiledPolicy {
     pub status_clients: crate::policy::key_text::Exposure,
     /// Whether rejections record their key and client (`[status] top_keys`, default true).
     pub status_top_keys: bool,
+    /// Key parts whose values key text hides (`[key_text] hide`; default header and cookie).
+    pub key_hide: crate::policy::key_text::Hide,
     /// Zones, sorted by name.
     pub zones: Vec<Zone>,
     /// Classes, sorted by name.

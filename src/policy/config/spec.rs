@@ -10,6 +10,7 @@ pub(super) struct FileSpec {
     pub(super) trusted_proxies: Option<Spanned<StrList>>,
     pub(super) client_ip_header: Option<Spanned<String>>,
     pub(super) status: Option<StatusSpec>,
+    pub(super) key_text: Option<KeyTextSpec>,
     #[serde(default)]
     pub(super) zones: BTreeMap<Spanned<String>, Spanned<ZoneSpec>>,
     #[serde(default)]
@@ -26,6 +27,13 @@ pub(super) struct FileSpec {
 pub(super) struct StatusSpec {
     pub(super) clients: Option<Spanned<String>>,
     pub(super) top_keys: Option<bool>,
+}
+
+/// `[key_text]`: how keys are written everywhere (docs/METRICS.md, "Key text").
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct KeyTextSpec {
+    pub(super) hide: Option<Spanned<Vec<Spanned<String>>>>,
 }
 
 #[derive(Deserialize)]

@@ -106,7 +106,10 @@ impl Engine {
         );
         if started.is_some() {
             let until = now.saturating_add(ban.duration_ns());
-            let entry = self.counters.add_ban(limit, hash, &l.key, req, until, now);
+            let reference = self.key_reference(limit, key_hash);
+            let entry = self
+                .counters
+                .add_ban(limit, hash, &l.key, req, reference, until, now);
             out.retry_after_ns = ban.duration_ns();
             out.ban_started = Some(BanStarted {
                 entry: entry.map(|e| e as u16),

@@ -313,6 +313,7 @@ impl Engine {
         );
         let mut counters = counters;
         counters.exposure = policy.status_clients;
+        counters.hide = policy.key_hide.clone();
         counters.record_keys = policy.status_top_keys;
         let mut engine = Engine {
             ledger,

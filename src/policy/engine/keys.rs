@@ -132,7 +132,7 @@ impl Engine {
     }
 
     /// Lifts key `key_hash`'s ban in limit `limit` (and the strikes toward the next one) and
-    /// takes it off the status's list of active bans. Whether a ban was in force.
+    /// takes it off the status's list of active bans. Whether a ban was in force or listed.
     pub(crate) fn unban_key(&self, limit: usize, key_hash: u64, now: u64) -> bool {
         let l = &self.policy.limits[limit];
         let (Some(ban), id) = (&l.ban, self.ban_ids[limit]) else {
@@ -146,7 +146,7 @@ impl Engine {
             |s, n| (0, ban.left(s, n).is_some()),
             false,
         );
-        self.counters.remove_ban(limit, hash, now);
-        was
+        let freed = self.counters.remove_ban(limit, hash, now);
+        was || freed > 0
     }
 }

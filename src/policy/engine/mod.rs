@@ -571,7 +571,8 @@ impl Engine {
         now: u64,
     ) {
         let l = &self.policy.limits[limit];
-        self.counters.rejected(limit, &l.key, req, now);
+        let reference = self.key_reference(limit, key_hash);
+        self.counters.rejected(limit, &l.key, req, reference, now);
         out.action = Action::Reject;
         out.status = l.status;
         out.retry_after_ns = retry_after_ns;

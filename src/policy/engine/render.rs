@@ -90,12 +90,36 @@ impl Outcome {
 
 impl Engine {
     /// Appends limit `limit`'s key for `req` to `out`, as logs show it
-    /// ([`crate::policy::key_text`]; addresses in full). Allocates (normalizing the path): for
-    /// log lines, not the request path. An unknown limit renders nothing.
+    /// ([`crate::policy::key_text`]; addresses in full, values the policy hides as their
+    /// hash, at most [`key_text::TEXT_MAX`] bytes). Allocates (normalizing the path): for log
+    /// lines, not the request path. An unknown limit renders nothing.
     pub fn render_key(&self, limit: usize, req: &dyn RequestView, out: &mut String) {
-        let Some(l) = self.policy.limits.get(limit) else {
-            return;
-        };
+        self.render_key_within(limit, req, out, key_text::TEXT_MAX);
+    }
+
+    /// [`Engine::render_key`] in at most `max` bytes (a longer key is cut and keeps its
+    /// reference).
+    pub fn render_key_within(
+        &self,
+        limit: usize,
+        req: &dyn RequestView,
+        out: &mut String,
+        max: usize,
+    ) {
+        self.with_key_request(limit, req, |prepared, path_ok| {
+            self.write_key_text(limit, prepared, path_ok, max, out)
+        });
+    }
+
+    /// Runs `f` on limit `limit`'s view of `req` (its path normalized; `false`: the target
+    /// is refused and the limit keys by path); `None` for an unknown limit.
+    pub(crate) fn with_key_request<R>(
+        &self,
+        limit: usize,
+        req: &dyn RequestView,
+        f: impl FnOnce(&PreparedRequest<'_>, bool) -> R,
+    ) -> Option<R> {
+        let l = self.policy.limits.get(limit)?;
         let parts = &l.key.parts;
         let mut scratch = Vec::new();
         let mut path: Option<&[u8]> = None;
@@ -109,8 +133,50 @@ impl Engine {
                 }
             }
         }
+        let path_ok = path.is_some() || !parts.contains(&KeyPart::Path);
         let prepared = self.policy.prepare(req, path.unwrap_or(b"/"), query);
-        key_text::write_key(out, parts, &prepared, path.is_some(), Exposure::Full, 0);
+        Some(f(&prepared, path_ok))
+    }
+
+    /// Writes limit `limit`'s key for `prepared` as logs and key operations show it, in at
+    /// most `max` bytes; `path_ok` false names a refused target.
+    pub(crate) fn write_key_text(
+        &self,
+        limit: usize,
+        prepared: &PreparedRequest<'_>,
+        path_ok: bool,
+        max: usize,
+        out: &mut String,
+    ) {
+        let l = &self.policy.limits[limit];
+        let reference = path_ok
+            .then(|| self.key_hash_of(limit, prepared))
+            .flatten()
+            .map(|h| self.key_reference(limit, h));
+        let style = key_text::Style {
+            exposure: Exposure::Full,
+            hide: &self.policy.key_hide,
+            seed: self.counters.seed(),
+            reference,
+            max,
+        };
+        key_text::write_key(out, &l.key.parts, prepared, path_ok, &style);
+    }
+
+    /// The reference key text names key `key_hash` of limit `limit` by
+    /// ([`key_text::seal`], keyed by the limit's zone: valid while the zone keeps its state).
+    pub(crate) fn key_reference(&self, limit: usize, key_hash: u64) -> u64 {
+        key_text::seal(key_hash, self.reference_key(limit))
+    }
+
+    /// The key hash `reference` names in limit `limit` ([`Engine::key_reference`]'s inverse).
+    pub(crate) fn key_of_reference(&self, limit: usize, reference: u64) -> u64 {
+        key_text::unseal(reference, self.reference_key(limit))
+    }
+
+    fn reference_key(&self, limit: usize) -> u64 {
+        let zone = self.policy.limits[limit].zone;
+        self.key_hash(zone, b"\xffweir key text reference")
     }
 }
 
@@ -146,8 +212,8 @@ mod tests {
             (&both, "2001:db8:1:2:3:4:5:6", "2001:db8:1:2::/64"),
             (&v4, "2001:db8::1", "2001:db8::1"),
             (&both, "example.com", "example.com"),
-            (&both, "fe80::1%eth0", "fe80::1%eth0"),
-            (&both, "a\"b\u{1}", "a\\x22b\\x01"),
+            (&both, "fe80::1%eth0", "fe80::1%25eth0"),
+            (&both, "a\"b\u{1}", "a%22b%01"),
         ] {
             assert_eq!(render(e, &req(value)), want, "{value}");
         }

@@ -19,13 +19,12 @@ pub use query::{has_key, KeyAction};
 
 use super::config::LogLevel;
 use super::engine::{Engine, KeyState};
-use super::key_text::{write_key, Exposure};
+use super::key_text::TEXT_MAX;
 use super::request::PreparedRequest;
 
-/// Largest answer body [`key_request`] writes (a longer key is cut in the answer).
+/// Largest answer body [`key_request`] writes (its key text is at most
+/// [`TEXT_MAX`] bytes).
 pub const MAX_ANSWER: usize = 16 * 1024;
-/// Longest key text echoed in an answer.
-const MAX_KEY_ECHO: usize = 4096;
 /// Version of the answer's schema.
 pub const VERSION: u64 = 1;
 
@@ -112,23 +111,31 @@ pub fn key_request(engines: &[&Engine], method: &[u8], query: &[u8], now: u64) -
         return KeyAnswer::error(404, format!("no weir limit named {name:?}"));
     };
     let l = &engine.policy().limits[limit];
-    let req = match text::parse_key(&l.key.parts, &key) {
-        Ok(r) => r,
-        Err(why) => return KeyAnswer::error(400, format!("not a key of limit {name:?}: {why}")),
+    let bad = |why: String| KeyAnswer::error(400, format!("not a key of limit {name:?}: {why}"));
+    let (hash, rendered) = match text::parse_key(&l.key.parts, &key) {
+        Err(why) => return bad(why),
+        Ok(text::Named::Reference(r)) => {
+            // The text as given: printable ASCII without `"` or `\` (checked by the parser).
+            let given = if key.len() <= TEXT_MAX {
+                String::from_utf8_lossy(&key).into_owned()
+            } else {
+                format!("#{r:016x}")
+            };
+            (engine.key_of_reference(limit, r), given)
+        }
+        Ok(text::Named::Request(req, r)) => {
+            let prepared = PreparedRequest::new(&req.view, &req.path, b"", req.client);
+            let Some(hash) = engine.key_hash_of(limit, &prepared) else {
+                return KeyAnswer::error(400, format!("limit {name:?} does not apply to this key"));
+            };
+            if r.is_some_and(|r| engine.key_of_reference(limit, r) != hash) {
+                return bad("its reference (#…) names another key than its parts".into());
+            }
+            let mut rendered = String::new();
+            engine.write_key_text(limit, &prepared, true, TEXT_MAX, &mut rendered);
+            (hash, rendered)
+        }
     };
-    let prepared = PreparedRequest::new(&req.view, &req.path, b"", req.client);
-    let Some(hash) = engine.key_hash_of(limit, &prepared) else {
-        return KeyAnswer::error(400, format!("limit {name:?} does not apply to this key"));
-    };
-    let mut rendered = String::new();
-    write_key(
-        &mut rendered,
-        &l.key.parts,
-        &prepared,
-        true,
-        Exposure::Full,
-        0,
-    );
     let changed = match action {
         KeyAction::Inspect => false,
         KeyAction::Reset => engine.reset_key(limit, hash, now),
@@ -142,10 +149,8 @@ pub fn key_request(engines: &[&Engine], method: &[u8], query: &[u8], now: u64) -
         };
         Audit {
             level: l.log_level,
-            line: format!(
-                "{what} \"{}\" of weir limit \"{name}\"",
-                rendered.escape_debug()
-            ),
+            // Key text never holds `"` or `\`: the line quotes it as it is.
+            line: format!("{what} \"{rendered}\" of weir limit \"{name}\""),
             limit: name.clone(),
             key: rendered.clone(),
         }
@@ -160,15 +165,6 @@ pub fn key_request(engines: &[&Engine], method: &[u8], query: &[u8], now: u64) -
 /// The answer's JSON (schema version [`VERSION`], docs/METRICS.md).
 fn answer(limit: &str, key: &str, st: &KeyState, action: KeyAction, changed: bool) -> String {
     let secs = |ns: u64| ns.div_ceil(crate::limiter::NS_PER_SEC);
-    let mut key = key.to_owned();
-    if key.len() > MAX_KEY_ECHO {
-        let mut cut = MAX_KEY_ECHO;
-        while !key.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        key.truncate(cut);
-        key.push('…');
-    }
     let mut v = json!({
         "version": VERSION,
         "limit": limit,
@@ -187,3 +183,6 @@ fn answer(limit: &str, key: &str, st: &KeyState, action: KeyAction, changed: boo
     }
     v.to_string()
 }
+
+#[cfg(test)]
+mod tests;

@@ -4,11 +4,12 @@
 //! Entry ([`ENTRY_WORDS`] words): `[0]` the ban's end (ns, the engine's clock; 0 free,
 //! [`BUSY`] while written), `[1]` the key's length, `[2]` its limit's ban id (its name and
 //! generation, never its position: `policy::engine`'s ban ids), `[3]` the hash of the ban's
-//! table entry, then the key's text ([`TEXT_BYTES`] bytes, longer keys cut). A ban takes a
-//! free or ended entry, else the one ending first (the table entry still enforces a ban that
-//! left the list). Readers check the end word before and after reading the rest (a sequence
-//! lock): a torn entry is skipped. The engine shows an entry only while its limit enforces
-//! it (same ban id, and the table entry still banned).
+//! table entry, then the key's text ([`TEXT_BYTES`] bytes, a longer key cut with its
+//! reference, `policy::key_text`). A ban takes a free or ended entry, else the one ending
+//! first (the table entry still enforces a ban that left the list). Readers check the end word
+//! before and after reading the rest (a sequence lock): a torn entry is skipped. The engine
+//! shows an entry only while its limit enforces it (same ban id, and the table entry still
+//! banned).
 
 use std::sync::atomic::{fence, AtomicU64, Ordering::*};
 
@@ -51,24 +52,25 @@ impl TopArea<'_> {
         &self.bans[slot * ENTRY_WORDS..(slot + 1) * ENTRY_WORDS]
     }
 
-    /// Lists a ban of `spec`'s key for `req` by the limit whose ban id is `id`, stored in its
-    /// table under `hash`, until `until`, at `now`; the entry taken (for [`TopArea::ban`]), or
-    /// `None` when every entry is being written.
+    /// Lists a ban of `spec`'s key for `req` (reference `reference`) by the limit whose ban id
+    /// is `id`, stored in its table under `hash`, until `until`, at `now`; the entry taken (for
+    /// [`TopArea::ban`]), or `None` when every entry is being written.
     #[cold]
     #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
     pub fn add_ban(
         &self,
         id: u64,
         hash: u64,
         spec: &KeySpec,
         req: &PreparedRequest<'_>,
+        reference: u64,
         until: u64,
         now: u64,
     ) -> Option<usize> {
         let mut buf = [0u8; TEXT_BYTES];
-        let key = Text::write(&mut buf, |t| {
-            write_key(t, &spec.parts, req, true, self.exposure, self.seed)
-        });
+        let style = self.style(reference, TEXT_BYTES);
+        let key = Text::write(&mut buf, |t| write_key(t, &spec.parts, req, true, &style));
         self.put(id, hash, key, until, now)
     }
 

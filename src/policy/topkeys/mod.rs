@@ -29,7 +29,7 @@ pub use summary::Counted;
 pub use {atom::Atom, ring::Ring, summary::Summary};
 
 use crate::policy::key::KeySpec;
-use crate::policy::key_text::{fnv as tag, write_ip, write_key};
+use crate::policy::key_text::{fnv as tag, write_ip, write_key, Hide, Style};
 use crate::policy::request::PreparedRequest;
 use display::Text;
 use ring::SLOT_WORDS;
@@ -41,8 +41,11 @@ pub const BUCKETS: usize = 15;
 pub const TOP: usize = 16;
 /// Names shown per list.
 pub const SHOWN: usize = 10;
-/// Words per key entry (13 words of name: keys up to 104 bytes, longer ones truncated).
+/// Words per key entry (13 words of name: keys up to 104 bytes, longer ones cut with their
+/// reference, `policy::key_text`).
 const KEY_WORDS: usize = 16;
+/// Bytes of a key entry's name.
+const KEY_NAME: usize = (KEY_WORDS - 3) * 8;
 /// Words per client entry (40 bytes of name: any IPv6 address).
 const CLIENT_WORDS: usize = 8;
 const BUCKET_WORDS: usize = TOP * (KEY_WORDS + CLIENT_WORDS);
@@ -57,6 +60,8 @@ pub(crate) struct TopArea<'a> {
     /// Seeds the hashes of `hashed` addresses (random per region).
     pub seed: u64,
     pub exposure: Exposure,
+    /// Key parts whose values are hidden (the policy's `[key_text] hide`).
+    pub hide: &'a Hide,
 }
 
 /// One window's view of a limit: what it delayed and rejected, and whom it rejected most.
@@ -114,8 +119,20 @@ impl TopArea<'_> {
         }
     }
 
-    /// Records a rejection by limit `i` of key `spec` for `req` at `now` (ns); `passed` reads
-    /// the limit's passed total (called at most once a second).
+    /// How keys are written here, `max` bytes at most; `reference` the key's.
+    pub(crate) fn style(&self, reference: u64, max: usize) -> Style<'_> {
+        Style {
+            exposure: self.exposure,
+            hide: self.hide,
+            seed: self.seed,
+            reference: Some(reference),
+            max,
+        }
+    }
+
+    /// Records a rejection by limit `i` of key `spec` for `req` (whose reference is
+    /// `reference`) at `now` (ns); `passed` reads the limit's passed total (called at most
+    /// once a second).
     #[cold]
     #[inline(never)]
     pub fn rejected(
@@ -123,6 +140,7 @@ impl TopArea<'_> {
         i: usize,
         spec: &KeySpec,
         req: &PreparedRequest<'_>,
+        reference: u64,
         now: u64,
         passed: impl FnOnce() -> u64,
     ) {
@@ -131,12 +149,11 @@ impl TopArea<'_> {
         let (keys, clients) = self.summaries(i, second / 60);
         // Longer than any stored name (truncated to the entry).
         let mut buf = [0u8; 128];
-        let key = Text::write(&mut buf, |t| {
-            write_key(t, &spec.parts, req, true, self.exposure, self.seed)
-        });
+        let style = self.style(reference, KEY_NAME);
+        let key = Text::write(&mut buf, |t| write_key(t, &spec.parts, req, true, &style));
         keys.record(second / 60, tag(0, key), key);
         let client = Text::write(&mut buf, |t| {
-            write_ip(t, req.client, None, self.exposure, self.seed)
+            write_ip(t, req.client, None, self.exposure, self.seed);
         });
         clients.record(second / 60, tag(0, client), client);
     }
@@ -207,6 +224,8 @@ impl TopArea<'_> {
 /// The client part of a status for an address, as the summaries name it (tests and docs).
 pub fn client_name(ip: Option<IpAddr>, exposure: Exposure, seed: u64) -> String {
     let mut buf = [0u8; 64];
-    let name = Text::write(&mut buf, |t| write_ip(t, ip, None, exposure, seed));
+    let name = Text::write(&mut buf, |t| {
+        write_ip(t, ip, None, exposure, seed);
+    });
     String::from_utf8_lossy(name).into_owned()
 }
