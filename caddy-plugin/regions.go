@@ -16,6 +16,7 @@ static void wgo_region_free(void *p, size_t n) { munmap(p, n); }
 import "C"
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"unsafe"
@@ -40,7 +41,12 @@ import (
 //     freed; the new config's engine takes its references before the old config's cleanup
 //     gives back the old engine's, so a region both use lives on;
 //   - a region nobody holds is unmapped: a zone removed and added back later starts empty.
+//   - a policy whose limits changed gets new counters, which list the bans the old ones
+//     listed (weir_engine_carry_bans), as nginx's counters zone does.
 var regions = caddy.NewUsagePool()
+
+// errRegionGone: no engine holds the region any more.
+var errRegionGone = errors.New("region gone")
 
 // region is a pooled region.
 type region struct {
@@ -94,11 +100,16 @@ func (r *engineRegions) holds(key string) bool {
 	return r.counters == key
 }
 
+// regionKey is the pool key of the region owner/what/identity.
+func regionKey(owner, what, identity string) string {
+	return fmt.Sprintf("%q|%q|%s", owner, what, identity)
+}
+
 // takeRegion adds a reference to the region owner/what/identity, creating it (n zero bytes) when no
 // engine holds one. fresh, when not nil, is called with the identity of a region of the same
 // owner and what that a running config holds under another identity (the layout changed).
 func takeRegion(owner, what, identity string, n C.size_t, fresh func(was string)) (string, *region, error) {
-	key := fmt.Sprintf("%q|%q|%s", owner, what, identity)
+	key := regionKey(owner, what, identity)
 	if _, held := regions.References(key); !held && fresh != nil {
 		was := ""
 		regions.Range(func(_, v any) bool {
@@ -174,12 +185,25 @@ func attachPooled(pol *C.weir_policy, owner string, counters bool, logger *zap.L
 		cluster[i] = C.weir_region{ptr: r.p, len: r.n}
 	}
 	var cnt *C.weir_region
+	// old: the counters region of the running config when the limits changed, held (so mapped)
+	// until its bans are listed again in the new one (weir_engine_carry_bans).
+	var old *region
+	defer func() {
+		if old != nil {
+			_, _ = regions.Delete(regionKey(old.owner, old.what, old.identity))
+		}
+	}()
 	if counters {
 		bytes := C.weir_policy_counters_bytes(pol)
 		identity := fmt.Sprintf("limits=%016x size=%d", uint64(C.weir_policy_counters_fingerprint(pol)), uint64(bytes))
-		fresh := func(string) {
+		fresh := func(was string) {
 			if logger != nil {
 				logger.Info("weir counters start from zero: the policy's limits changed", zap.String("source", owner))
+			}
+			// A reference only if some engine still holds it (else it is gone: nothing to carry).
+			key := regionKey(owner, "counters", was)
+			if v, _, err := regions.LoadOrNew(key, func() (caddy.Destructor, error) { return nil, errRegionGone }); err == nil {
+				old = v.(*region)
 			}
 		}
 		key, r, err := takeRegion(owner, "counters", identity, bytes, fresh)
@@ -200,6 +224,10 @@ func attachPooled(pol *C.weir_policy, owner string, counters bool, logger *zap.L
 	if rc := C.weir_engine_attach_shared(pol, unsafe.SliceData(regs), C.size_t(n), clusterPtr, cnt, 0,
 		C.WEIR_ATTACH_ZEROED, &e, &cerr); rc != C.WEIR_OK {
 		return nil, held, takeError(cerr, rc)
+	}
+	if old != nil {
+		// The bans listed in the old counters stay listed while they are enforced.
+		_ = C.weir_engine_carry_bans(e, &C.weir_region{ptr: old.p, len: old.n})
 	}
 	return describe(e), held, nil
 }
