@@ -1348,6 +1348,7 @@ def main():
     import hosts
     import incident
     import keys
+    import long_requests
     import reload_edits
     import status_json
     import weir_top
@@ -1401,6 +1402,7 @@ def main():
         ("incident", lambda: incident.test_incident(args.module, args.weir)),
         ("keys", lambda: keys.test_keys(args.module, args.weir)),
         ("charge-on-status", lambda: charge_on_status.test_charge_on_status(args.module)),
+        ("long-requests", lambda: long_requests.test_long_requests(args.module)),
     ]
     if args.asan_module:
         checks += [
