@@ -28,6 +28,8 @@ type engineState struct {
 	// its rejections are logged at.
 	names     []string
 	logLevels []zapcore.Level
+	// renew keeps the engine's permits counted while their requests run (renew.go).
+	renew *renewer
 }
 
 // newEngineState wraps eng; names are its limits' names as Caddy shows them.
@@ -36,6 +38,7 @@ func newEngineState(eng *engine, source string, names []string) *engineState {
 	for i := range eng.limits {
 		s.logLevels = append(s.logLevels, policyLogLevel(eng.logLevel(i)))
 	}
+	s.renew = startRenewer(s)
 	return s
 }
 
@@ -58,6 +61,7 @@ func (s *engineState) logLevel(i int) zapcore.Level {
 // Destruct implements caddy.Destructor: the engine's last counts go to the metrics, then it
 // is freed.
 func (s *engineState) Destruct() error {
+	s.renew.halt()
 	hub.retire(s)
 	return nil
 }
