@@ -1,6 +1,7 @@
 package weir
 
 import (
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -31,7 +32,12 @@ func TestLongRequestKeepsItsPermit(t *testing.T) {
 	serve := func(next caddyhttp.Handler) int {
 		w := httptest.NewRecorder()
 		r, _ := caddyRequest(httptest.NewRequest("GET", "/long", nil), w)
-		if err := h.ServeHTTP(w, r, next); err != nil {
+		err := h.ServeHTTP(w, r, next)
+		var he caddyhttp.HandlerError
+		if errors.As(err, &he) {
+			return he.StatusCode // a rejection
+		}
+		if err != nil {
 			t.Errorf("ServeHTTP: %v", err)
 		}
 		return w.Code
