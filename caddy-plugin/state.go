@@ -26,6 +26,8 @@ type engineState struct {
 	// its rejections are logged at.
 	names     []string
 	logLevels []zapcore.Level
+	// renew keeps the engine's permits counted while their requests run (renew.go).
+	renew *renewer
 }
 
 // newEngineState wraps eng, attached to the regions held; names are its limits' names as
@@ -35,6 +37,7 @@ func newEngineState(eng *engine, held *engineRegions, source string, names []str
 	for i := range eng.limits {
 		s.logLevels = append(s.logLevels, policyLogLevel(eng.logLevel(i)))
 	}
+	s.renew = startRenewer(s)
 	return s
 }
 
@@ -57,6 +60,7 @@ func (s *engineState) logLevel(i int) zapcore.Level {
 // Destruct implements caddy.Destructor: the engine's last counts go to the metrics, then it
 // is freed.
 func (s *engineState) Destruct() error {
+	s.renew.halt()
 	hub.retire(s)
 	return nil
 }

@@ -1341,7 +1341,8 @@ int64_t weir_policy_var_index(const struct weir_policy *p, const uint8_t *name, 
 
 /*
  Writes what fixes zone `i`'s memory layout — algorithm, the parameters its states depend on
- (`window`, a log zone's `events`), cluster scope and size — as text such as
+ (`window`, a log zone's `events`, a concurrency zone's `lease` unless the default),
+ cluster scope and size — as text such as
  `sliding window=1m size=65536` into `buf` (at most `cap` bytes, not NUL-terminated; a longer
  text is cut). Returns the text's full length, 0 when `p` is NULL or has no zone `i`. Zones
  whose texts differ cannot share state across a reload (their schemas differ, or their
@@ -1369,6 +1370,23 @@ int weir_zone_set_gcra_rate(const struct weir_zone *z,
                             uint64_t period_ns,
                             uint64_t now,
                             size_t *rescaled);
+
+/*
+ Renews the lease of every concurrency permit and queue place this process holds through
+ `e` that is older than the current lease (see `weir_engine_renew_interval_ns`). Without
+ it a request held longer than its limit's lease stops counting after one to two leases.
+ Safe from any thread, at the same time as requests; a permit released meanwhile is
+ released in its renewed lease. Returns how many moved (≥ 0), or WEIR_ERR_NULL. Costs a
+ scan of the engine's ledger (65,536 entries) plus one table update per renewed permit.
+ */
+int weir_engine_renew_held(const struct weir_engine *e, uint64_t now);
+
+/*
+ How often to call `weir_engine_renew_held`, in ns: a quarter of the shortest lease of
+ `e`'s concurrency limits. 0 when `e` is NULL or has no concurrency limit (nothing to
+ renew).
+ */
+uint64_t weir_engine_renew_interval_ns(const struct weir_engine *e);
 
 /*
  Bytes a zone needs at least.

@@ -15,6 +15,7 @@
  *                             unban one key)
  * ngx_http_weir_log.c         the variables; $weir_limit, $weir_key,
  *                             $weir_action
+ * ngx_http_weir_renew.c       the timer renewing the worker's permits
  * ngx_http_weir_test.c        test hooks (built with -DWEIR_TEST_HOOKS=1)
  */
 
@@ -231,6 +232,10 @@ ngx_int_t ngx_http_weir_keys_handler(ngx_http_request_t *r);
 ngx_int_t ngx_http_weir_log_record(ngx_http_request_t *r,
     ngx_http_weir_state_t *st, weir_engine *e, weir_verdict *v, int style);
 ngx_int_t ngx_http_weir_add_variables(ngx_conf_t *cf);
+
+/* ngx_http_weir_renew.c */
+
+void ngx_http_weir_renew_init(ngx_cycle_t *cycle);
 
 #if (WEIR_TEST_HOOKS)
 

@@ -405,6 +405,8 @@ ngx_http_weir_init_process(ngx_cycle_t *cycle)
     weir_error                 *err;
     ngx_http_weir_main_conf_t  *wmcf;
 
+    ngx_http_weir_renew_init(cycle);
+
     wmcf = ngx_http_cycle_get_module_main_conf(cycle, ngx_http_weir_module);
 
     if (wmcf == NULL || !weir_engine_has_cluster(wmcf->pol.engine)) {

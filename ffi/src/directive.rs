@@ -8,6 +8,7 @@
 
 use std::ffi::{c_char, c_int};
 use std::ptr;
+use std::time::Duration;
 
 use weir::limiter::Delay;
 use weir::policy::config::{parse_duration, parse_rate, parse_size, LogLevel};
@@ -100,6 +101,8 @@ struct ZoneArgs<'a> {
     spec: weir_zone_spec,
     events: u64,
     window_ms: u64,
+    /// conn: `lease=`, whole milliseconds (0: the default).
+    lease_ms: u64,
 }
 
 fn zone_args<'a>(args: &[&'a [u8]], conn: bool, min_size: u64) -> Result<ZoneArgs<'a>, Msg> {
@@ -108,6 +111,7 @@ fn zone_args<'a>(args: &[&'a [u8]], conn: bool, min_size: u64) -> Result<ZoneArg
         spec: weir_zone_spec::default(),
         events: 0,
         window_ms: 0,
+        lease_ms: 0,
     };
     for &a in args.iter().skip(2) {
         if let Some(v) = a.strip_prefix(b"zone=") {
@@ -142,8 +146,13 @@ fn zone_args<'a>(args: &[&'a [u8]], conn: bool, min_size: u64) -> Result<ZoneArg
                 .and_then(|d| u64::try_from(d.as_millis()).ok())
                 .filter(|&ms| ms > 0)
                 .ok_or_else(|| quoted("invalid window", a))?;
-        } else if !(conn && a.starts_with(b"lease=")) {
-            // lease= is accepted from older configurations: the engine's lease applies
+        } else if let Some(v) = a.strip_prefix(b"lease=").filter(|_| conn) {
+            z.lease_ms = parse_duration(&lossy(v))
+                .ok()
+                .and_then(|d| u64::try_from(d.as_millis()).ok())
+                .filter(|&ms| ms > 0)
+                .ok_or_else(|| quoted("invalid lease", a))?;
+        } else {
             return Err(quoted("invalid parameter", a));
         }
     }
@@ -289,6 +298,11 @@ pub unsafe extern "C" fn weir_host_limits_zone_args(
             let rc = declare_zone(&mut *b, z.name, &z.spec);
             if rc != WEIR_OK {
                 return Err(quoted("invalid zone name", z.name));
+            }
+            if z.lease_ms > 0 {
+                // The name is UTF-8: declare_zone took it. The range is checked by the build.
+                let name = String::from_utf8_lossy(z.name);
+                (*b).b.lease(&name, Duration::from_millis(z.lease_ms));
             }
             Ok(z.name)
         });
@@ -436,6 +450,14 @@ mod tests {
         assert_eq!(
             bad(&["z", "$k", "zone=a:1m", "rate=1r/s"], true),
             "invalid parameter \"rate=1r/s\""
+        );
+        assert_eq!(
+            bad(&["z", "$k", "zone=a:1m", "lease=0s"], true),
+            "invalid lease \"lease=0s\""
+        );
+        assert_eq!(
+            bad(&["z", "$k", "zone=a:1m", "lease=5s"], false),
+            "invalid parameter \"lease=5s\""
         );
         assert_eq!(
             bad(&["z", "$k", "events=+1"], false),

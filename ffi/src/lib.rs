@@ -35,6 +35,7 @@ mod outcome;
 mod parse;
 mod policy;
 mod reload;
+mod renew;
 mod zone;
 
 use std::ffi::{c_char, c_int, CString};
@@ -55,6 +56,7 @@ pub use outcome::*;
 pub use parse::*;
 pub use policy::*;
 pub use reload::*;
+pub use renew::*;
 pub use zone::*;
 
 /// Success.

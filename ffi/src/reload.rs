@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 use std::ptr;
 use std::time::Duration;
 
+use weir::limiter::concurrency::DEFAULT_LEASE_NS;
 use weir::limiter::Rate;
 use weir::policy::config::Algorithm;
 use weir::policy::Engine;
@@ -14,7 +15,8 @@ use weir::policy::Engine;
 use crate::{guard, weir_policy, weir_zone, WEIR_ERR_INVALID, WEIR_ERR_NULL, WEIR_OK};
 
 /// Writes what fixes zone `i`'s memory layout — algorithm, the parameters its states depend on
-/// (`window`, a log zone's `events`), cluster scope and size — as text such as
+/// (`window`, a log zone's `events`, a concurrency zone's `lease` unless the default),
+/// cluster scope and size — as text such as
 /// `sliding window=1m size=65536` into `buf` (at most `cap` bytes, not NUL-terminated; a longer
 /// text is cut). Returns the text's full length, 0 when `p` is NULL or has no zone `i`. Zones
 /// whose texts differ cannot share state across a reload (their schemas differ, or their
@@ -35,6 +37,10 @@ pub unsafe extern "C" fn weir_policy_zone_layout(
             Algorithm::Sliding { window, .. } => write!(text, " window={}", duration(window)),
             Algorithm::SlidingLog { events, window } => {
                 write!(text, " events={events} window={}", duration(window))
+            }
+            // A lease other than the default renumbers the buckets.
+            Algorithm::Concurrency { .. } if z.lease.as_nanos() != u128::from(DEFAULT_LEASE_NS) => {
+                write!(text, " lease={}", duration(z.lease))
             }
             Algorithm::Gcra { .. } | Algorithm::Concurrency { .. } => Ok(()),
         };

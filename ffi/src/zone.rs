@@ -6,7 +6,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr;
 
 use weir::limiter::{Decision, Permit};
-use weir::policy::ledger::Ledger;
+use weir::policy::ledger::{Held, Ledger};
 use weir::region::{Fresh, Region, REGION_ALIGN};
 use weir::table::{Table, TableError, TableStats};
 
@@ -396,7 +396,7 @@ pub unsafe extern "C" fn weir_zone_acquire(
                     limit: 0,
                     key_hash,
                     bucket,
-                    generation: (*z).ledger.take(),
+                    generation: (*z).ledger.take(Held::default()),
                 }
             }
             None => NO_PERMIT,
@@ -423,9 +423,11 @@ pub unsafe extern "C" fn weir_zone_release(
         };
         let p = std::mem::replace(&mut *permit, NO_PERMIT);
         // A copy of a permit already released (or a forged one) gives nothing back.
-        if p.limit >= 0 && (*z).ledger.give_back(p.generation) {
-            (*z).table
-                .release(c, Permit::from_raw(p.key_hash, p.bucket), now);
+        if p.limit >= 0 {
+            if let Some(bucket) = (*z).ledger.give_back(p.generation, p.bucket) {
+                (*z).table
+                    .release(c, Permit::from_raw(p.key_hash, bucket), now);
+            }
         }
         WEIR_OK
     })

@@ -5,8 +5,9 @@
 //! ends, whichever comes first — so it lives between one and two leases. Permits held by a process
 //! that died (SIGKILL, segfault) are therefore recovered within `2·lease` without any owner
 //! bookkeeping, and a release after expiry is a no-op, so the count never underflows and never
-//! frees someone else's permit. Hosts holding requests longer than `lease` call
-//! [`Concurrency::renew`] (or accept that such requests stop counting).
+//! frees someone else's permit. A holder keeps a permit counting for as long as it holds it by
+//! renewing it ([`Concurrency::renew`]) at least once per lease: the engine renews every permit
+//! its process holds in one sweep (`Engine::renew_held`), which the hosts run on a timer.
 //!
 //! State: [`super::packed`] with bucket ids; `prev + cur` is the in-flight count.
 
@@ -141,14 +142,21 @@ impl Concurrency {
     /// Moves a permit counted in `bucket` into the current bucket (a fresh lease), without
     /// checking the limit: the request already holds it. Returns the new state and bucket.
     pub fn renew(&self, state: u64, now: u64, bucket: u64) -> (u64, u64) {
+        self.renew_units(state, now, bucket, 1)
+    }
+
+    /// [`Concurrency::renew`] for a permit taken with [`Concurrency::acquire_units`] (the
+    /// same `units`). A permit in the current bucket, or expired, stays where it is.
+    pub fn renew_units(&self, state: u64, now: u64, bucket: u64, units: u64) -> (u64, u64) {
         let id = self.bucket(now);
-        if id.wrapping_sub(bucket) > 1 {
-            // Expired: the permit is gone; re-adding it could exceed `max`.
+        if id.wrapping_sub(bucket) != 1 {
+            // Current: nothing to move. Expired: the permit is gone; re-adding it could
+            // exceed `max`.
             return (state, bucket);
         }
-        let released = self.release(state, now, bucket);
+        let released = self.release_units(state, now, bucket, units);
         let mut c = packed::read(released, id);
-        c.cur = (c.cur + 1).min(MAX_COUNT);
+        c.cur = (c.cur + units.max(1)).min(MAX_COUNT);
         (packed::write(id, c), id)
     }
 }
@@ -210,5 +218,16 @@ mod tests {
         assert_eq!(b, 1);
         assert_eq!(c.in_flight(s, 2 * L + 1), 1);
         assert_eq!(c.release(s, 2 * L + 1, b), 0);
+    }
+
+    #[test]
+    fn renewing_units_keeps_the_count_and_leaves_expired_permits_gone() {
+        let c = Concurrency::new(4, L).unwrap();
+        let (s, _) = c.acquire_units(0, 0, 3);
+        assert_eq!(c.renew_units(s, 1, 0, 3), (s, 0), "current: unchanged");
+        let (s, b) = c.renew_units(s, L, 0, 3);
+        assert_eq!((b, c.in_flight(s, 2 * L + 1)), (1, 3));
+        assert_eq!(c.renew_units(s, 3 * L, b, 3), (s, b), "expired: stays gone");
+        assert_eq!(c.in_flight(c.release_units(s, L + 1, b, 3), L + 1), 0);
     }
 }

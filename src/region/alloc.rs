@@ -2,7 +2,7 @@
 //! read as zero (an empty slot) and the kernel backs each one only when it is first written,
 //! so a table's memory grows with the keys it holds, not with its size.
 
-use std::sync::atomic::AtomicU32;
+use std::sync::atomic::{AtomicU32, AtomicU64};
 
 use super::{Region, RegionError, REGION_ALIGN};
 
@@ -93,6 +93,14 @@ pub(crate) fn zeroed_u32(n: usize) -> Box<[AtomicU32]> {
     // SAFETY: `AtomicU32` has the size, alignment and bit validity of `u32`; the box is moved,
     // not copied, so the zeroed allocation is never written here.
     unsafe { Box::from_raw(Box::into_raw(zeroed) as *mut [AtomicU32]) }
+}
+
+/// `n` zeroed `AtomicU64`s, as [`zeroed_u32`].
+pub(crate) fn zeroed_u64(n: usize) -> Box<[AtomicU64]> {
+    let zeroed = vec![0u64; n].into_boxed_slice();
+    // SAFETY: `AtomicU64` has the size, alignment and bit validity of `u64`; the box is moved,
+    // not copied, so the zeroed allocation is never written here.
+    unsafe { Box::from_raw(Box::into_raw(zeroed) as *mut [AtomicU64]) }
 }
 
 impl Drop for Mapping {

@@ -437,12 +437,21 @@ impl Table {
 
     /// Renews a permit's lease (for requests held longer than the lease).
     pub fn renew(&self, c: &Concurrency, permit: Permit, now: u64) -> Permit {
+        self.renew_units(c, permit, 1, now)
+    }
+
+    /// Renews a permit taken with [`Table::acquire_units`] (the same `units`): one
+    /// compare-exchange when its bucket is the previous one, nothing otherwise.
+    pub fn renew_units(&self, c: &Concurrency, permit: Permit, units: u64, now: u64) -> Permit {
         let rel = now.saturating_sub(self.clock_base);
         let key_hash = permit.key_hash;
+        if c.bucket(rel).wrapping_sub(permit.bucket) != 1 {
+            return permit;
+        }
         let bucket = self.modify(
             key_hash,
             |s| c.in_flight(s, rel),
-            |s| c.renew(s, rel, permit.bucket),
+            |s| c.renew_units(s, rel, permit.bucket, units),
             false,
         );
         Permit { key_hash, bucket }

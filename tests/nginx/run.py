@@ -1348,6 +1348,7 @@ def main():
     import hosts
     import incident
     import keys
+    import long_requests
     import reload_edits
     import status_json
     import weir_top
@@ -1405,6 +1406,7 @@ def main():
         ("charge-on-status", lambda: charge_on_status.test_charge_on_status(args.module)),
         ("charge-on-status-h2",
          lambda: charge_on_status.test_charge_on_status_h2(args.module)),
+        ("long-requests", lambda: long_requests.test_long_requests(args.module)),
     ]
     if args.asan_module:
         checks += [

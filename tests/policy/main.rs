@@ -33,6 +33,7 @@ mod permits;
 mod policy_config;
 mod policy_iglob;
 mod reload_rate;
+mod renew;
 mod topkeys;
 mod vectors;
 mod wiki_example;

@@ -1,11 +1,14 @@
-//! loom models of the table's compare-exchange protocols, and of the live top keys' summary and
-//! per-second history (`weir::policy::topkeys`). Run with `make loom`
+//! loom models of the table's compare-exchange protocols, of the live top keys' summary and
+//! per-second history (`weir::policy::topkeys`), and of the permit ledger's renewals
+//! (`weir::policy::ledger`). Run with `make loom`
 //! (`LOOM_MAX_PREEMPTIONS=4 RUSTFLAGS="--cfg loom" cargo test --release --test loom`).
 #![cfg(loom)]
 
+use loom::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use loom::sync::Arc;
 use loom::thread;
 use weir::limiter::{Delay, Gcra, Rate};
+use weir::policy::ledger::{Held, Ledger};
 use weir::table::Table;
 
 const S: u64 = 1_000_000_000;
@@ -231,5 +234,87 @@ fn summary_writers_race_for_one_entry_and_readers_see_no_torn_name() {
         check(&after);
         assert_eq!(after.len(), 1);
         assert!((1..=2).contains(&after[0].count), "{after:?}");
+    });
+}
+
+const PERMIT: Held = Held {
+    tag: 1,
+    key_hash: 7,
+    bucket: 3,
+};
+
+/// A holder gives a permit back while a renewal moves it: it is released exactly once, in the
+/// bucket it counts in (the renewed one once the renewal wrote it), by whichever side ends
+/// up owning the entry; the entry is free afterwards.
+#[test]
+fn a_give_back_racing_a_renewal_releases_once_in_the_current_bucket() {
+    loom::model(|| {
+        let l = Arc::new(Ledger::new(true));
+        let g = l.take(PERMIT);
+        // Bits 0..8: the bucket the renewer released; bit 8: it renewed the permit.
+        let renewer_saw = Arc::new(AtomicU64::new(0));
+        let renewer = {
+            let (l, saw) = (l.clone(), renewer_saw.clone());
+            thread::spawn(move || {
+                l.renew_each(
+                    |h| {
+                        saw.fetch_or(1 << 8, SeqCst);
+                        h.bucket + 1
+                    },
+                    |h| {
+                        saw.fetch_or(h.bucket, SeqCst);
+                    },
+                )
+            })
+        };
+        let mine = l.give_back(g, PERMIT.bucket);
+        renewer.join().unwrap();
+        let saw = renewer_saw.load(SeqCst);
+        let (renewed, by_renewer) = (saw & 1 << 8 != 0, saw & 0xff);
+        match mine {
+            Some(b) => {
+                assert_eq!(by_renewer, 0, "released twice");
+                assert_eq!(b, if renewed { 4 } else { 3 }, "a stale bucket");
+            }
+            None => assert_eq!(by_renewer, 4, "handed over, so the renewal releases it"),
+        }
+        assert_eq!(l.held(), 0);
+        assert_eq!(
+            l.give_back(g, PERMIT.bucket),
+            None,
+            "a copy gives nothing back"
+        );
+    });
+}
+
+/// A renewal racing a new permit taking a reused entry sees the new record whole, or skips
+/// the entry; never the old permit's record, never a mix.
+#[test]
+fn a_renewal_racing_a_take_sees_the_whole_record() {
+    loom::model(|| {
+        let l = Arc::new(Ledger::new(true));
+        // Fill both entries and free them, so the next take reuses one with an old record.
+        let (a, b) = (l.take(PERMIT), l.take(PERMIT));
+        assert!(l.give_back(a, 3).is_some() && l.give_back(b, 3).is_some());
+        let next = Held {
+            tag: 2,
+            key_hash: 9,
+            bucket: 5,
+        };
+        let renewer = {
+            let l = l.clone();
+            thread::spawn(move || {
+                l.renew_each(
+                    |h| {
+                        assert_eq!(h, next, "a torn or stale record");
+                        h.bucket
+                    },
+                    |_| panic!("nothing was given back"),
+                )
+            })
+        };
+        let g = l.take(next);
+        assert_eq!(renewer.join().unwrap(), 0);
+        assert_eq!(l.give_back(g, 0), Some(5));
     });
 }

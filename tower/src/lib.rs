@@ -21,7 +21,9 @@
 //! [`WeirBody`], which releases them when the body ends, fails, or is dropped (client
 //! disconnected mid-body, the request future dropped, a handler panic caught by
 //! `tower_http::catch_panic`). A streaming download therefore counts as in flight until its last
-//! byte.
+//! byte. However long that is: permits are leases (a policy zone's `lease`, default 120 s),
+//! and the first request the layer serves starts a thread (`weir-renew`, no runtime needed)
+//! that renews the held ones every quarter lease until the layer and its services are dropped.
 //!
 //! **Limits with `charge_on_status`** are charged when the inner service's response is produced,
 //! with its status (before the body's permits go back); an inner-service error, or a future
@@ -113,6 +115,7 @@
 //! ```
 
 mod body;
+mod renew;
 mod status;
 mod verdict;
 mod view;
@@ -223,6 +226,8 @@ struct Config {
     clock: Arc<dyn Clock>,
     fallback_peer: Option<IpAddr>,
     expose_verdict: bool,
+    /// Starts the permit renewer once, at the first request (renew.rs).
+    renewer: Arc<std::sync::Once>,
 }
 
 /// Applies a weir policy to every request: see the [crate docs](crate).
@@ -240,6 +245,7 @@ impl WeirLayer {
                 clock: Arc::new(MonotonicClock),
                 fallback_peer: None,
                 expose_verdict: false,
+                renewer: Arc::new(std::sync::Once::new()),
             }),
         }
     }
@@ -475,6 +481,7 @@ where
 
     fn call(&mut self, mut req: Request<B>) -> Self::Future {
         let cfg = &self.cfg;
+        renew::ensure(cfg);
         let engine = &cfg.engine;
         let res = guarded(cfg, || {
             engine.evaluate(

@@ -1,7 +1,8 @@
 //! The layer's own behaviour on a real server (axum on 127.0.0.1, real clock): permits come
-//! back on handler error, handler panic and client disconnect mid-body (streaming); without
-//! ConnectInfo the fallback peer is used. (Delays, queue waits, a client leaving an idle body,
-//! ConnectInfo and unix-socket peers, failure_mode: the host scenarios, tests/hosts.rs.)
+//! back on handler error, handler panic and client disconnect mid-body (streaming); a body held
+//! for three leases keeps its permit; without ConnectInfo the fallback peer is used. (Delays,
+//! queue waits, a client leaving an idle body, ConnectInfo and unix-socket peers,
+//! failure_mode: the host scenarios, tests/hosts.rs.)
 
 mod common;
 
@@ -89,6 +90,38 @@ async fn handler_panic_releases_the_permit() {
         Some(200),
         "the panicking request gave its permit back"
     );
+}
+
+/// With a 2 s lease, a response body held open for three leases keeps its permit (the layer's
+/// renewer renews it): second requests are refused throughout, and pass once it ends.
+#[tokio::test]
+async fn a_body_held_longer_than_two_leases_keeps_its_permit() {
+    let policy = ONE_AT_A_TIME.replace("max = 1", "max = 1\nlease = \"2s\"");
+    let (addr, held) = app(WeirLayer::new(engine(&policy))).await;
+    let mut a = get_held(addr, 1).await;
+    assert_eq!(status(&mut a, SECOND).await, Some(200));
+    let start = Instant::now();
+    let mut id = 2;
+    while start.elapsed() < 6 * SECOND {
+        let mut b = get_held(addr, id).await;
+        assert_eq!(
+            status(&mut b, SECOND).await,
+            Some(429),
+            "{:.1}s into the first request",
+            start.elapsed().as_secs_f64()
+        );
+        id += 1;
+        tokio::time::sleep(SECOND / 4).await;
+    }
+    held.end(1, End::Finish);
+    a.body(SECOND).await.unwrap();
+    let mut c = get_held(addr, id).await;
+    assert_eq!(
+        status(&mut c, SECOND).await,
+        Some(200),
+        "the permit came back"
+    );
+    held.end(id, End::Finish);
 }
 
 #[tokio::test]

@@ -138,6 +138,7 @@ pub(super) fn compile_zone(cx: &mut Cx<'_>, name: &str, z: &Spanned<ZoneSpec>) -
             max: positive(cx, zs.max.as_ref()?, "max", 1, most)?,
         },
     };
+    let lease = compile_lease(cx, name, zs, alg)?;
     let cluster = compile_cluster(cx, name, zs, &algorithm).ok()?;
     let size = size?;
     if let Some(e) = super::zone_size::size_error(size, &algorithm) {
@@ -148,8 +149,33 @@ pub(super) fn compile_zone(cx: &mut Cx<'_>, name: &str, z: &Spanned<ZoneSpec>) -
         name: name.to_owned(),
         size,
         algorithm,
+        lease,
         cluster,
     })
+}
+
+/// Shortest and longest lease: renewals run every quarter lease in every worker.
+const LEASES: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(86_400));
+
+/// A concurrency zone's `lease` (the default when absent).
+fn compile_lease(cx: &mut Cx<'_>, name: &str, zs: &ZoneSpec, alg: &str) -> Option<Duration> {
+    let default = Duration::from_nanos(crate::limiter::concurrency::DEFAULT_LEASE_NS);
+    let Some(v) = &zs.lease else {
+        return Some(default);
+    };
+    if alg != "concurrency" {
+        cx.err(
+            &v.span(),
+            format!("`lease` is a concurrency parameter; zone {name:?} uses algorithm {alg:?}"),
+        );
+        return None;
+    }
+    let lease = duration_value(cx, v)?;
+    if lease < LEASES.0 || lease > LEASES.1 {
+        cx.err(&v.span(), "lease must be between 1s and 1d");
+        return None;
+    }
+    Some(lease)
 }
 
 /// `scope = "cluster"` and its settings. Only sliding windows: their state is a pair of

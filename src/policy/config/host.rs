@@ -68,6 +68,8 @@ impl Default for HostLimit {
 pub struct HostLimits {
     zones: Vec<(String, HostZone)>,
     limits: Vec<(String, HostLimit)>,
+    /// Leases of concurrency zones that do not keep the default ([`HostLimits::lease`]).
+    leases: Vec<(String, Duration)>,
 }
 
 /// Spans stand for items: zone `z` at `ZONE_AT + z`, limit `i` at `LIMIT_AT + i`, so an error
@@ -96,6 +98,12 @@ impl HostLimits {
     /// Adds zone `name` (a later zone of the same name is an error at [`HostLimits::build`]).
     pub fn zone(&mut self, name: &str, zone: HostZone) {
         self.zones.push((name.to_owned(), zone));
+    }
+
+    /// Sets concurrency zone `name`'s lease (a policy zone's `lease`; checked by
+    /// [`HostLimits::build`], as the zone's other values).
+    pub fn lease(&mut self, name: &str, lease: Duration) {
+        self.leases.push((name.to_owned(), lease));
     }
 
     /// Adds a limit on zone `zone`; its index in the built policy (limits keep their order).
@@ -185,6 +193,7 @@ impl HostLimits {
             events: None,
             window: None,
             max: None,
+            lease: None,
             scope: None,
             redis: None,
             redis_mode: None,
@@ -197,6 +206,11 @@ impl HostLimits {
             expected_nodes: None,
             fallback: None,
         };
+        if let Some(&(_, l)) = self.leases.iter().rev().find(|(n, _)| n == name) {
+            let text = duration_text(l)
+                .ok_or_else(|| format!("lease {l:?} is not a whole number of milliseconds"))?;
+            spec.lease = Some(at(item, Scalar::Str(text)));
+        }
         let window = |w: Duration| {
             duration_text(w)
                 .map(|t| at(item, Scalar::Str(t)))

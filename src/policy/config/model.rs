@@ -64,6 +64,9 @@ pub struct Zone {
     pub size: u64,
     /// Algorithm and parameters.
     pub algorithm: Algorithm,
+    /// Concurrency zones: a permit's lease, renewed while its request runs; a crashed
+    /// holder's permits come back within two leases (default 120 s; other zones: the default).
+    pub lease: Duration,
     /// `scope = "cluster"`: counts shared between nodes through Redis (docs/CLUSTER.md).
     pub cluster: Option<crate::cluster::ClusterSpec>,
 }

@@ -47,6 +47,7 @@ pub(super) struct ZoneSpec {
     pub(super) events: Option<Spanned<i64>>,
     pub(super) window: Option<Spanned<Scalar>>,
     pub(super) max: Option<Spanned<i64>>,
+    pub(super) lease: Option<Spanned<Scalar>>,
     // Cluster scope (docs/CLUSTER.md).
     pub(super) scope: Option<Spanned<String>>,
     pub(super) redis: Option<Spanned<StrList>>,

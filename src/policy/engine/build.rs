@@ -88,7 +88,7 @@ pub(super) fn zone_schema(z: &config::Zone) -> u64 {
             (4, window.as_nanos() as u64)
         }
         config::Algorithm::Sliding { window, .. } => (2, window.as_nanos() as u64),
-        config::Algorithm::Concurrency { .. } => (3, DEFAULT_LEASE_NS),
+        config::Algorithm::Concurrency { .. } => (3, z.lease.as_nanos() as u64),
         // The log's record size depends on `events`: both are part of the layout.
         config::Algorithm::SlidingLog { events, window } => {
             (5 | events << 8, window.as_millis() as u64)
@@ -132,7 +132,8 @@ pub(super) fn limiter_for(
             SlidingWindow::new(events, window.as_nanos() as u64).map_err(err)?,
         )),
         config::Algorithm::Concurrency { max } => Limiter::Concurrency(
-            Concurrency::new(limit.max.unwrap_or(max), DEFAULT_LEASE_NS).map_err(err)?,
+            Concurrency::new(limit.max.unwrap_or(max), zone.lease.as_nanos() as u64)
+                .map_err(err)?,
         ),
         config::Algorithm::SlidingLog { .. } => unreachable!("sliding_log zones have their table"),
     })

@@ -33,7 +33,10 @@ impl Engine {
             };
             let table = &self.tables[limit.zone];
             match table.acquire_units(c, h.key_hash, limit.cost, now) {
-                (_, Some(p)) => out.permits.push(h.limit, p, self.ledger.take()),
+                (_, Some(p)) => {
+                    let generation = self.ledger.take(held(h.limit, false, &p));
+                    out.permits.push(h.limit, p, generation);
+                }
                 (_, None) if limit.dry_run && !host => {
                     pending[k] = Counted::DryRejected;
                     if out.dry_run.is_none() {
@@ -69,8 +72,8 @@ impl Engine {
                                     .enter(table, h.key_hash, limit.queue, now)
                                     .map(|permit| QueueTicket {
                                         limit: h.limit as u16,
+                                        generation: self.ledger.take(held(h.limit, true, &permit)),
                                         permit,
-                                        generation: self.ledger.take(),
                                         deadline_ns: now.saturating_add(
                                             u64::try_from(limit.timeout.as_nanos())
                                                 .unwrap_or(u64::MAX),
@@ -207,7 +210,7 @@ impl Engine {
             }
         }
         if deferred && !out.charges.is_empty() {
-            out.charges.generation = self.ledger.take();
+            out.charges.generation = self.ledger.take(Held::default());
         }
         for (k, h) in hits.iter().enumerate() {
             match pending[k] {

@@ -45,7 +45,7 @@ impl Engine {
     /// Any other status (0 for "no response") charges nothing. A set handed back before (a
     /// stale copy), or naming no rate limit of this engine, charges nothing.
     pub fn charge_response(&self, charges: Charges, status: u16, now: u64) {
-        if charges.is_empty() || !self.ledger.give_back(charges.generation) {
+        if charges.is_empty() || self.ledger.give_back(charges.generation, 0).is_none() {
             return;
         }
         for (l, key_hash) in charges.due() {

@@ -105,7 +105,8 @@ impl Engine {
     /// rate state (a cluster zone: this node's count; the other nodes' counts stay until they
     /// leave the window), or its concurrency count (requests in flight keep running, and
     /// when they end their releases lower the count of those admitted after the reset, never
-    /// below zero: a reset lets up to `max` more in while they run), and the strikes counted
+    /// below zero: a reset lets up to `max` more in until their next lease renewal, from which
+    /// on they count again), and the strikes counted
     /// toward a ban. A ban in
     /// force stays ([`Engine::unban_key`] lifts it). Whether anything was recorded.
     pub(crate) fn reset_key(&self, limit: usize, key_hash: u64, now: u64) -> bool {

@@ -34,15 +34,12 @@ use super::counters::{fingerprint, Counters};
 pub use super::counters::{EngineCounts, LimitCounts};
 use super::key::KeyPart;
 use super::key::{ip_key, KEY_BUF_LEN};
-use super::ledger::Ledger;
+use super::ledger::{Held, Ledger};
 use super::matching::classset::ClassSet;
 use super::matching::normalize::{self, UriError};
 use super::request::{HeaderCache, HeaderPlan, OwnedRequest, PreparedRequest, RequestView};
 use crate::cluster::{ClusterShared, ClusterZone};
-use crate::limiter::{
-    concurrency::DEFAULT_LEASE_NS, Concurrency, Decision, Gcra, Permit, SlidingWindow, Verdict,
-    NS_PER_SEC,
-};
+use crate::limiter::{Concurrency, Decision, Gcra, Permit, SlidingWindow, Verdict, NS_PER_SEC};
 use crate::table::{LogTable, SlidingLog, Table};
 
 mod outcome;
@@ -64,6 +61,8 @@ mod deferred;
 mod headers;
 mod keys;
 pub use keys::KeyState;
+mod renew;
+use renew::held;
 
 /// Concurrency limits one request can hold at once.
 pub const MAX_PERMITS: usize = 4;
@@ -300,10 +299,11 @@ impl Engine {
     pub fn abandon(&self, ticket: QueueTicket, now: u64) {
         let l = ticket.limit as usize;
         if let Some(Limiter::Concurrency(c)) = self.limiters.get(l) {
-            if self.ledger.give_back(ticket.generation) {
+            let (key_hash, bucket) = ticket.permit.into_raw();
+            if let Some(bucket) = self.ledger.give_back(ticket.generation, bucket) {
                 self.queue_of(c).release_in(
                     &self.tables[self.policy.limits[l].zone],
-                    ticket.permit,
+                    Permit::from_raw(key_hash, bucket),
                     now,
                 );
             }
@@ -320,11 +320,12 @@ impl Engine {
                 break;
             };
             if let Some(Limiter::Concurrency(c)) = self.limiters.get(usize::from(*l)) {
-                if !self.ledger.give_back(*generation) {
+                // The bucket it counts in now: a renewal may have moved it.
+                let Some(bucket) = self.ledger.give_back(*generation, p.bucket) else {
                     continue;
-                }
+                };
                 let limit = &self.policy.limits[usize::from(*l)];
-                let p = Permit::from_raw(p.key_hash, p.bucket);
+                let p = Permit::from_raw(p.key_hash, bucket);
                 self.tables[limit.zone].release_units(c, p, limit.cost, now);
             }
         }
