@@ -24,6 +24,7 @@ mod engine_reads;
 mod examples;
 mod host_limits;
 mod keyops;
+mod keyops_access;
 mod log_policy;
 mod metrics;
 mod nginx_uri;
