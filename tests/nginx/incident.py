@@ -232,11 +232,10 @@ def key_ops(ngx):
     probe = lambda: http_req(ngx.port, "GET", SHAPES[0].format(99999), f"{NETS[0]}.250")[0]
     # A client of the site, through the proxy (127.0.0.1 with its X-Forwarded-For), lifting
     # its own ban: the site's port has no status, and the ban stays.
-    st, body = key_op(ngx.status_port, "POST", net, "unban", xff=f"{NETS[0]}.250")
+    st, body = key_op(ngx.port, "POST", net, "unban", xff=f"{NETS[0]}.250")
     check(not body.startswith("{"), f"the site's port answered a key operation: {st} {body}")
     check(net in {b["key"] for b in status(ngx.status_port)[LIMIT]["bans"]},
           "a client through the proxy lifted its ban")
-    check(probe() == 429, "a client through the proxy lifted its ban")
     st, body = key_op(ngx.status_port, "POST", net, "unban", source="127.0.0.2")
     check(st == 403, f"POST from 127.0.0.2: {st} {body}")
     st, body = key_op(ngx.status_port, "POST", net, "unban")
@@ -251,16 +250,19 @@ def key_ops(ngx):
     log = ngx.error_log()
     check(log.count(f'lifting ban of key "{net}" of weir limit "{LIMIT}"') == 1,
           f"one unban line:\n{log[-2000:]}")
-    # The rate state is still spent: refused, but as a rejection, not as a ban.
+    # The rate state is still spent (one token back at most: 10r/m refills one each 6 s,
+    # and a loaded machine may take that long since the wave): not banned any more.
     st, body = key_op(ngx.status_port, "GET", net)
     got = json.loads(body)
-    check(st == 200 and got["banned"] is False and got["remaining"] == 0, f"GET: {st} {body}")
+    check(st == 200 and got["banned"] is False and got["remaining"] <= 1, f"GET: {st} {body}")
 
     check(key_op(ngx.status_port, "GET", net, "reset")[0] == 405, "GET ...&action=reset")
     # From a denied address a reset changes nothing.
     st, body = key_op(ngx.status_port, "POST", net, "reset", source="127.0.0.2")
     check(st == 403, f"POST reset from 127.0.0.2: {st} {body}")
-    check(json.loads(key_op(ngx.status_port, "GET", net)[1])["remaining"] == 0, "reset from 127.0.0.2")
+    # (a reset would give the whole burst back, 6)
+    check(json.loads(key_op(ngx.status_port, "GET", net)[1])["remaining"] <= 1,
+          "reset from 127.0.0.2")
     st, body = key_op(ngx.status_port, "POST", net, "reset")
     got = json.loads(body)
     check(st == 200 and got["remaining"] > 0 and got["retry_after_s"] == 0,
