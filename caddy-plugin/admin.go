@@ -15,7 +15,9 @@ import (
 // clients) of every live weir engine of the process, as nginx's weir_status?format=json and
 // weir_tower::StatusService do. With a key argument the request is a key operation
 // (docs/METRICS.md "Key operations"): GET/HEAD ?limit=NAME&key=TEXT inspects one key, POST
-// ...&action=reset|unban changes it; the engine answers, and each change is logged.
+// ...&action=reset|unban changes it; the engine answers, and each change is logged. Changes
+// are refused (403) unless the running config's weir app enables them (App.StatusWrite),
+// and, as everywhere, when a browser may have sent them from another site.
 
 func init() {
 	caddy.RegisterModule(AdminStatus{})
@@ -73,7 +75,7 @@ func (a *AdminStatus) serveKey(w http.ResponseWriter, r *http.Request) error {
 	var ans keyAnswer
 	ok := false
 	hub.held(func(engines []*engine) {
-		ans, ok = keyRequest(engines, r.Method, r.URL.RawQuery, nowNS())
+		ans, ok = keyRequest(engines, r.Method, r.URL.RawQuery, keyHeaders(r), statusWrite(), nowNS())
 	})
 	if !ok {
 		return caddy.APIError{HTTPStatus: http.StatusInternalServerError, Err: errKey}

@@ -4,9 +4,12 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/caddyserver/caddy/v2/caddyconfig"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -25,11 +28,25 @@ type keyAnswerOf struct {
 }
 
 // adminKey sends method /weir/status?query to a: the status, the decoded answer and the raw
-// body (a HEAD's is empty).
+// body (a HEAD's is empty). A POST names its action in Weir-Key-Action, as weir key does.
 func adminKey(t *testing.T, a *AdminStatus, method, query string) (int, keyAnswerOf, string) {
 	t.Helper()
+	h := http.Header{}
+	if q, _ := url.ParseQuery(query); method == http.MethodPost && q.Get("action") != "" {
+		h.Set("Weir-Key-Action", q.Get("action"))
+	}
+	return adminKeyWith(t, a, method, query, h)
+}
+
+// adminKeyWith is adminKey with the request's headers h.
+func adminKeyWith(t *testing.T, a *AdminStatus, method, query string, h http.Header) (int, keyAnswerOf, string) {
+	t.Helper()
 	w := httptest.NewRecorder()
-	if err := a.serveStatus(w, httptest.NewRequest(method, "/weir/status?"+query, nil)); err != nil {
+	r := httptest.NewRequest(method, "/weir/status?"+query, nil)
+	for k, v := range h {
+		r.Header[k] = v
+	}
+	if err := a.serveStatus(w, r); err != nil {
 		t.Fatalf("%s ?%s: %v", method, query, err)
 	}
 	if ct := w.Header().Get("Content-Type"); ct != "application/json" {
@@ -60,6 +77,7 @@ func TestAdminKeyOperations(t *testing.T) {
 	defer provisioned(t, ban)()
 	core, logs := observer.New(zapcore.DebugLevel)
 	a := &AdminStatus{logger: zap.New(core)}
+	defer enableWrites(t)()
 
 	const client = "192.0.2.7"
 	if s1, s2 := sendFrom(t, reset, client), sendFrom(t, reset, client); s1 != 200 || s2 != 429 {
@@ -144,5 +162,97 @@ func checkAudit(t *testing.T, logs *observer.ObservedLogs, level zapcore.Level, 
 	if e.Level != level || e.Message != msg || f["limit"] != limit || f["key"] != key ||
 		!strings.HasPrefix(f["remote_addr"].(string), "192.0.2.1:") {
 		t.Fatalf("audit entry %v %q %v", e.Level, e.Message, f)
+	}
+}
+
+// enableWrites starts a weir app with status_write, as a config with the global option
+// `weir { status_write }` does; the returned func stops it.
+func enableWrites(t *testing.T) func() {
+	t.Helper()
+	app := &App{StatusWrite: true}
+	if err := app.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return func() { _ = app.Stop() }
+}
+
+// TestAdminKeyWritesOffByDefault: without the weir app's status_write, /weir/status inspects
+// keys but refuses POST reset and unban with 403 (saying how to enable them) and changes
+// nothing; with it, a cross-site form POST and a POST without Weir-Key-Action are refused
+// the same way, and a change sent on purpose goes through. The Caddyfile global option
+// `weir { status_write }` adapts to the app, and a reload's old app stopping after the new
+// one started leaves writes on.
+func TestAdminKeyWritesOffByDefault(t *testing.T) {
+	h := policyHandlerFor(t, "[zones.w]\nsize = \"64k\"\nalgorithm = \"gcra\"\nrate = \"1r/m\"\n"+
+		"[[limit]]\nname = \"keys-write\"\nclass = \"*\"\nzone = \"w\"\n")
+	defer provisioned(t, h)()
+	core, logs := observer.New(zapcore.DebugLevel)
+	a := &AdminStatus{logger: zap.New(core)}
+	const client = "192.0.2.9"
+	if s1, s2 := sendFrom(t, h, client), sendFrom(t, h, client); s1 != 200 || s2 != 429 {
+		t.Fatalf("statuses %d, %d; want 200, 429", s1, s2)
+	}
+	if statusWrite() {
+		t.Fatal("writes on without the weir app")
+	}
+	q := "limit=keys-write&key=" + client
+	if code, ans, body := adminKey(t, a, "GET", q); code != 200 || ans.Remaining != 0 {
+		t.Fatalf("inspect: %d %s", code, body)
+	}
+	for _, action := range []string{"reset", "unban"} {
+		code, ans, body := adminKey(t, a, "POST", q+"&action="+action)
+		if code != 403 || !strings.Contains(ans.Error, "status_write") {
+			t.Fatalf("POST %s without status_write: %d %s", action, code, body)
+		}
+	}
+	if s := sendFrom(t, h, client); s != 429 {
+		t.Fatalf("a refused reset let the key pass: %d", s)
+	}
+
+	stop := enableWrites(t)
+	defer stop()
+	form := http.Header{
+		"Origin":         {"http://evil.example"},
+		"Sec-Fetch-Site": {"cross-site"},
+		"Content-Type":   {"application/x-www-form-urlencoded"},
+	}
+	withHeader := form.Clone()
+	withHeader.Set("Weir-Key-Action", "reset")
+	for _, hdr := range []http.Header{form, withHeader, {}} {
+		if code, _, body := adminKeyWith(t, a, "POST", q+"&action=reset", hdr); code != 403 {
+			t.Fatalf("POST with %v: %d %s", hdr, code, body)
+		}
+	}
+	if s := sendFrom(t, h, client); s != 429 {
+		t.Fatalf("a refused reset let the key pass: %d", s)
+	}
+	if logs.Len() != 0 {
+		t.Fatalf("refused changes logged %v", logs.All())
+	}
+	if code, ans, body := adminKey(t, a, "POST", q+"&action=reset"); code != 200 || !ans.Changed {
+		t.Fatalf("reset with status_write: %d %s", code, body)
+	}
+	if s := sendFrom(t, h, client); s != 200 {
+		t.Fatalf("after the reset: %d", s)
+	}
+
+	// A reload: the new config's app starts, then the old one stops.
+	next := &App{StatusWrite: true}
+	_ = next.Start()
+	stop()
+	if !statusWrite() {
+		t.Fatal("the old app's Stop turned writes off")
+	}
+	_ = next.Stop()
+	if statusWrite() {
+		t.Fatal("writes on after the last app stopped")
+	}
+
+	adapted, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte("{\n\tweir {\n\t\tstatus_write\n\t}\n}\n"), nil)
+	if err != nil || !strings.Contains(string(adapted), `"weir":{"status_write":true}`) {
+		t.Fatalf("global option: %v %s", err, adapted)
+	}
+	if _, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte("{\n\tweir {\n\t\tbogus\n\t}\n}\n"), nil); err == nil {
+		t.Fatal("an unknown weir global option adapted")
 	}
 }

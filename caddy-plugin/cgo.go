@@ -129,6 +129,20 @@ static size_t wgo_render_key(const weir_engine *e, int32_t limit, const uint8_t 
 	return n;
 }
 
+// wgo_key_request answers a key operation (weir_key_request) with the request's headers
+// packed as for wgo_evaluate (hb, hl) and write (1: changes enabled).
+static int wgo_key_request(const weir_engine *const *engines, size_t n, const uint8_t *m,
+                           size_t ml, const uint8_t *q, size_t ql, const uint8_t *hb, size_t hl,
+                           int write, uint64_t now, uint8_t *buf, size_t cap, size_t *written,
+                           uint16_t *status, weir_log_line *audit) {
+	wgo_headers h = { hb, hl, SIZE_MAX, 0, 0, 0, NULL, 0 };
+	weir_key_access a;
+	a.write = write;
+	a.header = hl ? wgo_header : NULL;
+	a.header_ctx = &h;
+	return weir_key_request(engines, n, m, ml, q, ql, &a, now, buf, cap, written, status, audit);
+}
+
 // wgo_name reads the name of limit (kind 0), header (1) or variable (2) i of engine e.
 static int wgo_name(const weir_engine *e, int kind, size_t i, const uint8_t **p, size_t *l) {
 	switch (kind) {
@@ -562,16 +576,21 @@ type keyAnswer struct {
 }
 
 // keyRequest answers a key operation (weir_key_request) on the first of engines (nil
-// entries skipped) with a limit named in query; ok false when the C ABI wrote no answer.
-func keyRequest(engines []*engine, method, query string, now uint64) (a keyAnswer, ok bool) {
+// entries skipped) with a limit named in query; headers are the request's as packHeaders
+// packs them, write whether changes are enabled; ok false when the C ABI wrote no answer.
+func keyRequest(engines []*engine, method, query string, headers []byte, write bool, now uint64) (a keyAnswer, ok bool) {
 	first, n := handles(engines)
 	buf := make([]byte, C.WEIR_KEY_ANSWER_MAX)
 	var written C.size_t
 	var status C.uint16_t
 	var audit C.weir_log_line
-	if C.weir_key_request(first, n, sptr(method), C.size_t(len(method)), sptr(query),
-		C.size_t(len(query)), C.uint64_t(now), bptr(buf), C.size_t(len(buf)), &written, &status,
-		&audit) != C.WEIR_OK {
+	w := C.int(0)
+	if write {
+		w = 1
+	}
+	if C.wgo_key_request(first, n, sptr(method), C.size_t(len(method)), sptr(query),
+		C.size_t(len(query)), bptr(headers), C.size_t(len(headers)), w, C.uint64_t(now),
+		bptr(buf), C.size_t(len(buf)), &written, &status, &audit) != C.WEIR_OK {
 		return a, false
 	}
 	a = keyAnswer{status: int(status), body: buf[:written], level: int(audit.level)}

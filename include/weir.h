@@ -574,6 +574,26 @@ typedef void (*weir_build_error_fn)(void *ctx,
                                     size_t len);
 
 /*
+ Where a key operation arrived: whether changes are enabled there, and its request's
+ headers, through the same lookup as `weir_request`'s (the engine reads the first value of
+ `origin`, `host`, `sec-fetch-site`, `content-type` and `weir-key-action`).
+ */
+typedef struct weir_key_access {
+  /*
+   1: changes (POST reset, unban) are enabled on this endpoint; 0: read-only.
+   */
+  int write;
+  /*
+   May be NULL: the request then has no headers.
+   */
+  weir_header_fn header;
+  /*
+   Passed to `header`.
+   */
+  void *header_ctx;
+} weir_key_access;
+
+/*
  One line to log.
  */
 typedef struct weir_log_line {
@@ -1080,10 +1100,12 @@ int weir_key_query(const uint8_t *query, size_t query_len);
  `GET`/`HEAD ?limit=NAME&key=TEXT` inspects the key's state, `POST ...&action=reset` forgets
  it, `POST ...&action=unban` lifts its ban. `engines[0..n]` (NULL entries skipped): the
  first one with a limit named NAME is acted on. `method` as sent, `query` raw (without
- `?`), `now` CLOCK_MONOTONIC ns.
+ `?`), `access` where it arrived (NULL: read-only, no headers), `now` CLOCK_MONOTONIC ns.
+ A change is refused with 403 unless `access->write` is 1 and the request is not one a
+ browser may have been made to send from another site (docs/METRICS.md, "Key operations").
 
  Writes the JSON answer (`application/json`) into `buf` (`*written` bytes, no NUL) and its
- HTTP status into `*status` (200, 400, 404 or 405; errors are `{"error": "..."}` too). When a
+ HTTP status into `*status` (200, 400, 403, 404 or 405; errors are `{"error": "..."}` too). When a
  change was carried out, `*audit` is the line to log at its level (the limit's `log_level`:
  0 info .. 3 error); otherwise `audit->len` is 0. `cap` must be at least
  WEIR_KEY_ANSWER_MAX, or WEIR_ERR_INVALID is returned before anything is done (a change is
@@ -1095,6 +1117,7 @@ int weir_key_request(const struct weir_engine *const *engines,
                      size_t method_len,
                      const uint8_t *query,
                      size_t query_len,
+                     const struct weir_key_access *access,
                      uint64_t now,
                      uint8_t *buf,
                      size_t cap,

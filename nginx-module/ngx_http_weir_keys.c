@@ -2,9 +2,12 @@
 /*
  * weir: nginx module, key operations on weir_status: a request with a "key"
  * argument inspects (GET, HEAD), resets or unbans (POST) one key of a limit
- * (docs/METRICS.md, "Key operations").  The engine parses the query, answers
- * the JSON and renders the audit line; this file passes the method and the
- * raw query, logs the line and sends the answer.
+ * (docs/METRICS.md, "Key operations").  The engine parses the query, decides
+ * whether a change may go on (only with "weir_status write=on", and never
+ * for a request a browser may have sent from another site), answers the JSON
+ * and renders the audit line; this file passes the method, the raw query,
+ * the location's write flag and the request's headers, logs the line and
+ * sends the answer.
  */
 
 
@@ -26,8 +29,11 @@ ngx_http_weir_keys_handler(ngx_http_request_t *r)
     uint16_t                    status;
     ngx_int_t                   rc;
     ngx_buf_t                  *b;
+    weir_request                wr;
     weir_log_line               audit;
+    weir_key_access             access;
     const weir_engine          *engines[2];
+    ngx_http_weir_loc_conf_t   *wlcf;
     ngx_http_weir_main_conf_t  *wmcf;
     static ngx_uint_t           levels[] = {
         NGX_LOG_INFO, NGX_LOG_NOTICE, NGX_LOG_WARN, NGX_LOG_ERR
@@ -39,6 +45,15 @@ ngx_http_weir_keys_handler(ngx_http_request_t *r)
     }
 
     wmcf = ngx_http_get_module_main_conf(r, ngx_http_weir_module);
+    wlcf = ngx_http_get_module_loc_conf(r, ngx_http_weir_module);
+
+    /* the request's headers through the engine's header lookup */
+
+    ngx_http_weir_request(r, &wr);
+
+    access.write = wlcf->status_write ? 1 : 0;
+    access.header = wr.header;
+    access.header_ctx = wr.header_ctx;
 
     /* the first engine with a limit of that name is acted on */
 
@@ -56,8 +71,8 @@ ngx_http_weir_keys_handler(ngx_http_request_t *r)
 
     wrc = weir_key_request(engines, 2, r->method_name.data,
                            r->method_name.len, r->args.data, r->args.len,
-                           weir_now_ns(), b->last, WEIR_KEY_ANSWER_MAX, &len,
-                           &status, &audit);
+                           &access, weir_now_ns(), b->last,
+                           WEIR_KEY_ANSWER_MAX, &len, &status, &audit);
 
     if (wrc != WEIR_OK) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;

@@ -149,7 +149,7 @@ static ngx_command_t  ngx_http_weir_commands[] = {
       NULL },
 
     { ngx_string("weir_status"),
-      NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
+      NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS|NGX_CONF_TAKE1,
       ngx_http_weir_status_directive,
       0,
       0,

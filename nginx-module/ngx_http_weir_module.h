@@ -130,6 +130,7 @@ typedef struct {
     ngx_flag_t                   enable;
     ngx_flag_t                   headers;
     ngx_flag_t                   status;       /* weir_status */
+    ngx_flag_t                   status_write; /* weir_status write=on */
 } ngx_http_weir_loc_conf_t;
 
 

@@ -136,17 +136,43 @@ ngx_http_weir_status_send(ngx_http_request_t *r, ngx_uint_t status,
 }
 
 
+/* weir_status [write=on|off]: key changes (POST) only with write=on */
+
 char *
 ngx_http_weir_status_directive(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf)
 {
+    ngx_str_t                 *value;
     ngx_http_core_loc_conf_t  *clcf;
     ngx_http_weir_loc_conf_t  *wlcf;
+
+    wlcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_weir_module);
+
+    if (wlcf->status) {
+        return "is duplicate";
+    }
+
+    if (cf->args->nelts == 2) {
+        value = cf->args->elts;
+
+        if (value[1].len == 8
+            && ngx_strncmp(value[1].data, "write=on", 8) == 0)
+        {
+            wlcf->status_write = 1;
+
+        } else if (value[1].len != 9
+                   || ngx_strncmp(value[1].data, "write=off", 9) != 0)
+        {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "invalid parameter \"%V\" of weir_status; "
+                               "expected write=on or write=off", &value[1]);
+            return NGX_CONF_ERROR;
+        }
+    }
 
     clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
     clcf->handler = ngx_http_weir_status_handler;
 
-    wlcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_weir_module);
     wlcf->status = 1;
 
     return NGX_CONF_OK;
@@ -155,7 +181,8 @@ ngx_http_weir_status_directive(ngx_conf_t *cf, ngx_command_t *cmd,
 
 /*
  * a limit_except block inside a weir_status location (the access rules of
- * key operations) answers with weir_status too, as proxy_pass does
+ * key operations) answers with weir_status too, as proxy_pass does, with
+ * the location's write flag
  */
 
 void
@@ -168,6 +195,7 @@ ngx_http_weir_status_merge(ngx_conf_t *cf, ngx_http_weir_loc_conf_t *prev,
 
     if (prev->status && clcf->lmt_excpt && clcf->handler == NULL) {
         conf->status = 1;
+        conf->status_write = prev->status_write;
         clcf->handler = ngx_http_weir_status_handler;
     }
 }

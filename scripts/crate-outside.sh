@@ -4,7 +4,8 @@
 # README.md's dependency lines, patched to this checkout, builds and runs
 #   - every Rust example of README.md's "Using the crate" section (wrapped in a main),
 #   - tower/examples/axum_service.rs with its policy: real HTTP on 127.0.0.1, a 429 after the
-#     burst, the health check exempt, the metrics served;
+#     burst, the health check exempt, the metrics served read-only (a client's POST reset of
+#     its own key refused with 403), key changes on the admin listener only, with an audit line;
 #   - crate-outside/shared_region.rs: a MAP_SHARED table is created where cmpxchg16b is
 #     lock-free and refused where portable-atomic takes a lock (a second, core-only crate built
 #     with --cfg portable_atomic_no_outline_atomics), in-process tables work in both.
@@ -68,7 +69,9 @@ with open(f"{app}/Cargo.toml", "a") as f:
     f.write(toml[0])
     f.write('axum = { version = "0.8", default-features = false, features = ["tokio", "http1"] }\n'
             'tokio = { version = "1", features = ["macros", "rt-multi-thread", "net"] }\n'
-            'bytes = "1"\nfutures-util = { version = "0.3", default-features = false }\n')
+            'bytes = "1"\nfutures-util = { version = "0.3", default-features = false }\n'
+            'tracing-subscriber = { version = "0.3", default-features = false, '
+            'features = ["fmt", "std"] }\n')
 for i, body in enumerate(rust, 1):
     with open(f"{app}/src/bin/readme_{i}.rs", "w") as f:
         f.write("#![allow(unused)]\nfn main() -> Result<(), Box<dyn std::error::Error>> {\n"
@@ -94,7 +97,8 @@ if grep -qw cx16 /proc/cpuinfo; then cx16=1; fi
 WEIR_EXPECT_LOCK_FREE=$cx16 "$bin/shared_region"
 
 # The axum example on a free port (its own "listening on" line says which).
-"$bin/examples/axum_service" "$app/examples/axum_service.toml" 127.0.0.1:0 >"$work/server.out" &
+"$bin/examples/axum_service" "$app/examples/axum_service.toml" 127.0.0.1:0 127.0.0.1:0 \
+    >"$work/server.out" 2>"$work/server.err" &
 server=$!
 addr=
 for _ in $(seq 100); do
@@ -104,12 +108,14 @@ for _ in $(seq 100); do
     sleep 0.1
 done
 [ -n "$addr" ] || { echo "axum example did not listen within 10 s"; exit 1; }
-python3 - "$addr" <<'EOF'
+admin=$(sed -n 's|^key changes on http://||p' "$work/server.out")
+python3 - "$addr" "$admin" "$work/server.err" <<'EOF'
 import sys, urllib.error, urllib.request
-base = f"http://{sys.argv[1]}"
-def get(path):
+base, admin, err = f"http://{sys.argv[1]}", f"http://{sys.argv[2]}", sys.argv[3]
+def get(path, method="GET", url=base):
+    req = urllib.request.Request(url + path, method=method, headers={"Weir-Key-Action": "reset"})
     try:
-        with urllib.request.urlopen(base + path, timeout=10) as r:
+        with urllib.request.urlopen(req, timeout=10) as r:
             return r.status, r.read().decode()
     except urllib.error.HTTPError as e:
         return e.code, e.read().decode()
@@ -120,7 +126,18 @@ assert first >= 21, f"429 before the burst of 21 was used up: {statuses}"
 assert get("/healthz") == (200, "ok\n"), "health check limited"
 status, metrics = get("/metrics")
 assert status == 200 and "weir_" in metrics, metrics[:300]
-print(f"axum example: 200 x {first}, then 429 ({statuses.count(429)} of 40); /healthz 200; /metrics served")
+# A client resets its own key on the public route: refused, and it stays limited.
+reset = "?limit=per-ip&key=127.0.0.1&action=reset"
+status, body = get("/metrics" + reset, "POST")
+assert status == 403 and "write" in body, (status, body)
+assert get("/")[0] == 429, "a refused reset let the client in"
+status, body = get("/status" + reset, "POST", admin)
+assert status == 200 and '"changed":true' in body, (status, body)
+assert get("/")[0] == 200, "the admin listener's reset did not let the client in"
+audit = open(err).read()
+assert 'resetting key "127.0.0.1" of weir limit "per-ip"' in audit, audit[-2000:]
+print(f"axum example: 200 x {first}, then 429 ({statuses.count(429)} of 40); /healthz 200; "
+      "/metrics served, its POST reset refused (403); the admin listener's reset audited")
 EOF
 kill "$server"
 wait "$server" 2>/dev/null || true

@@ -85,6 +85,11 @@ func globals(admin int) string {
 	return fmt.Sprintf("{\n\tadmin 127.0.0.1:%d\n\tdefault_bind 127.0.0.1\n\tauto_https off\n\tpersist_config off\n\tgrace_period 1s\n}\n", admin)
 }
 
+// writeGlobals is globals with key changes enabled on the admin API's /weir/status.
+func writeGlobals(admin int) string {
+	return strings.Replace(globals(admin), "\n}\n", "\n\tweir {\n\t\tstatus_write\n\t}\n}\n", 1)
+}
+
 // startCaddy writes config (with %PORT% / %ADMIN% / %DIR% substituted) and runs bin on it.
 func startCaddy(t *testing.T, bin, adapter, config string) *server {
 	t.Helper()
@@ -133,7 +138,7 @@ func startCaddy(t *testing.T, bin, adapter, config string) *server {
 
 func (s *server) subst(config string) string {
 	r := strings.NewReplacer("%PORT%", fmt.Sprint(s.port), "%ADMIN%", fmt.Sprint(s.admin), "%DIR%", s.dir,
-		"%GLOBALS%", globals(s.admin))
+		"%GLOBALS%", globals(s.admin), "%GLOBALS_WRITE%", writeGlobals(s.admin))
 	return r.Replace(config)
 }
 

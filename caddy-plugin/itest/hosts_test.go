@@ -85,7 +85,8 @@ type logEntry struct {
 	DryRun bool   `toml:"dry_run" json:"dry_run"`
 }
 
-const hostsCfg = `%GLOBALS%
+// hostsCfg: key steps change keys, so the admin API's /weir/status has writes enabled.
+const hostsCfg = `%GLOBALS_WRITE%
 http://:%PORT% {
 	bind 127.0.0.1 unix/%DIR%/s.sock
 	weir {
@@ -451,6 +452,9 @@ func checkKeyOp(t *testing.T, where string, admin int, op *keyOp, expect map[str
 		q.Set("action", op.Action)
 	}
 	req, _ := http.NewRequest(method, fmt.Sprintf("http://127.0.0.1:%d/weir/status?%s", admin, q.Encode()), nil)
+	if method == "POST" {
+		req.Header.Set("Weir-Key-Action", op.Action)
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatalf("%s: %v", where, err)

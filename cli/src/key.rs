@@ -83,8 +83,13 @@ pub fn run(o: &Options) -> Result<String, Failed> {
     let fail = |message: String, refused| Failed { message, refused };
     let url = key_url(o).map_err(|e| fail(e, false))?;
     let agent = agent(Duration::from_secs(10));
+    // A change names its action in the header the hosts require of changes (no body, so no
+    // form content type): docs/METRICS.md, "Key operations".
     let resp = match action(o) {
-        Some(_) => agent.post(&url).send_empty(),
+        Some(a) => agent
+            .post(&url)
+            .header(weir::policy::keyops::KEY_ACTION_HEADER, a)
+            .send_empty(),
         None => agent.get(&url).call(),
     };
     let mut resp = resp.map_err(|e| fail(format!("{url}: cannot fetch: {e}"), false))?;

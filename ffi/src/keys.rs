@@ -1,14 +1,16 @@
 //! Key operations on the JSON status endpoint (`weir::policy::keyops`): inspect one key of a
 //! limit, reset it, lift its ban. The engine parses the query, applies the method rules,
-//! renders the JSON answer and the audit line; the host passes the request's method and raw
-//! query and writes back what comes out.
+//! renders the JSON answer and the audit line, and decides whether a change may go on; the
+//! host passes the request's method, raw query and [`weir_key_access`] and writes back what
+//! comes out.
 
-use std::ffi::c_int;
+use std::ffi::{c_int, c_void};
 use std::ptr;
 
 use weir::policy::config::LogLevel;
-use weir::policy::keyops;
+use weir::policy::keyops::{self, Access};
 
+use crate::evaluate::weir_header_fn;
 use crate::metrics::engine_list;
 use crate::outcome::{weir_log_line, WEIR_LOG_LINE_MAX};
 use crate::{bytes, guard, weir_engine, WEIR_ERR_INVALID, WEIR_ERR_NULL, WEIR_OK};
@@ -16,6 +18,19 @@ use crate::{bytes, guard, weir_engine, WEIR_ERR_INVALID, WEIR_ERR_NULL, WEIR_OK}
 /// The smallest `cap` weir_key_request accepts: every answer fits.
 pub const WEIR_KEY_ANSWER_MAX: usize = 16384;
 const _: () = assert!(WEIR_KEY_ANSWER_MAX == keyops::MAX_ANSWER);
+
+/// Where a key operation arrived: whether changes are enabled there, and its request's
+/// headers, through the same lookup as `weir_request`'s (the engine reads the first value of
+/// `origin`, `host`, `sec-fetch-site`, `content-type` and `weir-key-action`).
+#[repr(C)]
+pub struct weir_key_access {
+    /// 1: changes (POST reset, unban) are enabled on this endpoint; 0: read-only.
+    pub write: c_int,
+    /// May be NULL: the request then has no headers.
+    pub header: weir_header_fn,
+    /// Passed to `header`.
+    pub header_ctx: *mut c_void,
+}
 
 /// Whether the raw query `query[0..query_len]` (without `?`) has a `key` argument, i.e. the
 /// status request is a key operation for weir_key_request: 1 or 0 (0 for NULL with a length).
@@ -32,10 +47,12 @@ pub unsafe extern "C" fn weir_key_query(query: *const u8, query_len: usize) -> c
 /// `GET`/`HEAD ?limit=NAME&key=TEXT` inspects the key's state, `POST ...&action=reset` forgets
 /// it, `POST ...&action=unban` lifts its ban. `engines[0..n]` (NULL entries skipped): the
 /// first one with a limit named NAME is acted on. `method` as sent, `query` raw (without
-/// `?`), `now` CLOCK_MONOTONIC ns.
+/// `?`), `access` where it arrived (NULL: read-only, no headers), `now` CLOCK_MONOTONIC ns.
+/// A change is refused with 403 unless `access->write` is 1 and the request is not one a
+/// browser may have been made to send from another site (docs/METRICS.md, "Key operations").
 ///
 /// Writes the JSON answer (`application/json`) into `buf` (`*written` bytes, no NUL) and its
-/// HTTP status into `*status` (200, 400, 404 or 405; errors are `{"error": "..."}` too). When a
+/// HTTP status into `*status` (200, 400, 403, 404 or 405; errors are `{"error": "..."}` too). When a
 /// change was carried out, `*audit` is the line to log at its level (the limit's `log_level`:
 /// 0 info .. 3 error); otherwise `audit->len` is 0. `cap` must be at least
 /// WEIR_KEY_ANSWER_MAX, or WEIR_ERR_INVALID is returned before anything is done (a change is
@@ -48,6 +65,7 @@ pub unsafe extern "C" fn weir_key_request(
     method_len: usize,
     query: *const u8,
     query_len: usize,
+    access: *const weir_key_access,
     now: u64,
     buf: *mut u8,
     cap: usize,
@@ -71,10 +89,15 @@ pub unsafe extern "C" fn weir_key_request(
             (Ok(m), Ok(q)) => (m, q),
             (Err(e), _) | (_, Err(e)) => return e,
         };
+        let access = match access.as_ref() {
+            None => Access::default(),
+            // SAFETY: the header callback's contract (weir.h): values valid for the call.
+            Some(a) => Access::from_headers(a.write == 1, |name| header(a, name)),
+        };
         // SAFETY: the caller passes n readable entries (checked non-NULL above), each NULL or
         // a live engine handle.
         let list = engine_list(engines, n);
-        let answer = keyops::key_request(&list, method, query, now);
+        let answer = keyops::key_request(&list, method, query, &access, now);
         let body = answer.body.as_bytes();
         let len = body.len().min(cap);
         // SAFETY: buf holds cap bytes (not NULL, checked above).
@@ -104,6 +127,17 @@ pub unsafe extern "C" fn weir_key_request(
     })
 }
 
+/// The first value of header `name` (lowercase) through `a`'s lookup; `None` when absent or
+/// when the lookup gives NULL with a length or a huge length.
+unsafe fn header<'a>(a: &weir_key_access, name: &str) -> Option<&'a [u8]> {
+    let f = a.header?;
+    let (mut v, mut len) = (ptr::null::<u8>(), 0usize);
+    if f(a.header_ctx, name.as_ptr(), name.len(), 0, &mut v, &mut len) != 1 {
+        return None;
+    }
+    bytes(v, len).ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -118,11 +152,52 @@ mod tests {
         }
     }
 
+    /// Header lookup over a `Vec<(&str, &str)>` of (lowercase name, value); a value
+    /// "NULL" answers a NULL pointer with length 5, "HUGE" a length over the ABI's limit.
+    unsafe extern "C" fn lookup(
+        ctx: *mut c_void,
+        lname: *const u8,
+        lname_len: usize,
+        nth: usize,
+        value: *mut *const u8,
+        value_len: *mut usize,
+    ) -> c_int {
+        let headers = &*(ctx as *const Vec<(&str, &str)>);
+        let name = std::slice::from_raw_parts(lname, lname_len);
+        match headers
+            .iter()
+            .filter(|(n, _)| n.as_bytes() == name)
+            .nth(nth)
+        {
+            None => 0,
+            Some((_, v)) => {
+                *value = if *v == "NULL" {
+                    ptr::null()
+                } else {
+                    v.as_ptr()
+                };
+                *value_len = if *v == "HUGE" { usize::MAX } else { v.len() };
+                1
+            }
+        }
+    }
+
+    /// A write-enabled access with `headers` (a Vec: `lookup` casts the context back to one).
+    #[allow(clippy::ptr_arg)]
+    fn writer(headers: &Vec<(&str, &str)>) -> weir_key_access {
+        weir_key_access {
+            write: 1,
+            header: Some(lookup),
+            header_ctx: headers as *const Vec<(&str, &str)> as *mut c_void,
+        }
+    }
+
     /// Calls weir_key_request on `engines`: its code, status, body and audit line.
     fn call(
         engines: &[*const weir_engine],
         method: &str,
         query: &str,
+        access: *const weir_key_access,
     ) -> (c_int, u16, String, Option<(c_int, String)>) {
         let mut buf = vec![0u8; WEIR_KEY_ANSWER_MAX];
         let (mut written, mut status) = (0usize, 0u16);
@@ -140,6 +215,7 @@ mod tests {
                 method.len(),
                 query.as_ptr(),
                 query.len(),
+                access,
                 2_000_000_000_000,
                 buf.as_mut_ptr(),
                 buf.len(),
@@ -170,14 +246,45 @@ mod tests {
             e.engine.evaluate(&req, 2_000_000_000_000).unwrap();
         }
         let engines = [std::ptr::null(), &e as *const weir_engine];
-        let (rc, status, body, line) = call(&engines, "GET", "limit=api&key=192.0.2.1");
+        let (rc, status, body, line) =
+            call(&engines, "GET", "limit=api&key=192.0.2.1", ptr::null());
         assert_eq!((rc, status, line), (WEIR_OK, 200, None));
         assert!(
             body.contains("\"remaining\":0") && body.contains("\"retry_after_s\":60"),
             "{body}"
         );
-        let (rc, status, body, line) =
-            call(&engines, "POST", "limit=api&key=192.0.2.1&action=reset");
+        let q = "limit=api&key=192.0.2.1&action=reset";
+        // Read-only without an access (NULL), or with write 0; a write without the header, a
+        // cross-site one, and header values NULL with a length or too long (read as absent).
+        let named = vec![("weir-key-action", "reset")];
+        let read_only = weir_key_access {
+            write: 0,
+            ..writer(&named)
+        };
+        let cross = vec![
+            ("weir-key-action", "reset"),
+            ("origin", "http://evil.example"),
+            ("host", "h"),
+        ];
+        let (null, huge) = (
+            vec![("weir-key-action", "NULL")],
+            vec![("weir-key-action", "HUGE")],
+        );
+        let none = vec![];
+        let accesses = [
+            read_only,
+            writer(&none),
+            writer(&cross),
+            writer(&null),
+            writer(&huge),
+        ];
+        let pointers = accesses.iter().map(|a| a as *const weir_key_access);
+        for access in std::iter::once(ptr::null()).chain(pointers) {
+            let (rc, status, body, line) = call(&engines, "POST", q, access);
+            assert_eq!((rc, status, line), (WEIR_OK, 403, None), "{body}");
+        }
+        let headers = vec![("weir-key-action", "reset"), ("host", "h")];
+        let (rc, status, body, line) = call(&engines, "POST", q, &writer(&headers));
         assert_eq!((rc, status), (WEIR_OK, 200), "{body}");
         assert!(
             body.contains("\"changed\":true") && body.contains("\"remaining\":1"),
@@ -190,7 +297,7 @@ mod tests {
                 "resetting key \"192.0.2.1\" of weir limit \"api\"".to_owned()
             ))
         );
-        let (_, status, body, _) = call(&engines, "GET", "limit=nope&key=x");
+        let (_, status, body, _) = call(&engines, "GET", "limit=nope&key=x", ptr::null());
         assert_eq!(status, 404, "{body}");
         assert!(body.starts_with("{\"error\":"), "{body}");
         // 1 for a key operation, 0 for the status itself (and for NULL).
@@ -214,6 +321,8 @@ mod tests {
             text: [0; WEIR_LOG_LINE_MAX],
         };
         let mut small = [0u8; 64];
+        let headers = vec![("weir-key-action", "reset")];
+        let access = writer(&headers);
         // SAFETY: every pointer is valid or NULL, as each case says.
         unsafe {
             let m = b"POST";
@@ -226,6 +335,7 @@ mod tests {
                         4,
                         q.as_ptr(),
                         q.len(),
+                        &access,
                         0,
                         buf,
                         cap,
@@ -288,6 +398,7 @@ mod tests {
                     4,
                     q.as_ptr(),
                     q.len(),
+                    &access,
                     0,
                     buf.as_mut_ptr(),
                     buf.len(),

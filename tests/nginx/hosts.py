@@ -1,8 +1,8 @@
 """The host conformance scenarios (tests/hosts/*.toml) through a real nginx (run by run.py).
 
 One nginx per scenario, built with the test hooks: `weir on` in front of run.Backend over TCP
-and a unix socket, weir_status at /metrics (key steps too). A step's forced failure is the hook's peer that is
-no address; metrics go through promcheck (a strict Prometheus parser) before their values are
+and a unix socket, weir_status at /metrics (write=on: key steps too). A step's forced failure is
+the hook's peer that is no address; metrics go through promcheck (a strict Prometheus parser) before their values are
 read; rejection log entries are the error log's "limiting requests" lines.
 """
 
@@ -28,7 +28,7 @@ HTTP = """
     server {
         listen 127.0.0.1:%PORT%;
         listen unix:%DIR%/s.sock;
-        location = /metrics { weir_status; }
+        location = /metrics { weir_status write=on; }
         location / {
             weir on;
             proxy_read_timeout 60s;
@@ -139,9 +139,11 @@ def key_op(ngx, key):
     q = urllib.parse.urlencode({"limit": key["limit"], "key": key["key"]})
     action = key.get("action", "inspect")
     method = "GET" if action == "inspect" else "POST"
+    headers = [("Content-Length", "0")]
     if method == "POST":
         q += f"&action={action}"
-    status, body = get_body(ngx.port, f"/metrics?{q}", method, [("Content-Length", "0")])
+        headers.append(("Weir-Key-Action", action))
+    status, body = get_body(ngx.port, f"/metrics?{q}", method, headers)
     return status, json.loads(body)
 
 

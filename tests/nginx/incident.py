@@ -6,9 +6,10 @@ limit every crawler request passes; `weir replay` of that access log with the ti
 and no one else; `weir check`, `nginx -t` and a reload put that policy in. The next wave is
 stopped: its networks are the limit's top keys and banned (in the JSON status, in
 `weir top --once --json`, one `banning key` line each), every 429 names the limit and key in
-the access log, readers and health checks pass. Then the status endpoint's key operations:
-from 127.0.0.1 an unban and a reset let the network in again; from 127.0.0.2 they are refused
-(403) and change nothing."""
+the access log, readers and health checks pass. Then the status endpoint's key operations, on
+a listener of its own as in the runbook: a banned client of the site, through the proxy on
+127.0.0.1, cannot lift its ban; from 127.0.0.1 an unban and a reset let the network in again;
+from 127.0.0.2 they are refused (403) and change nothing."""
 
 import collections
 import http.client
@@ -18,7 +19,7 @@ import re
 import subprocess
 import urllib.parse
 
-from run import Nginx, check
+from run import Nginx, check, free_port
 
 NETS = ["36.110.1", "36.110.7", "36.111.20", "36.111.42", "101.89.3", "101.89.9"]
 SHAPES = [
@@ -93,6 +94,8 @@ status = 503
 LOG_FORMAT = ('$remote_addr - $remote_user [$time_local] "$request" $status $body_bytes_sent '
               '"$http_x_forwarded_for" $weir_action $weir_limit "$weir_key"')
 
+# The site behind its proxy on 127.0.0.1 (the policy's trusted_proxies), and the status on a
+# listener of its own (%STATUS%) that the proxy does not forward to, as docs/INCIDENT.md has it.
 HTTP = """
     log_format weir '%FORMAT%';
     weir_policy %DIR%/policy.toml;
@@ -102,13 +105,15 @@ HTTP = """
         access_log %DIR%/logs/access.log weir;
         weir on;
         location / { try_files /page.html =404; }
+    }
+    server {
+        listen 127.0.0.1:%STATUS%;
         location = /weir_status {
-            weir off;
-            weir_status;
             allow 127.0.0.1;
             allow 10.0.0.0/8;
             deny all;
             limit_except GET { allow 127.0.0.1; deny all; }
+            weir_status write=on;
         }
     }
 """.replace("%FORMAT%", LOG_FORMAT)
@@ -132,11 +137,14 @@ def wave(seed):
     return out
 
 
-def http_req(port, method, target, xff=None, source="127.0.0.1"):
+def http_req(port, method, target, xff=None, source="127.0.0.1", headers=None):
     """(status, body text) of one request from `source` (a 127.0.0.0/8 address)."""
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=10, source_address=(source, 0))
     try:
-        c.request(method, target, headers={"X-Forwarded-For": xff} if xff else {})
+        h = dict(headers or {})
+        if xff:
+            h["X-Forwarded-For"] = xff
+        c.request(method, target, headers=h)
         r = c.getresponse()
         return r.status, r.read().decode("latin-1")
     finally:
@@ -206,12 +214,14 @@ def replay(ngx, binary):
     return per_net["rejected"] + per_net["banned"]
 
 
-def key_op(port, method, key, action=None, source="127.0.0.1"):
+def key_op(port, method, key, action=None, source="127.0.0.1", xff=None):
     q = {"limit": LIMIT, "key": key}
+    headers = {}
     if action:
         q["action"] = action
+        headers["Weir-Key-Action"] = action
     st, body = http_req(port, method, "/weir_status?" + urllib.parse.urlencode(q),
-                        source=source)
+                        source=source, xff=xff, headers=headers)
     return st, body
 
 
@@ -220,31 +230,40 @@ def key_ops(ngx):
     (None, the POST's status) when weir_status has no key operations (405 or 400)."""
     net = f"{NETS[0]}.0/24"
     probe = lambda: http_req(ngx.port, "GET", SHAPES[0].format(99999), f"{NETS[0]}.250")[0]
-    st, body = key_op(ngx.port, "POST", net, "unban", source="127.0.0.2")
+    # A client of the site, through the proxy (127.0.0.1 with its X-Forwarded-For), lifting
+    # its own ban: the site's port has no status, and the ban stays.
+    st, body = key_op(ngx.port, "POST", net, "unban", xff=f"{NETS[0]}.250")
+    check(not body.startswith("{"), f"the site's port answered a key operation: {st} {body}")
+    check(net in {b["key"] for b in status(ngx.status_port)[LIMIT]["bans"]},
+          "a client through the proxy lifted its ban")
+    st, body = key_op(ngx.status_port, "POST", net, "unban", source="127.0.0.2")
     check(st == 403, f"POST from 127.0.0.2: {st} {body}")
-    st, body = key_op(ngx.port, "POST", net, "unban")
+    st, body = key_op(ngx.status_port, "POST", net, "unban")
     if st in (405, 400):
         return None, st
     check(st == 200, f"POST unban: {st} {body}")
     got = json.loads(body)
     check((got["limit"], got["key"], got["action"], got["changed"], got["banned"],
            got["ban_left_s"]) == (LIMIT, net, "unban", True, False, 0), f"unban answer: {got}")
-    bans = {b["key"] for b in status(ngx.port)[LIMIT]["bans"]}
+    bans = {b["key"] for b in status(ngx.status_port)[LIMIT]["bans"]}
     check(net not in bans and len(bans) == len(NETS) - 1, f"bans after unban: {bans}")
     log = ngx.error_log()
     check(log.count(f'lifting ban of key "{net}" of weir limit "{LIMIT}"') == 1,
           f"one unban line:\n{log[-2000:]}")
-    # The rate state is still spent: refused, but as a rejection, not as a ban.
-    st, body = key_op(ngx.port, "GET", net)
+    # The rate state is still spent (one token back at most: 10r/m refills one each 6 s,
+    # and a loaded machine may take that long since the wave): not banned any more.
+    st, body = key_op(ngx.status_port, "GET", net)
     got = json.loads(body)
-    check(st == 200 and got["banned"] is False and got["remaining"] == 0, f"GET: {st} {body}")
+    check(st == 200 and got["banned"] is False and got["remaining"] <= 1, f"GET: {st} {body}")
 
-    check(key_op(ngx.port, "GET", net, "reset")[0] == 405, "GET ...&action=reset")
+    check(key_op(ngx.status_port, "GET", net, "reset")[0] == 405, "GET ...&action=reset")
     # From a denied address a reset changes nothing.
-    st, body = key_op(ngx.port, "POST", net, "reset", source="127.0.0.2")
+    st, body = key_op(ngx.status_port, "POST", net, "reset", source="127.0.0.2")
     check(st == 403, f"POST reset from 127.0.0.2: {st} {body}")
-    check(json.loads(key_op(ngx.port, "GET", net)[1])["remaining"] == 0, "reset from 127.0.0.2")
-    st, body = key_op(ngx.port, "POST", net, "reset")
+    # (a reset would give the whole burst back, 6)
+    check(json.loads(key_op(ngx.status_port, "GET", net)[1])["remaining"] <= 1,
+          "reset from 127.0.0.2")
+    st, body = key_op(ngx.status_port, "POST", net, "reset")
     got = json.loads(body)
     check(st == 200 and got["remaining"] > 0 and got["retry_after_s"] == 0,
           f"POST reset: {st} {body}")
@@ -254,9 +273,9 @@ def key_ops(ngx):
 
     # Another network stays banned; an unban from 127.0.0.2 leaves it so.
     other = f"{NETS[1]}.0/24"
-    check(key_op(ngx.port, "POST", other, "unban", source="127.0.0.2")[0] == 403, "403")
-    check(key_op(ngx.port, "GET", other, source="127.0.0.2")[0] == 403, "GET from 127.0.0.2")
-    got = json.loads(key_op(ngx.port, "GET", other)[1])
+    check(key_op(ngx.status_port, "POST", other, "unban", source="127.0.0.2")[0] == 403, "403")
+    check(key_op(ngx.status_port, "GET", other, source="127.0.0.2")[0] == 403, "GET from 127.0.0.2")
+    got = json.loads(key_op(ngx.status_port, "GET", other)[1])
     check(got["banned"] is True and 0 < got["ban_left_s"] <= 600, f"{other}: {got}")
     st = http_req(ngx.port, "GET", SHAPES[1].format(99998), f"{NETS[1]}.250")[0]
     check(st == 429, f"{other} after a refused unban: {st}")
@@ -266,9 +285,11 @@ def key_ops(ngx):
 def test_incident(module, binary, env=None):
     check(os.access(binary, os.X_OK),
           f"{binary}: no weir binary (cargo build --release -p weir-cli)")
-    ngx = Nginx(module, HTTP, workers=2, env=env,
+    status_port = free_port()
+    ngx = Nginx(module, HTTP.replace("%STATUS%", str(status_port)), workers=2, env=env,
                 files={"policy.toml": BEFORE, "after.toml": AFTER,
                        "html/page.html": "a wiki page\n"})
+    ngx.status_port = status_port
     try:
         ngx.start()
         # The incident: nothing limits the crawler.
@@ -291,7 +312,7 @@ def test_incident(module, binary, env=None):
               f"crawler after the reload: {passed} of {len(crawler)} passed")
 
         nets = {f"{n}.0/24" for n in NETS}
-        lims = status(ngx.port)
+        lims = status(ngx.status_port)
         lim = lims[LIMIT]
         # Five rejections per network, then the ban refuses the rest.
         check(lim["rejected"] == 5 * len(NETS) and lim["banned"] == len(crawler) - passed
@@ -307,7 +328,7 @@ def test_incident(module, binary, env=None):
             line = f'banning key "{net}" for 600s by weir limit "{LIMIT}"'
             check(log.count(line) == 1, f"one ban line for {net}:\n{log[-3000:]}")
 
-        url = f"http://127.0.0.1:{ngx.port}/weir_status"
+        url = f"http://127.0.0.1:{ngx.status_port}/weir_status"
         code, out, err = weir(binary, "top", "--once", "--json", "--limit", LIMIT, url)
         check(code == 0, f"weir top: {code} {err}")
         top = json.loads(out)["limits"][0]

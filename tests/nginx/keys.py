@@ -1,9 +1,13 @@
-"""Key operations through real nginx (run by run.py: keys): on weir_status, a rejected key
-inspects as rejected (retry_after_s > 0), a POST reset lets it pass again, a ban inspects as
-banned and `action=unban` lifts it and takes it off `?format=json`; each change logs one audit
-line at the limit's level; a POST from an address the location denies gets 403; bad key text
-is 400, an unknown limit 404, a GET asking for a change 405. `weir key` asks the same endpoint
-(inspect, --reset, --json, an error's exit status)."""
+"""Key operations through real nginx (run by run.py: keys). A plain `weir_status` location (a
+Prometheus scrape location set up before writes existed) inspects keys but refuses POST reset
+and unban with 403, changing and logging nothing. On a `weir_status write=on` location, a
+rejected key inspects as rejected (retry_after_s > 0), a POST reset lets it pass again, a ban
+inspects as banned and `action=unban` lifts it and takes it off `?format=json`; each change
+logs one audit line at the limit's level; a POST from an address the location denies gets
+403, and so does a cross-site form POST from an allowed address (a page in an operator's
+browser), or one without the Weir-Key-Action header; bad key text is 400, an unknown limit
+404, a GET asking for a change 405. `weir key` asks the same endpoint (inspect, --reset,
+--json, an error's exit status)."""
 
 import http.client
 import json
@@ -19,24 +23,35 @@ HTTP = """
     server {
         listen 127.0.0.1:%PORT%;
         root %DIR%/html;
-        location = /metrics {
+        location = /metrics { weir_status; }
+        location = /internal { allow 127.0.0.1; deny all; weir_status; }
+        location = /admin {
             limit_except GET { allow 127.0.0.1; deny all; }
-            weir_status;
+            weir_status write=on;
         }
         location / { weir on; try_files /f =404; }
     }
 """
 
-KEY = "/metrics?limit=login&key=127.0.0.1"
+KEY = "/admin?limit=login&key=127.0.0.1"
 RESET_LINE = 'resetting key "127.0.0.1" of weir limit "login"'
 UNBAN_LINE = 'lifting ban of key "127.0.0.1" of weir limit "login"'
+# A form another site's page makes an operator's browser send.
+CROSS_SITE = {"Origin": "http://evil.example", "Sec-Fetch-Site": "cross-site",
+              "Content-Type": "application/x-www-form-urlencoded"}
 
 
-def ask(port, method, target, source="127.0.0.1"):
-    """(status, JSON body or None) of one request sent from `source`."""
+def ask(port, method, target, source="127.0.0.1", headers=None, body=None):
+    """(status, JSON body or None) of one request sent from `source`. A POST with an action
+    names it in Weir-Key-Action (as `weir key` does) unless `headers` are given."""
+    if headers is None:
+        headers = {}
+        for action in ("reset", "unban"):
+            if method == "POST" and target.endswith("action=" + action):
+                headers["Weir-Key-Action"] = action
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=10, source_address=(source, 0))
     try:
-        c.request(method, target)
+        c.request(method, target, body=body, headers=headers)
         r = c.getresponse()
         body = r.read()
         ctype = r.getheader("Content-Type", "")
@@ -50,7 +65,7 @@ def hit(port):
 
 
 def weir_key(weir, port, *args):
-    p = subprocess.run([weir, "key", f"127.0.0.1:{port}/metrics", *args],
+    p = subprocess.run([weir, "key", f"127.0.0.1:{port}/admin", *args],
                        capture_output=True, text=True, timeout=30)
     return p.returncode, p.stdout, p.stderr
 
@@ -68,6 +83,29 @@ def test_keys(module, weir, env=None):
         st, _ = ask(port, "HEAD", KEY)
         check(st == 200, f"HEAD inspect: {st}")
 
+        # Plain weir_status locations are read-only: inspecting works, changes are refused.
+        for loc in ("/metrics", "/internal"):
+            plain = KEY.replace("/admin", loc)
+            st, j = ask(port, "GET", plain)
+            check(st == 200 and j["remaining"] == 0, f"GET {loc}: {st} {j}")
+            for action in ("reset", "unban"):
+                st, j = ask(port, "POST", f"{plain}&action={action}")
+                check(st == 403 and "write=on" in j["error"], f"POST {action} {loc}: {st} {j}")
+        unchanged = lambda: ask(port, "GET", KEY)[1]["remaining"] == 0
+        check(unchanged(), "a refused reset changed the key")
+        # An allowed address, but a page of another site: a form POST (no Weir-Key-Action,
+        # which a page cannot send cross-site), the same with the header, and a same-origin
+        # form.
+        for headers in [CROSS_SITE, dict(CROSS_SITE, **{"Weir-Key-Action": "reset"}),
+                        {"Origin": f"http://127.0.0.1:{port}", "Weir-Key-Action": "reset",
+                         "Content-Type": "text/plain"}]:
+            st, j = ask(port, "POST", KEY + "&action=reset", headers=headers, body="a=b")
+            check(st == 403 and j["error"], f"cross-site POST {headers}: {st} {j}")
+        st, j = ask(port, "POST", KEY + "&action=reset", headers={})
+        check(st == 403 and "Weir-Key-Action: reset" in j["error"], f"no header: {st} {j}")
+        check(unchanged() and RESET_LINE not in ngx.error_log(),
+              "refused POSTs change and log nothing")
+
         st, _ = ask(port, "POST", KEY + "&action=reset", source="127.0.0.2")
         check(st == 403, f"POST from a denied address: {st}")
         check(RESET_LINE not in ngx.error_log(), "a denied POST changes and logs nothing")
@@ -81,7 +119,7 @@ def test_keys(module, weir, env=None):
         st, j = ask(port, "GET", KEY)
         check(j["banned"] and 590 <= j["ban_left_s"] <= 600 and j["retry_after_s"] >= 590,
               f"banned: {j}")
-        st, status = ask(port, "GET", "/metrics?format=json")
+        st, status = ask(port, "GET", "/admin?format=json")
         check([b["key"] for b in status["limits"][0]["bans"]] == ["127.0.0.1"],
               f"listed: {status['limits'][0].get('bans')}")
         st, j = ask(port, "POST", KEY + "&action=unban")
@@ -103,9 +141,9 @@ def test_keys(module, weir, env=None):
               f"weir key on an unknown limit: {rc} {err}")
 
         for method, target, want in [
-            ("GET", "/metrics?limit=login&key=not-an-ip", 400),
-            ("GET", "/metrics?limit=login&key=10.0.0.0%2F8", 400),
-            ("GET", "/metrics?limit=nope&key=127.0.0.1", 404),
+            ("GET", "/admin?limit=login&key=not-an-ip", 400),
+            ("GET", "/admin?limit=login&key=10.0.0.0%2F8", 400),
+            ("GET", "/admin?limit=nope&key=127.0.0.1", 404),
             ("GET", KEY + "&action=reset", 405),
             ("POST", KEY, 400),
             ("POST", KEY + "&action=zap", 400),
@@ -124,9 +162,11 @@ def test_keys(module, weir, env=None):
         ngx.check_log()
     finally:
         ngx.cleanup()
-    return ("inspect shows a rejection and a ban, POST reset and unban lift them (the ban "
-            "leaves ?format=json), one audit line each, 403 for a denied address, 400/404/405 "
-            "for bad requests; weir key inspects, resets and reports errors")
+    return ("plain weir_status locations inspect and refuse POST reset/unban (403); with "
+            "write=on inspect shows a rejection and a ban, POST reset and unban lift them (the "
+            "ban leaves ?format=json), one audit line each, 403 for a denied address, a "
+            "cross-site form and a POST without Weir-Key-Action, 400/404/405 for bad requests; "
+            "weir key inspects, resets and reports errors")
 
 
 TEXT_POLICY = """[zones.z]
@@ -208,7 +248,7 @@ def test_key_text(module, weir, env=None):
               f"the logged text is the same with both escapings: {text!r} {text_json!r}")
         rc, out, err = weir_key(weir, port, "odd", text)
         check(rc == 0 and "remaining    0" in out, f"weir key inspects it: {rc} {out} {err}")
-        st, j = ask(port, "POST", "/metrics?limit=odd&action=reset&key="
+        st, j = ask(port, "POST", "/admin?limit=odd&action=reset&key="
                     + urllib.parse.quote(text, safe=""))
         check(st == 200 and j["changed"] and j["key"] == text, f"reset: {st} {j}")
         check(request(port, "GET", "/h/1", odd)[0] == 200, "passes after the reset")

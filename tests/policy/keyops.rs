@@ -6,7 +6,7 @@
 
 use serde_json::Value;
 use weir::policy::config::LogLevel;
-use weir::policy::keyops::key_request;
+use weir::policy::keyops::{key_request, Access};
 use weir::policy::metrics::{Format, Snapshot};
 use weir::policy::{parse_policy, Action, Engine, OwnedRequest};
 
@@ -32,12 +32,21 @@ fn enc(s: &str) -> String {
         .collect()
 }
 
+/// Changes enabled, as `weir key` sends a change: the action header, no browser headers.
+fn writer(action: Option<&str>) -> Access<'_> {
+    Access {
+        write: true,
+        key_action: action.map(str::as_bytes),
+        ..Access::default()
+    }
+}
+
 fn op(e: &Engine, method: &str, key: &str, action: Option<&str>, now: u64) -> (u16, Value) {
     let mut q = format!("limit=l&key={}", enc(key));
     if let Some(a) = action {
         q += &format!("&action={a}");
     }
-    let a = key_request(&[e], method.as_bytes(), q.as_bytes(), now);
+    let a = key_request(&[e], method.as_bytes(), q.as_bytes(), &writer(action), now);
     assert!(a.body.len() <= weir::policy::keyops::MAX_ANSWER);
     assert_eq!(
         a.audit.is_some(),
@@ -267,6 +276,7 @@ fn unban_lifts_the_ban_and_unlists_it() {
         &[&e],
         b"POST",
         b"limit=l&key=192.0.2.1&action=unban",
+        &writer(Some("unban")),
         T0 + 5 * S,
     );
     let j: Value = serde_json::from_str(&a.body).unwrap();
@@ -301,7 +311,7 @@ fn unban_lifts_the_ban_and_unlists_it() {
 fn refusals_name_why() {
     let e = engine(GCRA, "key = [\"ip\", \"path\"]\nipv4_prefix = 24");
     let ask = |m: &str, q: &str| {
-        let a = key_request(&[&e], m.as_bytes(), q.as_bytes(), T0);
+        let a = key_request(&[&e], m.as_bytes(), q.as_bytes(), &writer(None), T0);
         let j: Value = serde_json::from_str(&a.body).unwrap();
         (a.status, j["error"].as_str().unwrap_or("").to_owned())
     };
@@ -395,9 +405,16 @@ fn refusals_name_why() {
         &[&e, &other],
         b"GET",
         b"limit=l&key=ip%3D1.2.3.4+path%3D%2F",
+        &Access::default(),
         T0,
     );
     assert_eq!(a.status, 200, "{}", a.body);
-    let a = key_request(&[&other, &e], b"GET", b"limit=l&key=global", T0);
+    let a = key_request(
+        &[&other, &e],
+        b"GET",
+        b"limit=l&key=global",
+        &Access::default(),
+        T0,
+    );
     assert_eq!(a.status, 200, "{}", a.body);
 }

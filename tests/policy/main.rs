@@ -25,6 +25,7 @@ mod examples;
 mod host_limits;
 mod key_secrets;
 mod keyops;
+mod keyops_access;
 mod log_policy;
 mod metrics;
 mod nginx_uri;

@@ -53,7 +53,9 @@
 //! # Metrics
 //!
 //! [`StatusService`] serves the engine's counters on a route the application mounts: Prometheus
-//! text, or the JSON status with `?format=json` (docs/METRICS.md).
+//! text, or the JSON status with `?format=json` (docs/METRICS.md), and inspects keys. It is
+//! read-only: key changes (reset, unban) need [`StatusService::write`], on a listener only
+//! operators reach.
 //!
 //! # The client address
 //!

@@ -23,11 +23,15 @@ use weir::policy::Engine;
 /// | another `format` | 400 |
 /// | another method | 405 with `Allow: GET, HEAD` |
 /// | `GET ?limit=NAME&key=TEXT` | a key operation: that key's state in that limit (JSON) |
-/// | `POST ?limit=NAME&key=TEXT&action=reset` (or `unban`) | forgets the key's state (lifts its ban), logs one audit line (`tracing`, at the limit's `log_level`, fields `limit`, `key`, `client`), answers the state after the change |
+/// | `POST ?limit=NAME&key=TEXT&action=reset` (or `unban`) | with [`write(true)`](StatusService::write) only (403 otherwise): forgets the key's state (lifts its ban), logs one audit line (`tracing`, at the limit's `log_level`, fields `limit`, `key`, `client`), answers the state after the change |
 ///
-/// Key operations (docs/METRICS.md, "Key operations") change limits at run time: mount the
-/// service on a private route only (an internal listener, or behind the application's own
-/// authentication), never where clients reach it. Other query parameters are ignored.
+/// The service is read-only unless built with [`write(true)`](StatusService::write). Key
+/// changes (docs/METRICS.md, "Key operations") change limits at run time: serve a writing
+/// service on a listener only operators reach (loopback, an internal address), never on a
+/// route clients or a reverse proxy's clients reach. Even there a change must carry the
+/// `Weir-Key-Action` header and must not come from another site (`Origin`,
+/// `Sec-Fetch-Site`, a form's content type), so that a browser cannot be made to send one.
+/// Other query parameters are ignored.
 ///
 /// ```no_run
 /// use std::sync::Arc;
@@ -35,23 +39,39 @@ use weir::policy::Engine;
 /// use weir::policy::{load_policy, Engine};
 /// use weir_tower::{StatusService, WeirLayer};
 ///
-/// # fn app() -> Result<Router, Box<dyn std::error::Error>> {
+/// # async fn app() -> Result<(), Box<dyn std::error::Error>> {
 /// let engine = Arc::new(Engine::new(load_policy("policy.toml".as_ref())?)?);
 /// let app = Router::new()
 ///     .route("/", get(|| async { "hello" }))
 ///     .layer(WeirLayer::new(engine.clone()))
-///     // Mounted after the layer: scraping is not rate limited.
-///     .route_service("/metrics", StatusService::new(engine));
-/// # Ok(app) }
+///     // Mounted after the layer: scraping is not rate limited. Read-only.
+///     .route_service("/metrics", StatusService::new(engine.clone()));
+/// // Key changes on loopback only, on a listener of their own.
+/// let admin = Router::new().route_service("/status", StatusService::new(engine).write(true));
+/// let listener = tokio::net::TcpListener::bind("127.0.0.1:9090").await?;
+/// tokio::spawn(async move { axum::serve(listener, admin).await });
+/// # Ok(()) }
 /// ```
 #[derive(Clone)]
 pub struct StatusService {
     engine: Arc<Engine>,
+    write: bool,
 }
 
 impl StatusService {
+    /// A read-only status service: counters, the JSON status, key inspection.
     pub fn new(engine: Arc<Engine>) -> StatusService {
-        StatusService { engine }
+        StatusService {
+            engine,
+            write: false,
+        }
+    }
+
+    /// Whether key changes (POST reset, unban) are enabled: only on a listener that only
+    /// operators reach (see the type's documentation).
+    pub fn write(mut self, write: bool) -> StatusService {
+        self.write = write;
+        self
     }
 }
 
@@ -65,15 +85,16 @@ impl<B> Service<Request<B>> for StatusService {
     }
 
     fn call(&mut self, req: Request<B>) -> Self::Future {
-        ready(Ok(status_response(&self.engine, &req)))
+        ready(Ok(status_response(&self.engine, &req, self.write)))
     }
 }
 
-/// The response [`StatusService`] gives `req`, for applications that route it themselves.
-pub fn status_response<B>(engine: &Engine, req: &Request<B>) -> Response<String> {
+/// The response [`StatusService`] gives `req` (`write`: as [`StatusService::write`]), for
+/// applications that route it themselves.
+pub fn status_response<B>(engine: &Engine, req: &Request<B>, write: bool) -> Response<String> {
     let query = req.uri().query().unwrap_or("");
     if keyops::has_key(query.as_bytes()) {
-        return key_response(engine, req, query);
+        return key_response(engine, req, query, write);
     }
     if req.method() != Method::GET && req.method() != Method::HEAD {
         let mut r = plain(StatusCode::METHOD_NOT_ALLOWED, "GET or HEAD only\n");
@@ -97,11 +118,27 @@ pub fn status_response<B>(engine: &Engine, req: &Request<B>) -> Response<String>
 }
 
 /// A key operation: the engine's answer, and its audit line logged.
-fn key_response<B>(engine: &Engine, req: &Request<B>, query: &str) -> Response<String> {
+fn key_response<B>(
+    engine: &Engine,
+    req: &Request<B>,
+    query: &str,
+    write: bool,
+) -> Response<String> {
+    let headers = req.headers();
+    // HTTP/2 has no Host header: the URI's authority is the host.
+    let authority = req.uri().authority().map(|a| a.as_str().as_bytes());
+    let access = keyops::Access::from_headers(write, |name| {
+        let v = headers.get(name).map(HeaderValue::as_bytes);
+        if name == "host" {
+            return v.or(authority);
+        }
+        v
+    });
     let a = keyops::key_request(
         &[engine],
         req.method().as_str().as_bytes(),
         query.as_bytes(),
+        &access,
         weir::clock::monotonic_ns(),
     );
     if let Some(audit) = &a.audit {

@@ -108,7 +108,8 @@ async fn start(name: &str, policy: &str) -> Host {
     let app = Router::new()
         .fallback(app_handler)
         .layer(layer)
-        .route_service("/status", StatusService::new(engine.clone()))
+        // Key steps change keys: the status service with writes enabled.
+        .route_service("/status", StatusService::new(engine.clone()).write(true))
         .with_state(held.clone());
     let tcp = serve(app.clone()).await.0;
     let dir = std::env::temp_dir().join(format!("weir-hosts-{}-{name}", std::process::id()));
@@ -224,10 +225,12 @@ async fn key_op(addr: SocketAddr, key: &Table) -> (u16, serde_json::Value) {
         enc(field("key").unwrap())
     );
     let method = if action == "inspect" { "GET" } else { "POST" };
+    let mut headers = vec![("content-length", "0")];
     if method == "POST" {
         target += &format!("&action={action}");
+        headers.push(("weir-key-action", action));
     }
-    let mut conn = Conn::send(addr, method, &target, &[("content-length", "0")]).await;
+    let mut conn = Conn::send(addr, method, &target, &headers).await;
     let body = conn.body(ARRIVE).await.expect("a response");
     let status = conn.head.as_ref().unwrap().status;
     (status, serde_json::from_slice(&body).unwrap())

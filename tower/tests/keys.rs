@@ -1,7 +1,10 @@
 //! Key operations on `StatusService` (a real axum server on 127.0.0.1): a rejected client's
 //! key inspects as rejected, a POST reset lets it pass again, a ban is lifted and leaves the
 //! JSON status, each change logs exactly one audit line (tracing, with limit, key and client
-//! fields), and bad requests are refused with their reason.
+//! fields), and bad requests are refused with their reason. Changes need
+//! `StatusService::write(true)`: the default service, as the axum example mounts it on its
+//! public routes, refuses a client's reset of its own key (403) and it stays limited; a
+//! writing service refuses a cross-site form POST.
 
 mod common;
 
@@ -69,15 +72,47 @@ impl Subscriber for Capture {
 }
 
 async fn ask(addr: std::net::SocketAddr, method: &str, target: &str) -> (u16, Value) {
-    let mut c = Conn::send(addr, method, target, &[("content-length", "0")]).await;
+    // A change names its action in the Weir-Key-Action header, as `weir key` sends it.
+    let action = ["reset", "unban"]
+        .into_iter()
+        .find(|a| target.ends_with(&format!("action={a}")));
+    let mut headers = vec![("content-length", "0")];
+    if let Some(a) = action {
+        headers.push(("weir-key-action", a));
+    }
+    ask_with(addr, method, target, &headers).await
+}
+
+async fn ask_with(
+    addr: std::net::SocketAddr,
+    method: &str,
+    target: &str,
+    headers: &[(&str, &str)],
+) -> (u16, Value) {
+    let mut c = Conn::send(addr, method, target, headers).await;
     let status = c.head(WAIT).await.expect("no response head").status;
     let body = c.body(WAIT).await.expect("no response body");
     (status, serde_json::from_slice(&body).unwrap_or(Value::Null))
 }
 
+/// The status of a GET / (the limited route).
+async fn get_root(addr: std::net::SocketAddr) -> u16 {
+    Conn::send(addr, "GET", "/", &[])
+        .await
+        .head(WAIT)
+        .await
+        .unwrap()
+        .status
+}
+
+/// The captured lines with `word` of limit per-ip (the other test's limit is own-key).
 fn audit_lines(word: &str) -> Vec<String> {
     let lines = LINES.lock().unwrap();
-    lines.iter().filter(|l| l.contains(word)).cloned().collect()
+    lines
+        .iter()
+        .filter(|l| l.contains(word) && l.contains("limit=per-ip"))
+        .cloned()
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -87,16 +122,9 @@ async fn inspect_reset_and_unban_one_key() {
     let app = Router::new()
         .route("/", get(|| async { "hello" }))
         .layer(WeirLayer::new(engine.clone()))
-        .route_service("/status", StatusService::new(engine));
+        .route_service("/status", StatusService::new(engine).write(true));
     let (addr, _server) = serve(app).await;
-    let hit = || async {
-        Conn::send(addr, "GET", "/", &[])
-            .await
-            .head(WAIT)
-            .await
-            .unwrap()
-            .status
-    };
+    let hit = || get_root(addr);
     let key = "/status?limit=per-ip&key=127.0.0.1";
 
     assert_eq!((hit().await, hit().await), (200, 429));
@@ -170,4 +198,50 @@ async fn inspect_reset_and_unban_one_key() {
         2,
         "refused requests log nothing"
     );
+}
+
+/// The read-only default on a public route (as tower/examples/axum_service.rs mounts it): a
+/// rejected client's POST reset and unban of its own key are refused with 403 and change
+/// nothing, while inspection works; a writing service refuses a browser's cross-site form
+/// POST from the same client, and accepts the same change sent on purpose.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changes_are_off_by_default_and_refused_cross_site() {
+    let policy = POLICY.replace("per-ip", "own-key");
+    let engine = Arc::new(Engine::new(CompiledPolicy::parse(&policy, None).unwrap()).unwrap());
+    let app = Router::new()
+        .route("/", get(|| async { "hello" }))
+        .layer(WeirLayer::new(engine.clone()))
+        .route_service("/metrics", StatusService::new(engine.clone()))
+        .route_service("/admin", StatusService::new(engine).write(true));
+    let (addr, _server) = serve(app).await;
+    let hit = || get_root(addr);
+    let key = "limit=own-key&key=127.0.0.1";
+    assert_eq!((hit().await, hit().await), (200, 429));
+    for action in ["reset", "unban"] {
+        let (st, j) = ask(addr, "POST", &format!("/metrics?{key}&action={action}")).await;
+        assert_eq!(st, 403, "{j}");
+        assert!(j["error"].as_str().unwrap().contains("write(true)"), "{j}");
+    }
+    // Inspected, not hit: another rejection would count toward the ban.
+    let unchanged = || async {
+        let (st, j) = ask(addr, "GET", &format!("/metrics?{key}")).await;
+        (st, j["remaining"].as_u64(), j["banned"].as_bool()) == (200, Some(0), Some(false))
+    };
+    assert!(unchanged().await, "the refused reset changed nothing");
+
+    let target = format!("/admin?{key}&action=reset");
+    let form = [
+        ("content-length", "0"),
+        ("origin", "http://evil.example"),
+        ("sec-fetch-site", "cross-site"),
+        ("content-type", "application/x-www-form-urlencoded"),
+    ];
+    let (st, j) = ask_with(addr, "POST", &target, &form).await;
+    assert_eq!(st, 403, "{j}");
+    assert!(unchanged().await, "the cross-site reset changed nothing");
+    let (st, j) = ask_with(addr, "POST", &target, &[("content-length", "0")]).await;
+    assert_eq!(st, 403, "without Weir-Key-Action: {j}");
+    let (st, j) = ask(addr, "POST", &target).await;
+    assert_eq!((st, j["changed"].as_bool()), (200, Some(true)), "{j}");
+    assert_eq!(hit().await, 200, "passes after the reset");
 }

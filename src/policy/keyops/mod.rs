@@ -1,20 +1,25 @@
 //! Key operations on the JSON status endpoint: one key's state in one limit, read, reset or
 //! its ban lifted, at run time (docs/METRICS.md, "Key operations"). Every host passes the
-//! request's method and raw query to [`key_request`] and writes back what it answers; the
-//! engine does the rest (query, method rules, lookup, the JSON answer, the audit line).
+//! request's method, raw query and [`Access`] (whether changes are enabled there, and the
+//! headers that tell a cross-site request) to [`key_request`] and writes back what it
+//! answers; the engine does the rest (query, method rules, the access gate, lookup, the JSON
+//! answer, the audit line).
 //!
 //! `GET`/`HEAD ?limit=NAME&key=TEXT` inspects; `POST ...&action=reset|unban` changes and
 //! answers the state after the change, with one audit line to log at the limit's
-//! `log_level`. Errors: 400 (bad query, key text or action), 404 (no such limit), 405 (a
-//! method other than GET, HEAD and POST, or a GET asking for a change), all with
+//! `log_level`. Errors: 400 (bad query, key text or action), 403 (a POST where changes are
+//! off, or one a browser may have been made to send: see [`access`]), 404 (no such limit), 405
+//! (a method other than GET, HEAD and POST, or a GET asking for a change), all with
 //! `{"error": "..."}`. With several engines (nginx: the policy's and its directives'), the
 //! first one with a limit named NAME is the one acted on.
 
+pub mod access;
 mod query;
 mod text;
 
 use serde_json::{json, Value};
 
+pub use access::{Access, KEY_ACTION_HEADER};
 pub use query::{has_key, KeyAction};
 
 use super::config::LogLevel;
@@ -31,7 +36,7 @@ pub const VERSION: u64 = 1;
 /// A key operation's answer.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KeyAnswer {
-    /// HTTP status: 200, 400, 404 or 405.
+    /// HTTP status: 200, 400, 403, 404 or 405.
     pub status: u16,
     /// JSON (`application/json`), at most [`MAX_ANSWER`] bytes.
     pub body: String,
@@ -70,9 +75,16 @@ impl KeyAnswer {
     }
 }
 
-/// Answers a key operation: `method` as sent, `query` the raw query (without `?`), `now` the
-/// engines' clock (CLOCK_MONOTONIC ns). See the module documentation.
-pub fn key_request(engines: &[&Engine], method: &[u8], query: &[u8], now: u64) -> KeyAnswer {
+/// Answers a key operation: `method` as sent, `query` the raw query (without `?`), `access`
+/// what the host knows of where it arrived, `now` the engines' clock (CLOCK_MONOTONIC ns).
+/// See the module documentation.
+pub fn key_request(
+    engines: &[&Engine],
+    method: &[u8],
+    query: &[u8],
+    access: &Access<'_>,
+    now: u64,
+) -> KeyAnswer {
     let change = match method {
         b"GET" | b"HEAD" => false,
         b"POST" => true,
@@ -83,6 +95,9 @@ pub fn key_request(engines: &[&Engine], method: &[u8], query: &[u8], now: u64) -
             )
         }
     };
+    if change && !access.write {
+        return KeyAnswer::error(403, access::WRITE_OFF);
+    }
     let q = query::parse(query);
     let Some(name) = q.limit else {
         return KeyAnswer::error(400, "the limit argument is missing (?limit=NAME&key=TEXT)");
@@ -103,6 +118,11 @@ pub fn key_request(engines: &[&Engine], method: &[u8], query: &[u8], now: u64) -
             return KeyAnswer::error(400, "unknown action; expected inspect, reset or unban")
         }
     };
+    if change {
+        if let Some(why) = access::refuse_change(access, action.as_str()) {
+            return KeyAnswer::error(403, why);
+        }
+    }
     let name = String::from_utf8_lossy(&name).into_owned();
     let Some((engine, limit)) = engines
         .iter()
