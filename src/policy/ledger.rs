@@ -7,6 +7,9 @@
 //! it back clears `held` and advances the generation (one compare-exchange from exactly the
 //! value the permit recorded). A stale copy finds another value and gives nothing back.
 //!
+//! A generation handed out is `tag << 49 | (entry + 1) << 32 | value`: `tag` (never 0) names
+//! the ledger, so a permit of another engine names no entry of this one.
+//!
 //! Invariant: the engine releases a permit in its table only after [`Ledger::give_back`]
 //! returned true for it, so each taken permit is released at most once. The entries live in
 //! this process's memory: a permit is given back by the process that took it (nginx releases
@@ -25,6 +28,9 @@ pub const ENTRIES: usize = 1 << 16;
 const PROBES: usize = 64;
 /// The generation of an untracked permit.
 pub const UNTRACKED: u64 = 0;
+/// Where a generation's ledger tag starts (above the entry number + 1, which needs 17 bits).
+const TAG_SHIFT: u32 = 49;
+const _: () = assert!((ENTRIES as u64) < 1 << (TAG_SHIFT - 32));
 
 thread_local! {
     /// Where this thread looks for a free entry next (`usize::MAX`: not yet placed).
@@ -35,6 +41,8 @@ thread_local! {
 /// concurrency limits.
 pub struct Ledger {
     entries: Box<[AtomicU32]>,
+    /// This ledger's tag, shifted into place (1..2^15 ledgers apart from another).
+    tag: u64,
 }
 
 impl Ledger {
@@ -46,7 +54,13 @@ impl Ledger {
         } else {
             Box::new([])
         };
-        Ledger { entries }
+        // Ledgers made one after another have different tags (the tag wraps after 32767).
+        static NEXT_TAG: AtomicUsize = AtomicUsize::new(0);
+        let tag = (NEXT_TAG.fetch_add(1, AcqRel) % ((1 << (64 - TAG_SHIFT)) - 1) + 1) as u64;
+        Ledger {
+            entries,
+            tag: tag << TAG_SHIFT,
+        }
     }
 
     /// Marks a new permit held; its generation (never [`UNTRACKED`] unless the ledger is
@@ -71,7 +85,7 @@ impl Ledger {
             let v = e.load(Acquire);
             if v & 1 == 0 && e.compare_exchange(v, v | 1, AcqRel, Acquire).is_ok() {
                 CURSOR.with(|c| c.set(index + 1));
-                return ((index as u64 + 1) << 32) | u64::from(v | 1);
+                return self.tag | ((index as u64 + 1) << 32) | u64::from(v | 1);
             }
         }
         UNTRACKED
@@ -99,9 +113,18 @@ impl Ledger {
         })
     }
 
+    /// Whether `generation` is one this ledger hands out (held or not): false for
+    /// [`UNTRACKED`], another ledger's and forged ones.
+    #[inline]
+    pub fn issued(&self, generation: u64) -> bool {
+        self.entry(generation).is_some()
+    }
+
     /// The entry a generation names and the value it has while that permit is held.
     fn entry(&self, generation: u64) -> Option<(&AtomicU32, u32)> {
-        let index = usize::try_from(generation >> 32).ok()?.checked_sub(1)?;
+        (generation >> TAG_SHIFT << TAG_SHIFT == self.tag).then_some(())?;
+        let number = (generation & ((1 << TAG_SHIFT) - 1)) >> 32;
+        let index = usize::try_from(number).ok()?.checked_sub(1)?;
         let v = generation as u32;
         (v & 1 == 1).then_some(())?;
         Some((self.entries.get(index)?, v))
@@ -140,5 +163,17 @@ mod tests {
         }
         assert!(Ledger::new(false).give_back(UNTRACKED));
         assert_eq!(Ledger::new(false).take(), UNTRACKED);
+    }
+
+    #[test]
+    fn another_ledgers_generations_name_nothing() {
+        let (a, b) = (Ledger::new(true), Ledger::new(true));
+        let (ga, gb) = (a.take(), b.take());
+        assert!(a.issued(ga) && b.issued(gb));
+        assert!(!a.issued(gb) && !b.issued(ga) && !a.issued(UNTRACKED));
+        // Even with the same entry and value, the tag tells them apart.
+        let same = ga & !(u64::MAX << TAG_SHIFT) | (gb >> TAG_SHIFT << TAG_SHIFT);
+        assert!(!a.give_back(same) && a.is_held(ga));
+        assert!(a.give_back(ga) && b.give_back(gb));
     }
 }
