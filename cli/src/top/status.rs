@@ -116,7 +116,7 @@ pub struct Ban {
 
 /// Parses a status body: not JSON, not an object, another `version`, or more than the
 /// bounds allow is an error (one line).
-pub fn parse(body: impl AsRef<[u8]>) -> Result<Status, String> {
+pub fn parse<B: AsRef<[u8]> + ?Sized>(body: &B) -> Result<Status, String> {
     let body = body.as_ref();
     /// The first pass: the version alone (everything else is skipped, nothing kept).
     #[derive(Deserialize)]
