@@ -152,7 +152,8 @@ mod tests {
         assert!(refused(&a), "a was charged its own verdicts");
         // Its own verdict, charged twice: the copy is stale, not invalid.
         let mut v = verdict(&b);
-        let mut copy = v;
+        // SAFETY: a verdict is plain C data; a host copies it as C does (`copy = v`).
+        let mut copy = unsafe { std::ptr::read(&v) };
         assert_eq!(charge(&b, &mut v), WEIR_OK);
         assert_eq!(charge(&b, &mut copy), WEIR_OK);
         assert!(!refused(&b), "one 401 of two");
