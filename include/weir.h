@@ -722,7 +722,8 @@ void weir_error_free(struct weir_error *err);
 /*
  The decision verdict `v` of engine `e` shows in an access log, with names in `style`
  (WEIR_STYLE_*), into `*out`: the enforced limit that delayed, queued or refused the
- request, else a dry-run limit that would have, else none. WEIR_ERR_NULL for a NULL argument.
+ request, else a dry-run limit that would have, else none. WEIR_ERR_NULL for a NULL argument,
+ WEIR_ERR_INVALID for an unknown style.
  */
 int weir_engine_log_decision(const struct weir_engine *e,
                              const struct weir_verdict *v,
@@ -749,8 +750,9 @@ int weir_engine_render_key(const struct weir_engine *e,
  response status is known, before `weir_engine_release`; status 0 when there was no
  response, which charges nothing) and clears them, so a second call changes nothing;
  charging a copy of `v` afterwards changes nothing either. Only the limits whose
- `charge_on_status` lists `status` are charged. A charge naming no such limit of `e` gives
- WEIR_ERR_INVALID and nothing is charged.
+ `charge_on_status` lists `status` are charged. A charge naming no such limit of `e`, or
+ not made by `e` (another engine's verdict, a made-up one), gives WEIR_ERR_INVALID and
+ nothing is charged.
  */
 int weir_engine_charge(const struct weir_engine *e,
                        struct weir_verdict *v,

@@ -6,7 +6,11 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use crate::escape;
 use crate::top::fetch::{agent, http_url};
+
+/// Longest answer read (a key's answer is a few hundred bytes).
+pub const MAX_ANSWER_BYTES: u64 = 1 << 20;
 
 /// What `weir key` was asked (its command-line arguments).
 #[derive(clap::Args)]
@@ -96,6 +100,8 @@ pub fn run(o: &Options) -> Result<String, Failed> {
     let code = resp.status().as_u16();
     let body = resp
         .body_mut()
+        .with_config()
+        .limit(MAX_ANSWER_BYTES)
         .read_to_string()
         .map_err(|e| fail(format!("{url}: cannot read the response: {e}"), false))?;
     let json: Result<Value, _> = serde_json::from_str(&body);
@@ -105,23 +111,24 @@ pub fn run(o: &Options) -> Result<String, Failed> {
             Err(_) => None,
         };
         let why = why.unwrap_or_else(|| body.trim().chars().take(200).collect());
-        return Err(fail(format!("HTTP {code}: {why}"), true));
+        return Err(fail(format!("HTTP {code}: {}", escape::line(&why)), true));
     }
     let v = json.map_err(|e| fail(format!("{url}: not a key answer: {e}"), false))?;
     if o.json {
-        return Ok(format!("{body}\n"));
+        return Ok(format!("{}\n", escape::json(&body)));
     }
     Ok(text(&v))
 }
 
-/// The answer in a few lines.
+/// The answer in a few lines (the server's words with their control characters escaped).
 pub fn text(v: &Value) -> String {
     let n = |k: &str| v[k].as_u64().unwrap_or(0);
+    let s = |k: &str| escape::line(v[k].as_str().unwrap_or("?")).into_owned();
     let mut out = format!(
         "limit {}  key {}  ({})\n",
-        v["limit"].as_str().unwrap_or("?"),
-        v["key"].as_str().unwrap_or("?"),
-        v["algorithm"].as_str().unwrap_or("?")
+        s("limit"),
+        s("key"),
+        s("algorithm")
     );
     match v["action"].as_str() {
         Some("reset") | Some("unban") => {

@@ -2,6 +2,7 @@
 //! status (`top`), inspect, reset or unban one key (`key`).
 pub mod agreement;
 pub mod check;
+pub mod escape;
 pub mod incident;
 pub mod input;
 pub mod key;

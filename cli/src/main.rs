@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use weir_cli::{check, key, replay, report, top};
+use weir_cli::{check, escape, key, replay, report, top};
 
 #[derive(Parser)]
 #[command(
@@ -101,14 +101,14 @@ fn main() -> ExitCode {
                 ExitCode::SUCCESS
             }
             Err(e) => {
-                eprintln!("weir key: {}", e.message);
+                eprintln!("weir key: {}", escape::line(&e.message));
                 ExitCode::from(if e.refused { 1 } else { 2 })
             }
         },
         Cmd::Top(opts) => match top::run(&opts) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
-                eprintln!("weir top: {e}");
+                eprintln!("weir top: {}", escape::line(&e));
                 ExitCode::from(2)
             }
         },
@@ -119,7 +119,7 @@ fn main() -> ExitCode {
             let (mut errors, mut warnings) = (0, 0);
             for p in &policies {
                 let name = p.display().to_string();
-                let src = match std::fs::read(p) {
+                let src = match weir::policy::config::files::read_policy(p) {
                     Ok(s) => s,
                     Err(e) => {
                         eprintln!("{name}: error: cannot read: {e}");
@@ -129,7 +129,7 @@ fn main() -> ExitCode {
                 };
                 let diags = check::check_bytes(&src, &name);
                 for d in &diags {
-                    eprintln!("{}", d.render(&name));
+                    eprintln!("{}", escape::text(&d.render(&name)));
                 }
                 let (w, e): (Vec<_>, Vec<_>) = diags.iter().partition(|d| d.warning);
                 errors += e.len();
@@ -179,7 +179,7 @@ fn main() -> ExitCode {
             let (r, tl) = match replay::run(&opts) {
                 Ok(x) => x,
                 Err(e) => {
-                    eprintln!("weir replay: {e}");
+                    eprintln!("weir replay: {}", escape::line(&e));
                     return ExitCode::from(2);
                 }
             };
@@ -190,13 +190,12 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             }
+            // The report quotes the logs (keys, logged limit names): no control characters.
             if json {
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(&r).expect("report serializes")
-                );
+                let json = serde_json::to_string_pretty(&r).expect("report serializes");
+                println!("{}", escape::json(&json));
             } else {
-                print!("{}", report::text(&r));
+                print!("{}", escape::text(&report::text(&r)));
             }
             ExitCode::SUCCESS
         }

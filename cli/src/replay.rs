@@ -27,6 +27,7 @@ use weir::policy::key::KeyPart;
 use weir::policy::{Action, Engine};
 
 use crate::agreement::Agreement;
+use crate::escape;
 use crate::input::{self, Line, LineReader};
 use crate::logfmt::{Entry, LogFormat};
 use crate::reorder::{Pool, Reorder};
@@ -411,6 +412,7 @@ pub fn run(opts: &Options) -> Result<(Report, Timeline), String> {
                 if shown < opts.show_malformed {
                     shown += 1;
                     let l = String::from_utf8_lossy(&l[..l.len().min(160)]);
+                    let (why, l) = (escape::line(&why), escape::line(&l));
                     eprintln!("{path}:{line_no}: malformed ({why}): {l}");
                 }
                 continue;

@@ -84,3 +84,41 @@ fn invalid_utf8_is_an_error_at_its_byte() {
         "{err}"
     );
 }
+
+#[test]
+fn files_the_policy_names_are_read_up_to_a_cap() {
+    let dir = std::env::temp_dir().join(format!("weir-check-files-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // Sparse: 4 GiB that take no disk, and that an unbounded read would hold in memory.
+    let huge = dir.join("huge.pem");
+    std::fs::File::create(&huge)
+        .unwrap()
+        .set_len(4 << 30)
+        .unwrap();
+    let policy = |ca: &Path| {
+        format!(
+            "[zones.z]\nsize = \"1m\"\nalgorithm = \"sliding\"\nevents = 10\nwindow = \"1s\"\n\
+             scope = \"cluster\"\nredis = \"rediss://127.0.0.1:1/0\"\ntls_ca_file = \"{}\"\n\
+             expected_nodes = 2\n{LIMIT}",
+            ca.display()
+        )
+    };
+    for (ca, what) in [
+        (
+            Path::new("/dev/zero"),
+            "it is a character device, not a regular file",
+        ),
+        (huge.as_path(), "it is larger than 1 MiB"),
+    ] {
+        let (ok, err) = check(policy(ca).as_bytes());
+        assert!(!ok, "{err}");
+        assert!(
+            err.starts_with("p.toml:8:15: error: cannot read `tls_ca_file`") && err.contains(what),
+            "{err}"
+        );
+    }
+    // The policy file itself: a device is read up to the policy cap, then refused.
+    let (ok, err) = check_path(Path::new("/dev/zero"));
+    assert!(!ok && err.contains("larger than 64 MiB"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

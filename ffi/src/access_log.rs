@@ -8,9 +8,9 @@ use weir::policy::engine::LogAction;
 use weir::policy::Action;
 
 use crate::evaluate::request;
-use crate::outcome::limit_word;
+use crate::outcome::{limit_word, WEIR_STYLE_CONN, WEIR_STYLE_POLICY, WEIR_STYLE_REQ};
 use crate::{guard, weir_engine, weir_request, weir_verdict, MAX_LEN};
-use crate::{WEIR_DELAY, WEIR_ERR_NULL, WEIR_OK, WEIR_QUEUE, WEIR_REJECT};
+use crate::{WEIR_DELAY, WEIR_ERR_INVALID, WEIR_ERR_NULL, WEIR_OK, WEIR_QUEUE, WEIR_REJECT};
 
 /// A verdict as an access log names it.
 #[repr(C)]
@@ -42,7 +42,8 @@ fn index(i: i32) -> Option<u16> {
 
 /// The decision verdict `v` of engine `e` shows in an access log, with names in `style`
 /// (WEIR_STYLE_*), into `*out`: the enforced limit that delayed, queued or refused the
-/// request, else a dry-run limit that would have, else none. WEIR_ERR_NULL for a NULL argument.
+/// request, else a dry-run limit that would have, else none. WEIR_ERR_NULL for a NULL argument,
+/// WEIR_ERR_INVALID for an unknown style.
 #[no_mangle]
 pub unsafe extern "C" fn weir_engine_log_decision(
     e: *const weir_engine,
@@ -53,6 +54,9 @@ pub unsafe extern "C" fn weir_engine_log_decision(
     guard(|| {
         if e.is_null() || v.is_null() || out.is_null() {
             return WEIR_ERR_NULL;
+        }
+        if ![WEIR_STYLE_POLICY, WEIR_STYLE_REQ, WEIR_STYLE_CONN].contains(&style) {
+            return WEIR_ERR_INVALID;
         }
         let (e, v, o) = (&(*e).engine, &*v, &mut *out);
         let dry = index(v.dry_run_limit).map(|l| (l, action(v.dry_run_action)));
@@ -119,4 +123,40 @@ fn cut(s: &str, cap: usize) -> usize {
         .rev()
         .find(|&i| s.is_char_boundary(i))
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::evaluate::empty_verdict;
+    use weir::policy::{parse_policy, Engine};
+
+    #[test]
+    fn log_decision_refuses_unknown_styles() {
+        let src = "[zones.z]\nsize = \"64k\"\nalgorithm = \"gcra\"\nrate = \"1r/s\"\n\
+                   [[limit]]\nname = \"all\"\nclass = \"*\"\nzone = \"z\"\n";
+        let e = weir_engine {
+            engine: Engine::new(parse_policy(src, None).unwrap()).unwrap(),
+        };
+        let mut v = empty_verdict();
+        v.action = WEIR_REJECT;
+        v.limit = 0;
+        // SAFETY: an all-zero weir_log_decision is valid (integers and null pointers).
+        let mut d: weir_log_decision = unsafe { std::mem::zeroed() };
+        for style in [WEIR_STYLE_POLICY, WEIR_STYLE_REQ, WEIR_STYLE_CONN] {
+            // SAFETY: every pointer is valid for the call.
+            assert_eq!(
+                unsafe { weir_engine_log_decision(&e, &v, style, &mut d) },
+                WEIR_OK
+            );
+            assert_eq!(d.limit, 0);
+        }
+        d.limit = 7;
+        for style in [-1, 3, 42, c_int::MIN, c_int::MAX] {
+            // SAFETY: as above.
+            let rc = unsafe { weir_engine_log_decision(&e, &v, style, &mut d) };
+            assert_eq!(rc, WEIR_ERR_INVALID, "style {style}");
+            assert_eq!(d.limit, 7, "nothing written for style {style}");
+        }
+    }
 }

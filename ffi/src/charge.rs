@@ -38,8 +38,13 @@ pub(crate) fn put_charges(v: &mut weir_verdict, charges: Charges) {
 }
 
 /// Takes the charges out of `v` (emptying them); `Err` and nothing taken when one names no
-/// deferred limit of `e` (forged, or from another engine).
+/// deferred limit of `e`, or `e` never handed out their generation (forged, or from another
+/// engine).
 fn take_charges(e: &weir::policy::Engine, v: &mut weir_verdict) -> Result<Charges, c_int> {
+    let any = v.charges.iter().any(|c| c.limit >= 0);
+    if any && !e.issued_charges(v.charges_generation) {
+        return Err(WEIR_ERR_INVALID);
+    }
     let mut raw = [None; MAX_CHARGES];
     for (slot, c) in raw.iter_mut().zip(&v.charges) {
         if c.limit < 0 {
@@ -63,8 +68,9 @@ fn take_charges(e: &weir::policy::Engine, v: &mut weir_verdict) -> Result<Charge
 /// response status is known, before `weir_engine_release`; status 0 when there was no
 /// response, which charges nothing) and clears them, so a second call changes nothing;
 /// charging a copy of `v` afterwards changes nothing either. Only the limits whose
-/// `charge_on_status` lists `status` are charged. A charge naming no such limit of `e` gives
-/// WEIR_ERR_INVALID and nothing is charged.
+/// `charge_on_status` lists `status` are charged. A charge naming no such limit of `e`, or
+/// not made by `e` (another engine's verdict, a made-up one), gives WEIR_ERR_INVALID and
+/// nothing is charged.
 #[no_mangle]
 pub unsafe extern "C" fn weir_engine_charge(
     e: *const weir_engine,
@@ -84,4 +90,72 @@ pub unsafe extern "C" fn weir_engine_charge(
             Err(code) => code,
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::evaluate::empty_verdict;
+    use weir::policy::{parse_policy, Engine, OwnedRequest};
+
+    /// An engine whose limit 0 refuses a key after two 401s in a minute.
+    fn engine() -> weir_engine {
+        let src =
+            "[zones.f]\nsize = \"64k\"\nalgorithm = \"sliding\"\nevents = 2\nwindow = \"1m\"\n\
+                   [[limit]]\nclass = \"*\"\nzone = \"f\"\ncharge_on_status = [401]\n";
+        weir_engine {
+            engine: Engine::new(parse_policy(src, None).unwrap()).unwrap(),
+        }
+    }
+
+    const NOW: u64 = 1_000_000_000_000;
+
+    fn req() -> OwnedRequest {
+        OwnedRequest::new("POST", "/login", "192.0.2.1".parse().unwrap())
+    }
+
+    /// `e`'s verdict for the request, with its charges.
+    fn verdict(e: &weir_engine) -> weir_verdict {
+        let out = e.engine.evaluate(&req(), NOW).unwrap();
+        let mut v = empty_verdict();
+        put_charges(&mut v, out.charges);
+        v
+    }
+
+    fn refused(e: &weir_engine) -> bool {
+        e.engine.evaluate(&req(), NOW).unwrap().status == 429
+    }
+
+    fn charge(e: &weir_engine, v: &mut weir_verdict) -> c_int {
+        // SAFETY: both are valid for the call.
+        unsafe { weir_engine_charge(e, v, 401, NOW) }
+    }
+
+    #[test]
+    fn forged_and_foreign_charges_are_refused_and_charge_nothing() {
+        let (a, b) = (engine(), engine());
+        // A charge made up from scratch: limit 0, the key's hash, generation 0.
+        let real = verdict(&a);
+        for _ in 0..3 {
+            let mut forged = empty_verdict();
+            forged.charges[0] = real.charges[0];
+            assert_eq!(charge(&a, &mut forged), WEIR_ERR_INVALID);
+            assert_eq!(forged.charges[0].limit, 0, "nothing taken");
+        }
+        // A verdict of engine `a` charged on engine `b` (the same policy).
+        for _ in 0..3 {
+            let mut foreign = verdict(&a);
+            assert_eq!(charge(&b, &mut foreign), WEIR_ERR_INVALID);
+            assert_eq!(charge(&a, &mut foreign), WEIR_OK, "its own engine takes it");
+        }
+        assert!(!refused(&b), "b was charged nothing");
+        assert!(refused(&a), "a was charged its own verdicts");
+        // Its own verdict, charged twice: the copy is stale, not invalid.
+        let mut v = verdict(&b);
+        // SAFETY: a verdict is plain C data; a host copies it as C does (`copy = v`).
+        let mut copy = unsafe { std::ptr::read(&v) };
+        assert_eq!(charge(&b, &mut v), WEIR_OK);
+        assert_eq!(charge(&b, &mut copy), WEIR_OK);
+        assert!(!refused(&b), "one 401 of two");
+    }
 }

@@ -80,7 +80,7 @@ pub unsafe extern "C" fn weir_policy_load(
         let Ok(p) = CStr::from_ptr(path).to_str() else {
             return fail(err, WEIR_ERR_INVALID, "path is not valid UTF-8");
         };
-        let text = match std::fs::read(p) {
+        let text = match weir::policy::config::files::read_policy(std::path::Path::new(p)) {
             Ok(t) => t,
             Err(e) => return fail(err, WEIR_ERR_IO, format_args!("{p}: {e}")),
         };

@@ -105,8 +105,9 @@ impl Syncer {
                     self.zone.stats.sync_errors.fetch_add(1, Relaxed);
                     let fallback = !self.zone.healthy(monotonic_ns());
                     log(&format!(
-                        "cluster zone {}: sync failed ({e}); {}; retrying in {:?}",
+                        "cluster zone {}: sync failed ({}); {}; retrying in {:?}",
                         self.zone.name,
+                        reason(&e, self.io_timeout()),
                         if fallback {
                             format!(
                                 "deciding locally on {} per node",
@@ -234,7 +235,38 @@ impl Syncer {
     }
 }
 
+/// What went wrong, for the log: an I/O timeout (whose error reads "Resource temporarily
+/// unavailable") as "timed out" with the timeout, other errors as Redis words them.
+pub(super) fn reason(e: &redis::RedisError, timeout: Duration) -> String {
+    if e.is_timeout() {
+        format!("timed out: no answer from Redis within {timeout:?}")
+    } else {
+        e.to_string()
+    }
+}
+
 /// The I/O timeout: never longer than the zone tolerates before falling back anyway.
 fn io_timeout(zone: &ClusterZone) -> Duration {
     (zone.spec.sync_interval * 2).clamp(Duration::from_millis(50), Duration::from_secs(2))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timeouts_read_timed_out() {
+        let t = Duration::from_millis(200);
+        // SO_RCVTIMEO expiring: EAGAIN (os error 11), or ETIMEDOUT.
+        for io in [
+            std::io::Error::from_raw_os_error(libc::EAGAIN),
+            std::io::Error::from(std::io::ErrorKind::TimedOut),
+        ] {
+            let r = reason(&redis::RedisError::from(io), t);
+            assert_eq!(r, "timed out: no answer from Redis within 200ms");
+        }
+        let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        let r = reason(&redis::RedisError::from(refused), t);
+        assert!(!r.contains("timed out"), "{r}");
+    }
 }

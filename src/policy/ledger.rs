@@ -20,6 +20,9 @@
 //! is counted in now, never the one it was taken in, and a renewal never moves a permit that
 //! has been released. A stale copy finds another value and gives nothing back.
 //!
+//! A generation handed out is `tag << 49 | (entry + 1) << 32 | value`: `tag` (never 0) names
+//! the ledger, so a permit of another engine names no entry of this one.
+//!
 //! Invariant: the engine releases a permit in its table only after [`Ledger::give_back`]
 //! returned a bucket for it (or the renewal it was handed over to releases it), so each taken
 //! permit is released at most once. The entries live in this process's memory: a permit is
@@ -52,6 +55,9 @@ pub const ENTRIES: usize = 2;
 const PROBES: usize = 64;
 /// The generation of an untracked permit.
 pub const UNTRACKED: u64 = 0;
+/// Where a generation's ledger tag starts (above the entry number + 1, which needs 17 bits).
+const TAG_SHIFT: u32 = 49;
+const _: () = assert!((ENTRIES as u64) < 1 << (TAG_SHIFT - 32));
 
 const HELD: u32 = 1;
 const BUSY: u32 = 2;
@@ -80,6 +86,8 @@ pub struct Ledger {
     states: Box<[AtomicU32]>,
     /// Per entry: `tag`, `key_hash`, `bucket` (written only by the owner of `BUSY`).
     records: Box<[AtomicU64]>,
+    /// This ledger's own tag, shifted into place (1..2^15 ledgers apart from another).
+    ledger_tag: u64,
 }
 
 impl Ledger {
@@ -97,7 +105,14 @@ impl Ledger {
             (0..n).map(|_| AtomicU32::new(0)).collect(),
             (0..3 * n).map(|_| AtomicU64::new(0)).collect(),
         );
-        Ledger { states, records }
+        // Ledgers made one after another have different tags (the tag wraps after 32767).
+        static NEXT_TAG: AtomicUsize = AtomicUsize::new(0);
+        let tag = (NEXT_TAG.fetch_add(1, AcqRel) % ((1 << (64 - TAG_SHIFT)) - 1) + 1) as u64;
+        Ledger {
+            states,
+            records,
+            ledger_tag: tag << TAG_SHIFT,
+        }
     }
 
     /// Marks a new permit held, recording `held`; its generation (never [`UNTRACKED`] unless
@@ -124,7 +139,7 @@ impl Ledger {
                 self.write(index, held);
                 e.store(v | HELD, Release);
                 CURSOR.with(|c| c.set(index + 1));
-                return ((index as u64 + 1) << 32) | u64::from(v | HELD);
+                return self.ledger_tag | ((index as u64 + 1) << 32) | u64::from(v | HELD);
             }
         }
         // A run of held entries (long requests taken one after another): look elsewhere next.
@@ -231,9 +246,18 @@ impl Ledger {
         }
     }
 
+    /// Whether `generation` is one this ledger hands out (held or not): false for
+    /// [`UNTRACKED`], another ledger's and forged ones.
+    #[inline]
+    pub fn issued(&self, generation: u64) -> bool {
+        self.entry(generation).is_some()
+    }
+
     /// The entry a generation names and the state it has while that permit is held.
     fn entry(&self, generation: u64) -> Option<(usize, &AtomicU32, u32)> {
-        let index = usize::try_from(generation >> 32).ok()?.checked_sub(1)?;
+        (generation >> TAG_SHIFT << TAG_SHIFT == self.ledger_tag).then_some(())?;
+        let number = (generation & ((1 << TAG_SHIFT) - 1)) >> 32;
+        let index = usize::try_from(number).ok()?.checked_sub(1)?;
         let v = generation as u32;
         (v & (HELD | BUSY | PENDING) == HELD).then_some(())?;
         Some((index, self.states.get(index)?, v))
@@ -328,9 +352,21 @@ mod tests {
         let held: Vec<u64> = (0..PROBES).map(|_| l.take(H)).collect();
         assert!(held.iter().all(|&g| g != UNTRACKED));
         // Wrap this thread's cursor back onto the run: the next take moves past it.
-        let first = (held[0] >> 32) as usize - 1;
+        let first = ((held[0] & ((1 << TAG_SHIFT) - 1)) >> 32) as usize - 1;
         CURSOR.with(|c| c.set(first));
         assert_eq!(l.take(H), UNTRACKED, "the run is full");
         assert_ne!(l.take(H), UNTRACKED, "the next take looks past it");
+    }
+
+    #[test]
+    fn another_ledgers_generations_name_nothing() {
+        let (a, b) = (Ledger::new(true), Ledger::new(true));
+        let (ga, gb) = (a.take(H), b.take(H));
+        assert!(a.issued(ga) && b.issued(gb));
+        assert!(!a.issued(gb) && !b.issued(ga) && !a.issued(UNTRACKED));
+        // Even with the same entry and value, the tag tells them apart.
+        let same = ga & !(u64::MAX << TAG_SHIFT) | (gb >> TAG_SHIFT << TAG_SHIFT);
+        assert!(a.give_back(same, 0).is_none() && a.is_held(ga));
+        assert!(a.give_back(ga, 0).is_some() && b.give_back(gb, 0).is_some());
     }
 }

@@ -9,6 +9,7 @@
 #define _GNU_SOURCE
 #include <cjson/cJSON.h>
 #include <dirent.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -1077,7 +1078,8 @@ test_parse_values(void)
 }
 
 /* charge_on_status: 401s are charged, 200s never; a copy of a charged verdict charges
- * nothing; a forged charge is refused without a charge or a word on stderr. */
+ * nothing; a forged charge (a limit that is none, or a made-up generation) and another
+ * engine's verdict are refused without a charge or a word on stderr. */
 static void
 test_charge_on_status(void)
 {
@@ -1085,7 +1087,7 @@ test_charge_on_status(void)
         "[zones.f]\nsize = \"64k\"\nalgorithm = \"sliding\"\nevents = 2\nwindow = \"1m\"\n"
         "[[limit]]\nclass = \"*\"\nzone = \"f\"\ncharge_on_status = [401]\n";
     weir_policy *p = NULL;
-    weir_engine *e = NULL;
+    weir_engine *e = NULL, *other = NULL;
     weir_verdict v, copy;
     weir_request r;
     uint64_t now = BASE_NS;
@@ -1093,7 +1095,8 @@ test_charge_on_status(void)
     int rc;
 
     CHECK(weir_policy_parse((const uint8_t *) policy, strlen(policy), "c", &p, NULL) == WEIR_OK
-          && weir_engine_new(p, &e, NULL) == WEIR_OK, "charge_on_status engine");
+          && weir_engine_new(p, &e, NULL) == WEIR_OK
+          && weir_engine_new(p, &other, NULL) == WEIR_OK, "charge_on_status engines");
     r = (weir_request) { .method = (const uint8_t *) "POST", .method_len = 4,
                          .target = (const uint8_t *) "/login", .target_len = 6,
                          .peer = (const uint8_t *) "192.0.2.1", .peer_len = 9 };
@@ -1118,9 +1121,67 @@ test_charge_on_status(void)
     noise = quiet_end();
     CHECK(rc == WEIR_ERR_INVALID && noise == 0 && copy.charges[0].limit == 3,
           "forged charge: rc %d, %ld bytes on stderr", rc, noise);
+    /* limit 0 and the key's hash, generation 0; then the right generation on another
+     * engine: refused three times each, and the key is not charged (below) */
+    for (int i = 0; i < 3; i++) {
+        copy = v;
+        copy.charges_generation = 0;
+        rc = weir_engine_charge(e, &copy, 401, now);
+        CHECK(rc == WEIR_ERR_INVALID && copy.charges[0].limit == 0,
+              "charge of generation 0: rc %d", rc);
+        copy = v;
+        rc = weir_engine_charge(other, &copy, 401, now);
+        CHECK(rc == WEIR_ERR_INVALID && copy.charges[0].limit == 0,
+              "charge on another engine: rc %d", rc);
+    }
+    CHECK(weir_engine_evaluate(other, &r, now, &copy, NULL, 0) == WEIR_OK
+          && copy.action == WEIR_PASS, "the other engine was charged nothing");
+    CHECK(weir_engine_charge(other, &copy, 200, now) == WEIR_OK, "its own verdict");
     CHECK(weir_engine_charge(e, &v, 401, now) == WEIR_OK, "second 401");
     CHECK(weir_engine_evaluate(e, &r, now, &v, NULL, 0) == WEIR_OK && v.action == WEIR_REJECT
           && v.status == 429 && v.charges[0].limit == -1, "two 401s: refused, nothing to charge");
+    weir_engine_free(other);
+    weir_engine_free(e);
+    weir_policy_free(p);
+}
+
+/* weir_engine_log_decision: the three styles, and WEIR_ERR_INVALID (nothing written) for
+ * any other value. */
+static void
+test_log_decision_styles(void)
+{
+    static const char policy[] =
+        "[zones.z]\nsize = \"64k\"\nalgorithm = \"gcra\"\nrate = \"1r/m\"\n"
+        "[[limit]]\nname = \"all\"\nclass = \"*\"\nzone = \"z\"\n";
+    static const int bad[] = { -1, 3, 42, INT_MIN, INT_MAX };
+    weir_policy *p = NULL;
+    weir_engine *e = NULL;
+    weir_verdict v;
+    weir_request r;
+    weir_log_decision d;
+    int rc;
+
+    CHECK(weir_policy_parse((const uint8_t *) policy, strlen(policy), "s", &p, NULL) == WEIR_OK
+          && weir_engine_new(p, &e, NULL) == WEIR_OK, "log decision engine");
+    r = (weir_request) { .method = (const uint8_t *) "GET", .method_len = 3,
+                         .target = (const uint8_t *) "/", .target_len = 1,
+                         .peer = (const uint8_t *) "192.0.2.1", .peer_len = 9 };
+    for (int i = 0; i < 2; i++) {
+        CHECK(weir_engine_evaluate(e, &r, BASE_NS, &v, NULL, 0) == WEIR_OK, "evaluate %d", i);
+    }
+    CHECK(v.action == WEIR_REJECT, "the second request is refused");
+    for (int style = WEIR_STYLE_POLICY; style <= WEIR_STYLE_CONN; style++) {
+        memset(&d, 0, sizeof d);
+        rc = weir_engine_log_decision(e, &v, style, &d);
+        CHECK(rc == WEIR_OK && d.limit == 0 && d.name_len > 0, "style %d: rc %d", style, rc);
+    }
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        memset(&d, 0x5a, sizeof d);
+        rc = weir_engine_log_decision(e, &v, bad[i], &d);
+        CHECK(rc == WEIR_ERR_INVALID && d.limit == 0x5a5a5a5a,
+              "style %d: rc %d", bad[i], rc);
+    }
+    weir_engine_release(e, &v, BASE_NS);
     weir_engine_free(e);
     weir_policy_free(p);
 }
@@ -1422,6 +1483,7 @@ main(int argc, char **argv)
     test_bad_inputs();
     test_abi_misuse();
     test_charge_on_status();
+    test_log_decision_styles();
     test_parse_values();
     test_host_limits();
     test_fork_shared_region();

@@ -21,6 +21,7 @@ import http.server
 import json
 import os
 import re
+import resource
 import shutil
 import signal
 import socket
@@ -1283,16 +1284,38 @@ def test_zone_limits(module):
         ("invalid UTF-8", b'[zones.z]\nsize = "1\xffm"\n',
          r"policy\.toml:2:10: the policy is not valid UTF-8"),
     ]
+    # Files a policy names are read up to a cap: a device or a (sparse) file over it is refused
+    # at once, with little memory (an unbounded read grew nginx -t until the kernel killed it).
+    files = tempfile.mkdtemp(prefix="weir-files-")
+    huge = os.path.join(files, "huge.pem")
+    with open(huge, "wb") as f:
+        f.truncate(8 << 30)
+    cluster = ('[zones.c]\nsize = "1m"\nalgorithm = "sliding"\nevents = 10\nwindow = "1s"\n'
+               'scope = "cluster"\nredis = "rediss://127.0.0.1:1/0"\ntls_ca_file = "%s"\n'
+               'expected_nodes = 2\n'
+               '[[limit]]\nclass = "*"\nzone = "c"\n')
+    refused += [
+        ("tls_ca_file = /dev/zero", cluster % "/dev/zero",
+         r"policy\.toml:8:15: cannot read `tls_ca_file` \"/dev/zero\": it is a character device"),
+        ("an 8 GiB tls_ca_file", cluster % huge,
+         r"policy\.toml:8:15: cannot read `tls_ca_file` .*: it is larger than 1 MiB"),
+    ]
     for what, text, want in refused:
         ngx = Nginx(module, http)
         try:
             with open(ngx.path("policy.toml"), "wb") as f:
                 f.write(text if isinstance(text, bytes) else text.encode())
-            rc, out = ngx.test_config()
-            check(rc != 0, f"{what}: nginx -t succeeded")
+            # 2 GiB of address space: an unbounded read fails here instead of filling memory.
+            p = subprocess.run([NGINX, "-p", ngx.dir + "/", "-c", ngx.path("nginx.conf"), "-t"],
+                               env=ngx.env, capture_output=True, text=True, timeout=60,
+                               preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS,
+                                                                     (2 << 30, 2 << 30)))
+            out = p.stdout + p.stderr
+            check(p.returncode != 0, f"{what}: nginx -t succeeded")
             check(re.search(want, out), f"{what}: {want!r} not in nginx -t output:\n{out}")
         finally:
             ngx.cleanup()
+    shutil.rmtree(files)
 
     big = '[zones.z]\nsize = "2g"\nalgorithm = "gcra"\nrate = "10r/s"\n' + limit
     budget_kb = 200 << 10
@@ -1324,7 +1347,8 @@ def test_zone_limits(module):
         peak = usage.ru_maxrss >> 10
     finally:
         ngx.cleanup()
-    return (f"{len(refused)} bad policies fail nginx -t at file:line:col; a 2g policy zone and "
+    return (f"{len(refused)} bad policies (a /dev/zero and an 8 GiB tls_ca_file among them) "
+            f"fail nginx -t at file:line:col; a 2g policy zone and "
             f"a 2g weir_req_zone: nginx -t peaks at {peak} MiB, the running nginx stays under "
             f"{budget_kb >> 10} MiB")
 

@@ -5,7 +5,7 @@
 //! shown still resets or unbans its key.
 
 use serde_json::Value;
-use weir::policy::keyops::key_request;
+use weir::policy::keyops::{key_request, Access};
 use weir::policy::metrics::{Format, Snapshot};
 use weir::policy::{parse_policy, Action, Engine, OwnedRequest};
 
@@ -29,7 +29,12 @@ fn enc(s: &str) -> String {
 
 fn op(e: &Engine, method: &str, key: &str, action: &str, now: u64) -> (u16, Value, String) {
     let q = format!("limit=l&key={}&action={action}", enc(key));
-    let a = key_request(&[e], method.as_bytes(), q.as_bytes(), now);
+    let access = Access {
+        write: true,
+        key_action: Some(action.as_bytes()),
+        ..Access::default()
+    };
+    let a = key_request(&[e], method.as_bytes(), q.as_bytes(), &access, now);
     let audit = a.audit.map(|a| a.line).unwrap_or_default();
     (a.status, serde_json::from_str(&a.body).unwrap(), audit)
 }

@@ -32,6 +32,7 @@ mod nginx_uri;
 mod normalize_props;
 mod permits;
 mod policy_config;
+mod policy_files;
 mod policy_iglob;
 mod reload_rate;
 mod renew;

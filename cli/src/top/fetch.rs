@@ -67,8 +67,14 @@ impl Fetcher {
         })
     }
 
-    /// One status: unreachable, non-200, non-JSON or another version is a one-line error.
+    /// One status: unreachable, non-200, non-JSON, another version or too large is a one-line
+    /// error (its control characters escaped: it may quote the server).
     pub fn fetch(&self) -> Result<Status, String> {
+        self.fetch_raw()
+            .map_err(|e| crate::escape::line(&e).into_owned())
+    }
+
+    fn fetch_raw(&self) -> Result<Status, String> {
         let u = &self.url;
         let mut resp = self
             .agent
@@ -84,9 +90,15 @@ impl Fetcher {
         let body = resp
             .body_mut()
             .with_config()
-            .limit(64 << 20)
-            .read_to_string()
-            .map_err(|e| format!("{u}: cannot read the response: {e}"))?;
+            .limit(status::MAX_BODY_BYTES)
+            .read_to_vec()
+            .map_err(|e| match e {
+                ureq::Error::BodyExceedsLimit(_) => format!(
+                    "{u}: the status is larger than {} MiB",
+                    status::MAX_BODY_BYTES >> 20
+                ),
+                e => format!("{u}: cannot read the response: {e}"),
+            })?;
         status::parse(&body).map_err(|e| format!("{u}: {e}"))
     }
 }

@@ -61,12 +61,10 @@ pub fn run(o: &Options) -> Result<(), String> {
                 w.clients.truncate(o.top);
             }
         }
-        println!(
-            "{}",
-            serde_json::to_string(&snap).expect("snapshot serializes")
-        );
+        let json = serde_json::to_string(&snap).expect("snapshot serializes");
+        println!("{}", crate::escape::json(&json));
     } else {
-        print!("{}", snapshot::text(&snap, o.top));
+        print!("{}", crate::escape::text(&snapshot::text(&snap, o.top)));
     }
     Ok(())
 }

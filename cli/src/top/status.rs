@@ -1,16 +1,38 @@
 //! The JSON status (docs/METRICS.md "JSON status", version 2) as `weir top` reads it: leniently
 //! (missing keys default: every struct is `#[serde(default)]`; unknown keys are ignored),
 //! refusing another `version`.
+//!
+//! The status comes from a server `weir top` need not trust. Memory is bounded: the body is
+//! read up to [`MAX_BODY_BYTES`], parsed straight into these structs (no generic JSON tree,
+//! which took 20 times the body), every list's items count against [`MAX_PARSED_BYTES`], and a
+//! per-second series keeps its last [`HISTORY`] entries. Every text (names, keys, clients) has
+//! its control characters escaped once parsed, so nothing printed from it reaches the terminal
+//! as a control sequence.
 
+use std::cell::Cell;
+use std::fmt;
+use std::marker::PhantomData;
+
+use serde::de::{self, Deserializer, SeqAccess, Visitor};
 use serde::Deserialize;
+
+use crate::escape;
 
 /// The status version this reader understands.
 pub const VERSION: u64 = 2;
+/// Longest status body read; a longer answer is an error.
+pub const MAX_BODY_BYTES: u64 = 32 << 20;
+/// Most memory the lists of one status take once parsed (the room their items take); a
+/// status with more is an error (about 1,500 limits with full histories fit).
+pub const MAX_PARSED_BYTES: usize = 64 << 20;
+/// Per-second entries kept per series (the status's 900; older ones are dropped).
+pub const HISTORY: usize = 900;
 
 /// One status: its limits, in policy order.
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
 pub struct Status {
+    #[serde(deserialize_with = "list")]
     pub limits: Vec<Limit>,
 }
 
@@ -26,6 +48,7 @@ pub struct Limit {
     pub last_15m: Option<Window>,
     pub per_second: Option<PerSecond>,
     /// Active bans, when the host reports them (absent: the status has no bans at all).
+    #[serde(deserialize_with = "some_list")]
     pub bans: Option<Vec<Ban>>,
 }
 
@@ -37,7 +60,9 @@ pub struct Window {
     pub passed: u64,
     pub delayed: u64,
     pub rejected: u64,
+    #[serde(deserialize_with = "list")]
     pub keys: Vec<KeyCount>,
+    #[serde(deserialize_with = "list")]
     pub clients: Vec<ClientCount>,
 }
 
@@ -63,8 +88,11 @@ pub struct ClientCount {
 #[serde(default)]
 pub struct PerSecond {
     pub end: u64,
+    #[serde(deserialize_with = "history")]
     pub passed: Vec<Option<u64>>,
+    #[serde(deserialize_with = "history")]
     pub delayed: Vec<Option<u64>>,
+    #[serde(deserialize_with = "history")]
     pub rejected: Vec<Option<u64>>,
 }
 
@@ -86,11 +114,22 @@ pub struct Ban {
     pub until: Option<f64>,
 }
 
-/// Parses a status body: not JSON, not an object, or another `version` is an error (one line).
-pub fn parse(body: &str) -> Result<Status, String> {
-    let v: serde_json::Value =
-        serde_json::from_str(body).map_err(|e| format!("not a JSON status: {e}"))?;
-    match v.get("version").map(|x| x.as_u64()) {
+/// Parses a status body: not JSON, not an object, another `version`, or more than the
+/// bounds allow is an error (one line).
+pub fn parse<B: AsRef<[u8]> + ?Sized>(body: &B) -> Result<Status, String> {
+    let body = body.as_ref();
+    /// The first pass: the version alone (everything else is skipped, nothing kept).
+    #[derive(Deserialize)]
+    struct Head {
+        version: Option<serde_json::Number>,
+    }
+    let head: Head = serde_json::from_slice(body).map_err(|e| match e.classify() {
+        serde_json::error::Category::Data => {
+            "not a weir JSON status (no numeric \"version\")".to_string()
+        }
+        _ => format!("not a JSON status: {e}"),
+    })?;
+    match head.version.map(|n| n.as_u64()) {
         Some(Some(VERSION)) => {}
         Some(Some(n)) => {
             return Err(format!(
@@ -99,5 +138,112 @@ pub fn parse(body: &str) -> Result<Status, String> {
         }
         _ => return Err("not a weir JSON status (no numeric \"version\")".into()),
     }
-    serde_json::from_value(v).map_err(|e| format!("malformed JSON status: {e}"))
+    LEFT.with(|l| l.set(MAX_PARSED_BYTES));
+    let status = serde_json::from_slice::<Status>(body);
+    LEFT.with(|l| l.set(usize::MAX));
+    let mut status = status.map_err(|e| format!("malformed JSON status: {e}"))?;
+    status.escape();
+    Ok(status)
+}
+
+impl Status {
+    /// Escapes the control characters of every text.
+    fn escape(&mut self) {
+        fn clean(s: &mut String) {
+            if let std::borrow::Cow::Owned(o) = escape::line(s) {
+                *s = o;
+            }
+        }
+        for l in &mut self.limits {
+            clean(&mut l.name);
+            for w in [&mut l.last_1m, &mut l.last_15m].into_iter().flatten() {
+                w.keys.iter_mut().for_each(|k| clean(&mut k.key));
+                w.clients.iter_mut().for_each(|c| clean(&mut c.client));
+            }
+            for b in l.bans.iter_mut().flatten() {
+                clean(&mut b.key);
+                b.client.iter_mut().for_each(clean);
+            }
+        }
+    }
+}
+
+thread_local! {
+    /// Bytes the lists of the status being parsed may still take (`usize::MAX`: no parse).
+    static LEFT: Cell<usize> = const { Cell::new(usize::MAX) };
+}
+
+/// A JSON list, its items counted against [`MAX_PARSED_BYTES`]; only the last `keep` kept.
+struct Bounded<T> {
+    keep: usize,
+    item: PhantomData<T>,
+}
+
+impl<'de, T: Deserialize<'de>> Visitor<'de> for Bounded<T> {
+    type Value = Vec<T>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a list")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<T>, A::Error> {
+        let mut v = Vec::new();
+        while let Some(x) = seq.next_element()? {
+            if v.len() == self.keep.saturating_mul(2) {
+                v.drain(..self.keep);
+            }
+            let before = v.capacity();
+            v.push(x);
+            let grown = (v.capacity() - before) * std::mem::size_of::<T>();
+            let left = LEFT.with(Cell::get);
+            if grown > left {
+                return Err(de::Error::custom(format!(
+                    "the status is too large: its lists take more than {} MiB",
+                    MAX_PARSED_BYTES >> 20
+                )));
+            }
+            LEFT.with(|l| l.set(left - grown));
+        }
+        if v.len() > self.keep {
+            v.drain(..v.len() - self.keep);
+        }
+        Ok(v)
+    }
+}
+
+fn list<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Vec<T>, D::Error> {
+    d.deserialize_seq(Bounded {
+        keep: usize::MAX,
+        item: PhantomData,
+    })
+}
+
+fn history<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Option<u64>>, D::Error> {
+    d.deserialize_seq(Bounded {
+        keep: HISTORY,
+        item: PhantomData,
+    })
+}
+
+/// `null` or a list.
+fn some_list<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
+    d: D,
+) -> Result<Option<Vec<T>>, D::Error> {
+    struct Opt<T>(PhantomData<T>);
+    impl<'de, T: Deserialize<'de>> Visitor<'de> for Opt<T> {
+        type Value = Option<Vec<T>>;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a list or null")
+        }
+        fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_some<D2: Deserializer<'de>>(self, d: D2) -> Result<Self::Value, D2::Error> {
+            list(d).map(Some)
+        }
+    }
+    d.deserialize_option(Opt(PhantomData))
 }

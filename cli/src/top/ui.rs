@@ -68,7 +68,10 @@ fn header(app: &App) -> Paragraph<'static> {
         Span::raw(format!("{} every {}  ", app.url, app.interval)),
     ];
     match &app.error {
-        Some(e) => spans.push(Span::styled(e.clone(), Style::new().fg(Color::Red))),
+        Some(e) => spans.push(Span::styled(
+            crate::escape::line(e).into_owned(),
+            Style::new().fg(Color::Red),
+        )),
         None => spans.push(Span::styled(
             "↑/↓ select, q quit",
             Style::new().fg(Color::DarkGray),

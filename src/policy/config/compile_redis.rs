@@ -127,7 +127,7 @@ pub(super) fn compile_redis(
 
 /// Reads the PEM files named by `tls_ca_file`, `tls_cert_file` and `tls_key_file` (absolute
 /// paths: read when the policy is loaded, so that processes without the right to read them,
-/// like nginx workers, still have them).
+/// like nginx workers, still have them): regular files of at most [`files::MAX_PEM_BYTES`].
 fn tls_files(cx: &mut Cx<'_>, zs: &ZoneSpec, tls: bool) -> Option<TlsFiles> {
     let mut ok = true;
     let mut read = |cx: &mut Cx<'_>, field: &str, v: &Option<Spanned<String>>| {
@@ -149,7 +149,7 @@ fn tls_files(cx: &mut Cx<'_>, zs: &ZoneSpec, tls: bool) -> Option<TlsFiles> {
             ok = false;
             return None;
         }
-        match std::fs::read(path) {
+        match files::read_regular(Path::new(path), files::MAX_PEM_BYTES) {
             Ok(b) if b.windows(11).any(|w| w == b"-----BEGIN ") => Some(b),
             Ok(_) => {
                 cx.err(

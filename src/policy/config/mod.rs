@@ -50,6 +50,7 @@ mod compile_class;
 mod compile_limit;
 mod compile_redis;
 mod compile_zone;
+pub mod files;
 mod host;
 mod model;
 mod spec;
@@ -154,7 +155,7 @@ pub fn check_policy(src: &str, file: Option<&str>) -> Result<CompiledPolicy, Vec
 /// Read, parse and compile a policy file.
 pub fn load_policy(path: &Path) -> Result<CompiledPolicy, PolicyError> {
     let name = path.display().to_string();
-    let src = std::fs::read(path).map_err(|e| PolicyError {
+    let src = files::read_policy(path).map_err(|e| PolicyError {
         file: Some(name.clone()),
         line: 0,
         column: 0,

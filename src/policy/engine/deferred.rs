@@ -45,7 +45,10 @@ impl Engine {
     /// Any other status (0 for "no response") charges nothing. A set handed back before (a
     /// stale copy), or naming no rate limit of this engine, charges nothing.
     pub fn charge_response(&self, charges: Charges, status: u16, now: u64) {
-        if charges.is_empty() || self.ledger.give_back(charges.generation, 0).is_none() {
+        if charges.is_empty()
+            || !self.ledger.issued(charges.generation)
+            || self.ledger.give_back(charges.generation, 0).is_none()
+        {
             return;
         }
         for (l, key_hash) in charges.due() {
@@ -57,6 +60,13 @@ impl Engine {
                 alg.check(&self.tables[limit.zone], key_hash, limit.cost, now);
             }
         }
+    }
+
+    /// Whether this engine handed out a charge set of `generation` ([`Charges::into_raw`]),
+    /// charged since or not: false for another engine's and for made-up ones (for hosts that
+    /// check the charges they carry across an FFI).
+    pub fn issued_charges(&self, generation: u64) -> bool {
+        self.ledger.issued(generation)
     }
 
     /// Whether limit `limit` exists and is a rate limit with `charge_on_status` (for hosts

@@ -34,7 +34,7 @@ use super::counters::{fingerprint, Counters};
 pub use super::counters::{EngineCounts, LimitCounts};
 use super::key::KeyPart;
 use super::key::{ip_key, KEY_BUF_LEN};
-use super::ledger::{Held, Ledger};
+use super::ledger::{Held, Ledger, UNTRACKED};
 use super::matching::classset::ClassSet;
 use super::matching::normalize::{self, UriError};
 use super::request::{HeaderCache, HeaderPlan, OwnedRequest, PreparedRequest, RequestView};
