@@ -1343,6 +1343,7 @@ def main():
     sys.modules["run"] = sys.modules[__name__]
     import access_log
     import bans
+    import big_policy
     import charge_on_status
     import fail2ban
     import hosts
@@ -1401,6 +1402,7 @@ def main():
         ("incident", lambda: incident.test_incident(args.module, args.weir)),
         ("keys", lambda: keys.test_keys(args.module, args.weir)),
         ("charge-on-status", lambda: charge_on_status.test_charge_on_status(args.module)),
+        ("big-policy", lambda: big_policy.test_big_policy(args.module, args.weir)),
     ]
     if args.asan_module:
         checks += [
