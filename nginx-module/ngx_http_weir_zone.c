@@ -180,7 +180,7 @@ ngx_http_weir_add_zones(ngx_conf_t *cf, ngx_http_weir_eng_t *eng,
     char *prefix)
 {
     u_char                  zp[64], cp[64];
-    size_t                  i, n;
+    size_t                  i, n, spare;
     weir_zone_info          zi;
     ngx_shm_zone_t         *shm_zone;
     ngx_http_weir_pzone_t  *pz, **ppz, *prev;
@@ -270,10 +270,19 @@ ngx_http_weir_add_zones(ngx_conf_t *cf, ngx_http_weir_eng_t *eng,
 
     ngx_sprintf(zp, "%s-counters%Z", prefix);
 
+    /*
+     * the slab pool keeps one ngx_slab_page_t per page of the segment:
+     * beyond a few megabytes (a policy of over a hundred limits) that is
+     * more than the fixed room ngx_http_weir_add_pzone() leaves; a table's
+     * spare (bytes / 32) already covers it
+     */
+
+    spare = (pz->bytes / ngx_pagesize + 1) * sizeof(ngx_slab_page_t);
+
     shm_zone = ngx_http_weir_add_pzone(cf, pz, zp, (u_char *) "", 0,
                                        weir_policy_counters_fingerprint(
                                            eng->policy),
-                                       0, &prev);
+                                       spare, &prev);
     if (shm_zone == NULL) {
         return NGX_ERROR;
     }

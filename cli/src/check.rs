@@ -17,11 +17,12 @@
 //!   (`*.css` also matches `/index.php/x.css` and page titles ending in `.css`);
 //! * `burst = 0` on a gcra limit whose classes are not API-only: browsers send bursts.
 
+use std::collections::HashMap;
 use std::ops::Range;
 
 use toml::de::{DeTable, DeValue};
 use toml::Spanned;
-use weir::policy::config::{Algorithm, CompiledPolicy};
+use weir::policy::config::{Algorithm, CompiledPolicy, LineIndex};
 use weir::policy::key::KeyPart;
 use weir::policy::OwnedRequest;
 
@@ -77,9 +78,10 @@ pub fn check_source(src: &str, file: &str) -> Vec<Diag> {
         Ok(policy) => {
             let mut w = lint(src, &policy);
             w.sort_by_key(|(o, _)| *o);
+            let lines = LineIndex::new(src);
             w.into_iter()
                 .map(|(o, message)| {
-                    let (line, column) = line_col(src, o);
+                    let (line, column) = lines.line_col(o);
                     Diag {
                         line,
                         column,
@@ -90,16 +92,6 @@ pub fn check_source(src: &str, file: &str) -> Vec<Diag> {
                 .collect()
         }
     }
-}
-
-fn line_col(src: &str, offset: usize) -> (usize, usize) {
-    let before = &src[..offset.min(src.len())];
-    let line = before.matches('\n').count() + 1;
-    let col = before[before.rfind('\n').map_or(0, |i| i + 1)..]
-        .chars()
-        .count()
-        + 1;
-    (line, col)
 }
 
 type V<'a> = Spanned<DeValue<'a>>;
@@ -254,6 +246,15 @@ fn lint(src: &str, policy: &CompiledPolicy) -> Vec<(usize, String)> {
         }
     }
 
+    // Whether each class has shapes, all of them API-only (for 5.).
+    let mut api_classes: HashMap<&str, bool> = HashMap::new();
+    for (section, name, shape, _) in &shapes {
+        if *section == "classes" {
+            let api = api_classes.entry(*name).or_insert(true);
+            *api = *api && api_shape(shape);
+        }
+    }
+
     let limits_t: Vec<&V<'_>> = match get(root, "limit").map(|v| v.get_ref()) {
         Some(DeValue::Array(a)) => a.iter().collect(),
         _ => vec![],
@@ -318,12 +319,8 @@ fn lint(src: &str, policy: &CompiledPolicy) -> Vec<(usize, String)> {
             if limit.burst == 0 && !limit.dry_run {
                 let api_only = !limit.classes.is_empty()
                     && limit.classes.iter().all(|&c| {
-                        let cname = &policy.classes[c].name;
-                        let mine: Vec<_> = shapes
-                            .iter()
-                            .filter(|(s, n, _, _)| *s == "classes" && *n == cname)
-                            .collect();
-                        !mine.is_empty() && mine.iter().all(|(_, _, t, _)| api_shape(t))
+                        let cname = policy.classes[c].name.as_str();
+                        api_classes.get(cname).copied().unwrap_or(false)
                     });
                 if !api_only {
                     w.push((

@@ -122,3 +122,86 @@ fn files_the_policy_names_are_read_up_to_a_cap() {
     assert!(!ok && err.contains("larger than 64 MiB"), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A zone and `n` limits on every request: 4 lines, then 5 a limit.
+fn limits(n: usize) -> String {
+    let zone = "[zones.z]\nsize = \"1m\"\nalgorithm = \"gcra\"\nrate = \"10r/s\"\n";
+    let limit = |i| format!("[[limit]]\nname = \"l{i}\"\nclass = \"*\"\nzone = \"z\"\nburst = 5\n");
+    zone.to_owned() + &(0..n).map(limit).collect::<String>()
+}
+
+/// The most limits a policy may have pass; one more is refused at the first one too many (the
+/// same error nginx -t and caddy validate give: it is the policy compiler's).
+#[test]
+fn more_limits_than_the_most_are_refused_at_the_first_one_too_many() {
+    let most = weir::policy::config::MAX_LIMITS;
+    let (ok, err) = check(limits(most).as_bytes());
+    assert!(ok, "{err}");
+    let (ok, err) = check(limits(most + 1).as_bytes());
+    assert!(!ok);
+    let at = format!(
+        "p.toml:{}:1: error: the policy has more than {most} limits",
+        4 + 5 * most + 1
+    );
+    assert!(err.starts_with(&at), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+}
+
+/// Checking is linear in the policy's size and its warnings: 100,000 classes that each get a
+/// warning, and the most limits each with one of them and a warning of its own. Reporting each
+/// warning used to count the lines before it (300 GB of text here: minutes) and to look up each
+/// limit's classes among all shapes; the bound is for that, far above the linear run (seconds).
+#[test]
+fn checking_many_warnings_is_linear() {
+    let (classes, most) = (100_000, weir::policy::config::MAX_LIMITS);
+    let mut src =
+        String::from("[zones.z]\nsize = \"1m\"\nalgorithm = \"gcra\"\nrate = \"10r/s\"\n");
+    for i in 0..classes {
+        src += &format!("[classes.c{i}]\nmatch = [{{ path = \"/p{i}?x=1\" }}]\n");
+    }
+    for i in 0..most {
+        src += &format!("[[limit]]\nclass = \"c{i}\"\nzone = \"z\"\nburst = 0\n");
+    }
+    let dir = std::env::temp_dir().join(format!("weir-check-linear-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("p.toml");
+    std::fs::write(&file, &src).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .arg("check")
+        .arg(&file)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run weir");
+    // Read stderr in a thread, so that a hang is seen by the loop below, not by a read.
+    let mut pipe = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        std::io::Read::read_to_string(&mut pipe, &mut s).unwrap();
+        s
+    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(180);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            panic!("weir check on {classes} warned classes did not finish");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let err = reader
+        .join()
+        .unwrap()
+        .replace(&file.display().to_string(), "p.toml");
+    std::fs::remove_dir_all(&dir).unwrap();
+    let count = |what: &str| err.lines().filter(|l| l.contains(what)).count();
+    assert_eq!(count("contains a query string"), classes);
+    assert_eq!(count("has burst 0"), most);
+    assert_eq!(count(": error: "), 0, "{}", &err[..err.len().min(2000)]);
+    // The last warning is placed as precisely as the first.
+    let line = 4 + 2 * classes + 4 * most;
+    let last = format!(
+        "p.toml:{line}:9: warning: limit \"c{}/z\" has burst 0",
+        most - 1
+    );
+    assert!(err.lines().any(|l| l.starts_with(&last)), "{last}");
+}

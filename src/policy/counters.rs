@@ -123,21 +123,30 @@ impl Counters {
         HEADER_WORDS + STRIPES * stripe_words(limits)
     }
 
-    /// A block in this process's memory (its stripes on their own cache lines).
+    /// A block in this process's memory (its stripes on their own cache lines): a fresh
+    /// anonymous mapping, of which only the header is written, so its pages cost memory only
+    /// once limits count in them (a policy of many limits costs little up front).
     pub fn new(limits: usize) -> Counters {
         let bytes = Self::bytes_for(limits);
         let map = crate::region::alloc::Mapping::new(bytes).expect("memory for counters");
         let map = std::sync::Arc::new(map);
-        let mut c = Counters::attach_in(map.region(), limits, 0).expect("a mapping fits");
+        let mut c =
+            Counters::attach_in(map.region(), limits, 0, Fresh::Zeroed).expect("a mapping fits");
         c._backing = Backing::Mapped(map);
         c
     }
 
     /// Attaches to a block in a caller's region (8-byte aligned), keeping its counts when it
     /// was made for the same limits (same count and `fingerprint`) and this layout, and
-    /// starting from zero otherwise. When the block is (re)initialised, no other process may be
-    /// using it (nginx: the master's zone init, before workers start).
-    pub fn attach_in(region: Region, limits: usize, fingerprint: u64) -> Result<Counters, String> {
+    /// starting from zero otherwise (`fresh`: whether a region holding no block is known to be
+    /// all zero, so that only the header is written). When the block is (re)initialised, no
+    /// other process may be using it (nginx: the master's zone init, before workers start).
+    pub fn attach_in(
+        region: Region,
+        limits: usize,
+        fingerprint: u64,
+        fresh: Fresh,
+    ) -> Result<Counters, String> {
         let need = Self::bytes_for(limits);
         if region.as_ptr() as usize % 8 != 0 {
             return Err(NOT_ALIGNED.into());
@@ -156,7 +165,7 @@ impl Counters {
             size: &[(1, limits as u64)],
             schema: &[(2, fingerprint)],
         };
-        let (mismatch, fresh) = (Mismatch::Reformat, Fresh::Unknown);
+        let mismatch = Mismatch::Reformat;
         let seed = || words[SEED_WORD].store(random_seed(), Relaxed);
         let kept = create_or_attach(&region, |i| &words[i], &ident, mismatch, fresh, seed);
         kept.map_err(|e| e.to_string())?;
@@ -406,26 +415,70 @@ mod tests {
         let map = crate::region::alloc::Mapping::new(Counters::bytes_for(2)).unwrap();
         let region = map.region();
         let fp = fingerprint(["a", "b"].into_iter());
-        let c = Counters::attach_in(region, 2, fp).unwrap();
+        let c = Counters::attach_in(region, 2, fp, Fresh::Unknown).unwrap();
         for _ in 0..3 {
             c.add_limit(1, |l| &l.rejected);
         }
         for _ in 0..5 {
             c.add_total(|t| &t.requests);
         }
-        let again = Counters::attach_in(region, 2, fp).unwrap();
+        let again = Counters::attach_in(region, 2, fp, Fresh::Unknown).unwrap();
         assert_eq!(again.limit(1).rejected, 3);
         assert_eq!(again.limit(0), LimitCounts::default());
         assert_eq!(again.totals().requests, 5);
-        let other = Counters::attach_in(region, 2, fingerprint(["a", "c"].into_iter())).unwrap();
+        let other = Counters::attach_in(
+            region,
+            2,
+            fingerprint(["a", "c"].into_iter()),
+            Fresh::Unknown,
+        )
+        .unwrap();
         assert_eq!(other.limit(1).rejected, 0);
         assert_eq!(
-            Counters::attach_in(region.part(0, 8), 2, fp).err().unwrap(),
+            Counters::attach_in(region.part(0, 8), 2, fp, Fresh::Unknown)
+                .err()
+                .unwrap(),
             format!(
                 "counters region of 8 bytes, needs {}",
                 Counters::bytes_for(2)
             )
         );
+    }
+
+    /// A new in-process block writes its header only: a policy of many limits costs memory as
+    /// its limits count (pages resident per `mincore`), not for the whole block up front.
+    #[test]
+    fn a_new_block_touches_only_what_is_counted() {
+        let limits = 1024;
+        let c = Counters::new(limits);
+        let Backing::Mapped(map) = &c._backing else {
+            panic!("an in-process block is a mapping")
+        };
+        let region = map.region();
+        let page = 4096;
+        let resident = || {
+            let pages = region.len().div_ceil(page);
+            let mut v = vec![0u8; pages];
+            // SAFETY: the mapping is page-aligned and `v` has a byte per page of it.
+            let rc = unsafe { libc::mincore(region.as_ptr().cast(), region.len(), v.as_mut_ptr()) };
+            assert_eq!(rc, 0, "mincore");
+            v.iter().filter(|b| **b & 1 == 1).count()
+        };
+        // Pages come in huge pages where the kernel gives them (the mapping is advised to).
+        let huge = crate::region::alloc::HUGE_PAGE / page;
+        let block_pages = region.len() / page;
+        assert!(block_pages > 30 * huge, "{block_pages} pages");
+        assert!(
+            resident() <= huge,
+            "{} pages resident of {block_pages}",
+            resident()
+        );
+        for i in 0..limits {
+            c.add_limit(i, |l| &l.passed);
+        }
+        // This thread's stripe of every limit: a few pages, not the block.
+        assert!(resident() <= 3 * huge, "{} pages resident", resident());
+        assert_eq!(c.limit(limits - 1).passed, 1);
     }
 
     #[test]

@@ -36,7 +36,7 @@ pub enum Mismatch {
 }
 
 /// Attaches when `region` holds `ident` (words `word(i)`), formats it otherwise: zeroes it
-/// (unless `fresh` says it is zero), calls `fill` (the format's own words), writes `ident`.
+/// (unless `fresh` says it is zero and it holds no format), calls `fill` (the format's own words), writes `ident`.
 /// Returns whether the state was kept.
 pub(crate) fn create_or_attach<'w>(
     region: &Region,
@@ -46,12 +46,13 @@ pub(crate) fn create_or_attach<'w>(
     fresh: Fresh,
     fill: impl FnOnce(),
 ) -> Result<bool, RegionError> {
-    match ident.check(word) {
+    let fresh = match ident.check(word) {
         Ok(()) => return Ok(true),
-        Err(RegionError::NotATable) => {}
+        Err(RegionError::NotATable) => fresh,
         Err(e) if mismatch == Mismatch::Refuse => return Err(e),
-        Err(_) => {}
-    }
+        // It holds the format under another identity: not zero, whatever `fresh` says.
+        Err(_) => Fresh::Unknown,
+    };
     format(region, word, ident, fresh, fill);
     Ok(false)
 }

@@ -214,10 +214,10 @@ fn every_format_attaches_the_bytes_a_previous_image_left() {
     // Counters.
     let bytes = Counters::bytes_for(2);
     let old = Mapping::new(bytes).unwrap();
-    let c = Counters::attach_in(old.region(), 2, 77).unwrap();
+    let c = Counters::attach_in(old.region(), 2, 77, Fresh::Zeroed).unwrap();
     c.add_limit(1, |l| &l.rejected);
     let new = copy_of(&old.region());
-    let c = Counters::attach_in(new.region(), 2, 77).unwrap();
+    let c = Counters::attach_in(new.region(), 2, 77, Fresh::Zeroed).unwrap();
     assert_eq!(c.limit(1).rejected, 1);
 }
 
@@ -264,7 +264,7 @@ fn identity_words_keep_their_byte_layout() {
 
     let m = Mapping::new(Counters::bytes_for(3)).unwrap();
     let r = m.region();
-    Counters::attach_in(r, 3, 0xfeed).unwrap();
+    Counters::attach_in(r, 3, 0xfeed, Fresh::Zeroed).unwrap();
     assert_eq!(&le(&r, 0), b"WEIRCNT5");
     assert_eq!(u64::from_le_bytes(le(&r, 8)), 3);
     assert_eq!(u64::from_le_bytes(le(&r, 16)), 0xfeed);

@@ -1367,6 +1367,7 @@ def main():
     sys.modules["run"] = sys.modules[__name__]
     import access_log
     import bans
+    import big_policy
     import charge_on_status
     import fail2ban
     import hosts
@@ -1431,6 +1432,7 @@ def main():
         ("charge-on-status-h2",
          lambda: charge_on_status.test_charge_on_status_h2(args.module)),
         ("long-requests", lambda: long_requests.test_long_requests(args.module)),
+        ("big-policy", lambda: big_policy.test_big_policy(args.module, args.weir)),
     ]
     if args.asan_module:
         checks += [

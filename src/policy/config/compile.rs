@@ -173,14 +173,20 @@ pub(super) fn compile(cx: &mut Cx<'_>, spec: FileSpec) -> CompiledPolicy {
             "the policy has no [[limit]], so it would limit nothing (an empty file is not a policy)",
         );
     }
+    if let Some(l) = spec.limit.get(MAX_LIMITS) {
+        cx.err(&l.span(), too_many_limits());
+    }
     let mut limits: Vec<Limit> = Vec::new();
     let mut names: BTreeMap<String, usize> = BTreeMap::new();
+    let mut lines = None;
+    let src = cx.src;
     let mut deferred = 0;
     for l in &spec.limit {
         if let Some(limit) = compile_limit(cx, l, &spec, &zones, &classes) {
             let span = l.get_ref().name.as_ref().map_or(l.span(), |n| n.span());
             if let Some(first) = names.get(&limit.name) {
-                let (line, _) = line_col(cx.src, *first);
+                let lines = lines.get_or_insert_with(|| LineIndex::new(src));
+                let (line, _) = lines.line_col(*first);
                 cx.err(
                     &span,
                     format!(
@@ -225,6 +231,22 @@ pub(super) fn compile(cx: &mut Cx<'_>, spec: FileSpec) -> CompiledPolicy {
     }
 }
 
+/// Most limits a policy may have. Each costs its counters, top keys and per-second history
+/// in the engine's counter block ([`crate::policy::counters::Counters::bytes_for`], about 74
+/// KiB a limit): the block is reserved whole (nginx: one shared memory zone) and its pages are
+/// touched as limits count, reject and delay. The cap keeps the block within what every host
+/// can map (296 MiB at the cap).
+pub const MAX_LIMITS: usize = 4096;
+
+fn too_many_limits() -> String {
+    let all = crate::policy::counters::Counters::bytes_for(MAX_LIMITS);
+    format!(
+        "the policy has more than {MAX_LIMITS} limits, the most a policy may have (each costs about {} KiB of counters, top keys and history: {} MiB for {MAX_LIMITS}); one limit can count several classes together (class = [\"a\", \"b\"])",
+        (all / MAX_LIMITS + 512) / 1024,
+        (all + (1 << 19)) >> 20
+    )
+}
+
 /// Gives every `var:` key part and `var.NAME` test the index of its name among the policy's
 /// variables (each name once: key parts in file order, then tests in class order), and
 /// returns the names.
@@ -234,11 +256,13 @@ fn number_vars(
     exemptions: &mut [Class],
 ) -> Vec<String> {
     let mut names: Vec<String> = Vec::new();
+    let mut seen: std::collections::HashMap<String, usize> = Default::default();
     let mut number = |name: &[u8], index: &mut usize| {
         let name = String::from_utf8_lossy(name);
-        *index = match names.iter().position(|n| *n == name) {
-            Some(i) => i,
+        *index = match seen.get(name.as_ref()) {
+            Some(&i) => i,
             None => {
+                seen.insert(name.to_string(), names.len());
                 names.push(name.into_owned());
                 names.len() - 1
             }

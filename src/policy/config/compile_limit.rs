@@ -159,7 +159,8 @@ pub(super) fn compile_limit(
             if c == "*" || c == HOST_CLASS {
                 continue;
             }
-            match classes.iter().position(|k| k.name == c) {
+            // `classes` is in the spec's (sorted) order, without "*".
+            match classes.binary_search_by(|k| k.name.as_str().cmp(c)).ok() {
                 Some(i) => class_idx.push(i),
                 None if spec.classes.contains_key(c) => ok = false, // already reported
                 None => {
@@ -180,7 +181,8 @@ pub(super) fn compile_limit(
 
     // Zone.
     let zname = ls.zone.get_ref();
-    let zone = zones.iter().position(|z| &z.name == zname);
+    // `zones` is in the spec's (sorted) order, without the zones in error.
+    let zone = zones.binary_search_by(|z| z.name.cmp(zname)).ok();
     if zone.is_none() && !spec.zones.contains_key(zname.as_str()) {
         cx.err(
             &ls.zone.span(),

@@ -52,17 +52,20 @@ mod compile_redis;
 mod compile_zone;
 pub mod files;
 mod host;
+mod lines;
 mod model;
 mod spec;
 mod units;
 pub mod zone_size;
 
+pub use compile::MAX_LIMITS;
 use compile::*;
 use compile_class::*;
 use compile_limit::*;
 use compile_redis::*;
 use compile_zone::*;
 pub use host::{HostLimit, HostLimits, HostZone};
+pub use lines::LineIndex;
 pub use model::*;
 use spec::*;
 pub use units::*;
@@ -108,14 +111,7 @@ impl std::error::Error for PolicyError {}
 
 /// 1-based (line, column) of a byte offset; the column counts characters.
 fn line_col(src: &str, offset: usize) -> (usize, usize) {
-    let mut o = offset.min(src.len());
-    while !src.is_char_boundary(o) {
-        o -= 1;
-    }
-    let before = &src[..o];
-    let line = before.bytes().filter(|&b| b == b'\n').count() + 1;
-    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
-    (line, before[line_start..].chars().count() + 1)
+    LineIndex::new(src).line_col(offset)
 }
 
 // ---------------------------------------------------------------------------
@@ -130,8 +126,9 @@ pub fn parse_policy(src: &str, file: Option<&str>) -> Result<CompiledPolicy, Pol
 /// Parse and compile a policy; on failure, every error found, in file order
 /// (a TOML syntax or schema error stops parsing, so it comes alone).
 pub fn check_policy(src: &str, file: Option<&str>) -> Result<CompiledPolicy, Vec<PolicyError>> {
+    let lines = LineIndex::new(src);
     let mk = |offset: Option<usize>, message: String| {
-        let (line, column) = offset.map_or((1, 1), |o| line_col(src, o));
+        let (line, column) = offset.map_or((1, 1), |o| lines.line_col(o));
         PolicyError {
             file: file.map(str::to_owned),
             line,

@@ -100,7 +100,7 @@ impl Engine {
             None => Counters::new(policy.limits.len()),
             Some(r) => {
                 let (_, fp) = Engine::counters_layout(&policy);
-                Counters::attach_in(r, policy.limits.len(), fp)
+                Counters::attach_in(r, policy.limits.len(), fp, opts.fresh)
                     .map_err(|e| AttachError::Zone(format!("counters: {e}")))?
             }
         };
