@@ -41,13 +41,14 @@ use weir::policy::Engine;
 ///
 /// # async fn app() -> Result<(), Box<dyn std::error::Error>> {
 /// let engine = Arc::new(Engine::new(load_policy("policy.toml".as_ref())?)?);
-/// let app = Router::new()
+/// let app: Router = Router::new()
 ///     .route("/", get(|| async { "hello" }))
 ///     .layer(WeirLayer::new(engine.clone()))
 ///     // Mounted after the layer: scraping is not rate limited. Read-only.
 ///     .route_service("/metrics", StatusService::new(engine.clone()));
 /// // Key changes on loopback only, on a listener of their own.
-/// let admin = Router::new().route_service("/status", StatusService::new(engine).write(true));
+/// let admin: Router =
+///     Router::new().route_service("/status", StatusService::new(engine).write(true));
 /// let listener = tokio::net::TcpListener::bind("127.0.0.1:9090").await?;
 /// tokio::spawn(async move { axum::serve(listener, admin).await });
 /// # Ok(()) }
