@@ -108,7 +108,7 @@ for _ in $(seq 100); do
     sleep 0.1
 done
 [ -n "$addr" ] || { echo "axum example did not listen within 10 s"; exit 1; }
-admin=$(sed -n 's|^key changes on http://||p' "$work/server.out")
+admin=$(sed -n 's|^key changes on http://\([^/]*\).*|\1|p' "$work/server.out")
 python3 - "$addr" "$admin" "$work/server.err" <<'EOF'
 import sys, urllib.error, urllib.request
 base, admin, err = f"http://{sys.argv[1]}", f"http://{sys.argv[2]}", sys.argv[3]

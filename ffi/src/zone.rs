@@ -396,7 +396,12 @@ pub unsafe extern "C" fn weir_zone_acquire(
                     limit: 0,
                     key_hash,
                     bucket,
-                    generation: (*z).ledger.take(Held::default()),
+                    // Tag 0: never renewed; the record keeps the bucket to release.
+                    generation: (*z).ledger.take(Held {
+                        tag: 0,
+                        key_hash,
+                        bucket,
+                    }),
                 }
             }
             None => NO_PERMIT,
