@@ -249,7 +249,7 @@ def test_key_text(module, weir, env=None):
         rc, out, err = weir_key(weir, port, "odd", text)
         check(rc == 0 and "remaining    0" in out, f"weir key inspects it: {rc} {out} {err}")
         st, j = ask(port, "POST", "/admin?limit=odd&action=reset&key="
-                    + urllib.parse.quote(text, safe=""))
+                    + urllib.parse.quote(text, safe=""), headers={"Weir-Key-Action": "reset"})
         check(st == 200 and j["changed"] and j["key"] == text, f"reset: {st} {j}")
         check(request(port, "GET", "/h/1", odd)[0] == 200, "passes after the reset")
         audit = [l for l in ngx.error_log().splitlines() if "of weir limit" in l]
