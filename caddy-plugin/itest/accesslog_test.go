@@ -3,6 +3,7 @@ package itest
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -138,8 +139,11 @@ name = "session"
 key = "cookie:session"
 `)
 	s := startCaddy(t, bin, "caddyfile", strings.ReplaceAll(accessLogCfg, "%DIR%", dir))
+	// Each request from another network, so that the inline zone `net` passes both and the
+	// session limit decides.
 	for i, want := range []int{200, 429} {
-		if r := get(t, s.port, "/c", [2]string{"Cookie", "a=1; session=" + secret}); r.status != want {
+		ip := [2]string{"X-Ip", fmt.Sprintf("10.%d.0.1", i)}
+		if r := get(t, s.port, "/c", [2]string{"Cookie", "a=1; session=" + secret}, ip); r.status != want {
 			t.Fatalf("request %d: %d, want %d", i, r.status, want)
 		}
 	}

@@ -383,7 +383,7 @@ impl Counters {
 }
 
 /// A seed from the system's random source (the clock's nanoseconds if it fails).
-fn random_seed() -> u64 {
+pub(crate) fn random_seed() -> u64 {
     let mut b = [0u8; 8];
     // SAFETY: writes at most 8 bytes into `b`.
     let got = unsafe { libc::getrandom(b.as_mut_ptr().cast(), 8, 0) };

@@ -92,7 +92,7 @@ fn generations(table: &Table, names: &[u64], now: u64) -> Vec<u64> {
     let generations = (names.iter())
         .map(|&name| {
             get(gen_at(name)).unwrap_or_else(|| {
-                let g = (crate::table::random_seed()[0] & !LIVE).max(1);
+                let g = (crate::policy::counters::random_seed() & !LIVE).max(1);
                 put(gen_at(name), Some(g));
                 g
             })
