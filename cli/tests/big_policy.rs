@@ -1,46 +1,9 @@
 //! `weir replay` on a policy of the most limits, alone in its process (other tests' memory
 //! would count in the peak RSS of the `weir` process they fork, read from `wait4`).
 
-use std::io::Read;
-use std::process::{Command, Stdio};
+mod common;
 
-use serde_json::Value;
-
-const MIB: u64 = 1 << 20;
-
-/// Runs `weir replay --json ARGS…`: the report, stderr, and the process's peak RSS in bytes.
-fn replay(args: &[&str]) -> (Value, String, u64) {
-    // Reaped by wait4 below, which also gives the child's own rusage.
-    #[allow(clippy::zombie_processes)]
-    let mut child = Command::new(env!("CARGO_BIN_EXE_weir"))
-        .args(["replay", "--json", "--no-progress"])
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run weir");
-    let (mut out, mut err) = (Vec::new(), String::new());
-    child.stdout.take().unwrap().read_to_end(&mut out).unwrap();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
-    let mut status = 0;
-    // SAFETY: an all-zero rusage is valid; wait4 reaps our own child (std does not wait for it
-    // afterwards) and writes only into `status` and `usage`.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    let pid = unsafe { libc::wait4(child.id() as libc::pid_t, &mut status, 0, &mut usage) };
-    assert_eq!(pid, child.id() as libc::pid_t, "wait4");
-    assert!(
-        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-        "weir failed ({status}): {err}"
-    );
-    let report = serde_json::from_slice(&out).expect("JSON report");
-    // ru_maxrss is in KiB on Linux.
-    (report, err, usage.ru_maxrss as u64 * 1024)
-}
+use common::{replay, MIB};
 
 /// A policy of the most limits costs memory for what its limits count, not for its whole
 /// counter block (reserved, its pages faulted in only when used): replaying a few passing
