@@ -228,15 +228,13 @@ type policyHeader struct {
 
 // newEngine parses policy text (name appears in error messages as name:line:col).
 func newEngine(text []byte, name string) (*engine, error) {
-	cname := C.CString(name)
-	defer C.free(unsafe.Pointer(cname))
-	var pol *C.weir_policy
-	var cerr *C.weir_error
-	if rc := C.weir_policy_parse(bptr(text), C.size_t(len(text)), cname, &pol, &cerr); rc != C.WEIR_OK {
-		return nil, takeError(cerr, rc)
+	pol, err := parsePolicy(text, name)
+	if err != nil {
+		return nil, err
 	}
 	defer C.weir_policy_free(pol)
 	var e *C.weir_engine
+	var cerr *C.weir_error
 	if rc := C.weir_engine_new(pol, &e, &cerr); rc != C.WEIR_OK {
 		return nil, takeError(cerr, rc)
 	}
