@@ -5,6 +5,7 @@
 //! always means "nothing recorded": an absent key and a zero state behave the same, which is
 //! what lets the table evict expired states without losing anything.
 
+pub mod adaptive;
 pub mod ban;
 pub mod concurrency;
 pub mod gcra;
@@ -12,6 +13,7 @@ pub(crate) mod packed;
 pub mod rate;
 pub mod sliding;
 
+pub use adaptive::Adaptive;
 pub use ban::Ban;
 pub use concurrency::{Concurrency, Permit};
 pub use gcra::{Delay, Gcra};
