@@ -53,6 +53,18 @@ pub struct Verdict {
 }
 
 impl Verdict {
+    /// A refusal with nothing more to tell (quota `limit`, none left).
+    pub fn refused(limit: u64) -> Verdict {
+        Verdict {
+            decision: Decision::Reject,
+            wait_ns: 0,
+            retry_after_ns: 0,
+            limit,
+            remaining: Remaining::units(0),
+            reset_ns: 0,
+        }
+    }
+
     /// True when the request goes ahead (now or after a delay).
     pub fn admitted(&self) -> bool {
         self.decision != Decision::Reject
