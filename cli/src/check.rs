@@ -22,7 +22,7 @@ use std::ops::Range;
 
 use toml::de::{DeTable, DeValue};
 use toml::Spanned;
-use weir::policy::config::{Algorithm, CompiledPolicy, LineIndex};
+use weir::policy::config::{Algorithm, CompiledPolicy, Lane, LineIndex};
 use weir::policy::key::KeyPart;
 use weir::policy::OwnedRequest;
 
@@ -296,7 +296,12 @@ fn lint(src: &str, policy: &CompiledPolicy) -> Vec<(usize, String)> {
                             .classes
                             .iter()
                             .any(|&c| policy.classes[c].matches(&prepared));
-                    matched && policy.exemption(&prepared).is_none()
+                    // A critical class is counted but never refused (unless the limit puts
+                    // every request in a lane of its own).
+                    let critical = limit.lane.is_none_or(|l| l == Lane::Critical)
+                        && (policy.classes.iter().zip(&policy.class_lanes))
+                            .any(|(c, l)| *l == Some(Lane::Critical) && c.matches(&prepared));
+                    matched && !critical && policy.exemption(&prepared).is_none()
                 })
                 .collect();
             if !unexempt.is_empty() {
@@ -304,9 +309,10 @@ fn lint(src: &str, policy: &CompiledPolicy) -> Vec<(usize, String)> {
                     field_span("key"),
                     format!(
                         "limit {:?} counts everyone in one global bucket and health checks \
-                         ({}) are not exempt: when the bucket runs dry the load balancer's probes \
-                         are rejected too and it takes the backends out of rotation; add \
-                         [exempt.health] match = [{{ path = [\"/healthz\"] }}]",
+                         ({}) are neither critical nor exempt: when the bucket runs dry the load \
+                         balancer's probes are rejected too and it takes the backends out of \
+                         rotation; add [classes.health] match = [{{ path = [\"/healthz\"] }}] \
+                         with lane = \"critical\" (counted, never refused) or an [exempt.health]",
                         limit.name,
                         unexempt.join(", ")
                     ),

@@ -168,6 +168,12 @@ impl Engine {
             }
             match (v.decision, limit.dry_run) {
                 (Decision::Pass, _) => {}
+                // Critical requests (health checks) are counted but never held up by a rate
+                // limit: a delay's charge stands, a rejection charged nothing.
+                (Decision::Delay, false) if lane == Lane::Critical => {}
+                (Decision::Reject, false) if lane == Lane::Critical => {
+                    pending[k] = Counted::Spared;
+                }
                 (Decision::Delay, false) => {
                     pending[k] = Counted::Delayed;
                     if v.wait_ns > out.wait_ns {
@@ -196,7 +202,10 @@ impl Engine {
                         if let (l, Limiter::Rate(a), false) = (
                             &self.policy.limits[e.limit],
                             &self.limiters[e.limit],
-                            matches!(counted, Counted::DryRejected | Counted::Checked),
+                            matches!(
+                                counted,
+                                Counted::DryRejected | Counted::Checked | Counted::Spared
+                            ),
                         ) {
                             a.refund(&self.tables[l.zone], e.key_hash, l.cost, now);
                         }
@@ -211,7 +220,10 @@ impl Engine {
                     let shared = hits[..k].iter().zip(&pending[..k]).any(|(e, counted)| {
                         e.key_hash == h.key_hash
                             && self.policy.limits[e.limit].zone == limit.zone
-                            && !matches!(counted, Counted::DryRejected | Counted::Checked)
+                            && !matches!(
+                                counted,
+                                Counted::DryRejected | Counted::Checked | Counted::Spared
+                            )
                     });
                     let alone = if shared {
                         let p = alg.predict(table, h.key_hash, limit.cost, now);
@@ -249,7 +261,9 @@ impl Engine {
         }
         for (k, h) in hits.iter().enumerate() {
             match pending[k] {
-                Counted::Pass | Counted::Checked => self.counters.add_limit(h.limit, |c| &c.passed),
+                Counted::Pass | Counted::Checked | Counted::Spared => {
+                    self.counters.add_limit(h.limit, |c| &c.passed)
+                }
                 Counted::Delayed => self.counters.delayed(h.limit, now),
                 Counted::DryDelayed => self.counters.add_limit(h.limit, |c| &c.dry_run_delayed),
                 Counted::DryRejected => self.counters.add_limit(h.limit, |c| &c.dry_run_rejected),
@@ -324,4 +338,6 @@ enum Counted {
     Delayed,
     DryDelayed,
     DryRejected,
+    /// A critical request a rate limit would have refused: passed, charged nothing.
+    Spared,
 }
