@@ -68,6 +68,6 @@ fn every_rendered_family_is_in_the_metrics_reference_with_its_type() {
             "{name} ({kind}) is not in a Family | Type table of docs/METRICS.md as a {kind}"
         );
     }
-    // engine (4), limits (1), zones (9), cluster zones (8) at least
-    assert!(rendered >= 22, "{text}");
+    // engine (4), limits (1), concurrency limits (7), zones (9), cluster zones (8)
+    assert!(rendered >= 29, "{text}");
 }
