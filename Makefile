@@ -6,6 +6,7 @@
 #   make test    everything CI runs (formatting, lints, unit/integration/multi-process tests,
 #                the nginx differential test, loom models, bounded fuzzing, benchmark builds)
 #   make bench   criterion benchmarks (figures go to docs/PERFORMANCE.md)
+#   make contrib-check  the Prometheus alerts and Grafana dashboard in contrib/, checked
 
 CARGO ?= cargo
 FUZZ_SECONDS ?= 20
@@ -14,7 +15,7 @@ VECTORS ?= tests/vectors
 .PHONY: setup demo demo-engine test lint unit loom fuzz bench-build bench header lib c-test pc \
 	nginx-module nginx-module-test nginx-test nginx-versions deb deb-test \
 	caddy-lib caddy caddy-weirtest promcheck caddy-test caddy-lint caddy-ratelimit caddy-bench \
-	dist caddy-dist-test
+	dist caddy-dist-test contrib-check
 
 CFLAGS_TEST = -std=c11 -Wall -Wextra -Werror -g -Iinclude
 NATIVE_LIBS = -lgcc_s -lutil -lrt -lpthread -lm -ldl -lc
@@ -277,3 +278,16 @@ caddy-ratelimit: $(XCADDY)
 caddy-bench: caddy caddy-ratelimit
 	PIN=1 ROUNDS=10 DURATION=3s CADDY_RATELIMIT=target/caddy/caddy-ratelimit bash benches/caddy_wrk.sh
 	bash benches/caddy_share.sh
+
+# ---- contrib/: Prometheus alerting rules and Grafana dashboard (contrib/README.md) ---------
+# contrib/check (a Go module of its own, so the Caddy plugin's dependencies do not grow) reads
+# both with Prometheus's own rule and PromQL parsers and checks every series they select
+# against the families docs/METRICS.md lists; its tests evaluate every alert with
+# Prometheus's engine on made-up series and break each file on purpose.
+# target/contrib/weir-contrib-check checks an edited copy the same way.
+contrib-check:
+	@out=$$(gofmt -l contrib/check); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
+	cd contrib/check && go vet . && go test -count=1 .
+	cd contrib/check && go build -o ../../target/contrib/weir-contrib-check .
+	target/contrib/weir-contrib-check -metrics docs/METRICS.md \
+		contrib/prometheus/weir-alerts.yml contrib/grafana/weir-dashboard.json

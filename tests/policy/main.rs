@@ -29,6 +29,7 @@ mod keyops;
 mod keyops_access;
 mod log_policy;
 mod metrics;
+mod metrics_documented;
 mod nginx_uri;
 mod normalize_props;
 mod permits;
