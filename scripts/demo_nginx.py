@@ -107,7 +107,7 @@ def main():
         for name, v in per_limit.items():
             print(f"{name:<26}{v.get('passed', 0):>9}{v.get('rejected', 0):>9}")
         exempt = re.search(r"^weir_exempt_total (\d+)", metrics, re.M)
-        print(f"\nexempt (health checks, static assets): "
+        print(f"\nexempt (static assets): "
               f"{exempt.group(1) if exempt else '?'}")
         ngx.check_log()
     finally:

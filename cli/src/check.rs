@@ -304,7 +304,9 @@ fn lint(src: &str, policy: &CompiledPolicy) -> Vec<(usize, String)> {
                     matched && !critical && policy.exemption(&prepared).is_none()
                 })
                 .collect();
-            if !unexempt.is_empty() {
+            // One probe path looked after (exempt or critical) shows the operator has chosen
+            // theirs; warn when none is.
+            if unexempt.len() == HEALTH_PATHS.len() {
                 w.push((
                     field_span("key"),
                     format!(

@@ -56,9 +56,10 @@ fn wiki_distributed_crawler_hits_the_global_tools_limit() {
             }
             a => panic!("unexpected {a:?}"),
         }
-        // Exempt requests pass while the global limit rejects.
+        // Health checks (counted, critical) and exempt requests pass while the global
+        // limit rejects.
         let h = eval(&e, &req("GET", "/healthz", &peer), i as u64);
-        assert!(h.exempt.is_some());
+        assert_eq!((h.action, h.exempt), (Action::Pass, None));
         let css = eval(&e, &req("GET", "/app.css?v=3", &peer), i as u64);
         assert!(css.exempt.is_some());
     }
