@@ -895,8 +895,14 @@ fn documented_example_parses() {
     let block = &block[block.find("```toml\n").unwrap() + 8..];
     let block = &block[..block.find("```").unwrap()];
     let p = parse(block);
-    assert_eq!(p.limits.len(), 4);
-    assert_eq!(p.exemptions.len(), 4);
+    assert_eq!(p.limits.len(), 5);
+    assert_eq!(p.exemptions.len(), 3);
+    let health = p.class_index("health").unwrap();
+    assert_eq!(
+        p.class_lanes[health],
+        Some(weir::policy::config::Lane::Critical)
+    );
+    assert!(p.zones[p.zone_index("app").unwrap()].learn.is_some());
     let r = Req::new(
         "GET",
         "/index.php?title=Special:WhatLinksHere/X",
