@@ -127,6 +127,39 @@ fn bans_are_kept_when_the_status_has_them() {
 }
 
 #[test]
+fn a_concurrency_limits_saturation_is_shown() {
+    let mut l = crawler_limit("app");
+    l["capacity"] = json!({"limit": 19, "auto": true, "in_flight": 17, "queued": 3,
+        "noload_latency_ms": 50.1, "latency_ms": 55.3,
+        "shed": {"critical": 0, "normal": 12, "sheddable": 340},
+        "queue_wait": {"count": 1}});
+    let snap = derive(
+        &parse(&status(vec![l, quiet_limit("per-ip")])).unwrap(),
+        "u",
+        None,
+    )
+    .unwrap();
+    let v = serde_json::to_value(&snap).unwrap();
+    assert_eq!(v["limits"][0]["capacity"]["limit"], json!(19));
+    assert_eq!(
+        v["limits"][1].get("capacity"),
+        None,
+        "rate limits have none"
+    );
+    let text = weir_cli::top::snapshot::text(&snap, 10);
+    let line = "capacity: limit 19 (learned)  in flight 17  queued 3  latency 55.3 ms (no-load 50.1 ms)  shed: sheddable 340 normal 12 critical 0";
+    assert!(text.contains(line), "{text}");
+    let mut l = crawler_limit("app");
+    l["capacity"] = json!({"limit": 19, "auto": true, "in_flight": 17});
+    let app = App {
+        status: Some(parse(&status(vec![l])).unwrap()),
+        ..App::default()
+    };
+    let all = screen(&app, 160, 40).join("\n");
+    assert!(all.contains("limit 19 (learned)  in flight 17"), "{all}");
+}
+
+#[test]
 fn other_versions_and_non_statuses_are_refused() {
     let e = parse(r#"{"version": 1, "limits": []}"#).unwrap_err();
     assert!(e.contains("version 1") && e.contains("version 2"), "{e}");

@@ -4,7 +4,7 @@
 
 use serde::Serialize;
 
-use super::status::{Ban, ClientCount, KeyCount, Limit, PerSecond, Status, Window};
+use super::status::{Ban, Capacity, ClientCount, KeyCount, Limit, PerSecond, Status, Window};
 
 /// Schema version of the snapshot object (`weir_top`).
 pub const SNAPSHOT_VERSION: u32 = 1;
@@ -27,6 +27,9 @@ pub struct LimitView {
     pub last_15m: WindowView,
     /// Active bans; `None` (JSON `null`) when the status reports no bans at all.
     pub bans: Option<Vec<Ban>>,
+    /// A concurrency limit's saturation; left out for rate limits.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub capacity: Option<Capacity>,
 }
 
 #[derive(Debug, Serialize, PartialEq)]
@@ -114,6 +117,7 @@ pub fn limit_view(l: &Limit) -> LimitView {
         last_1m: window(l.last_1m.as_ref(), per, 60),
         last_15m: window(l.last_15m.as_ref(), per, 900),
         bans: l.bans.clone(),
+        capacity: l.capacity.clone(),
     }
 }
 
@@ -172,6 +176,9 @@ pub fn text(s: &Snapshot, top: usize) -> String {
                 rate(Some(w.rejected_per_s)),
                 known(w)
             );
+        }
+        if let Some(c) = &l.capacity {
+            let _ = writeln!(out, "  capacity: {}", c.line());
         }
         let w = &l.last_1m;
         for (label, rows) in [

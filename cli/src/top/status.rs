@@ -50,6 +50,56 @@ pub struct Limit {
     /// Active bans, when the host reports them (absent: the status has no bans at all).
     #[serde(deserialize_with = "some_list")]
     pub bans: Option<Vec<Ban>>,
+    /// A concurrency limit's saturation (absent for rate limits).
+    pub capacity: Option<Capacity>,
+}
+
+/// `capacity`: a concurrency limit's saturation (docs/METRICS.md).
+#[derive(Clone, Debug, Default, Deserialize, serde::Serialize, PartialEq)]
+#[serde(default)]
+pub struct Capacity {
+    pub limit: u64,
+    pub auto: bool,
+    pub in_flight: u64,
+    pub queued: u64,
+    pub noload_latency_ms: f64,
+    pub latency_ms: f64,
+    pub shed: Shed,
+}
+
+/// Requests a concurrency limit refused, per lane.
+#[derive(Clone, Debug, Default, Deserialize, serde::Serialize, PartialEq)]
+#[serde(default)]
+pub struct Shed {
+    pub critical: u64,
+    pub normal: u64,
+    pub sheddable: u64,
+}
+
+impl Capacity {
+    /// One line for people: `limit 19 (learned)  in flight 17  queued 3  latency 55.3 ms
+    /// (no-load 50.1 ms)  shed: sheddable 340 normal 12 critical 0`.
+    pub fn line(&self) -> String {
+        let learned = if self.auto { " (learned)" } else { "" };
+        let ms = |v: f64| {
+            if v > 0.0 {
+                format!("{v:.1} ms")
+            } else {
+                "-".into()
+            }
+        };
+        format!(
+            "limit {}{learned}  in flight {}  queued {}  latency {} (no-load {})  shed: sheddable {} normal {} critical {}",
+            self.limit,
+            self.in_flight,
+            self.queued,
+            ms(self.latency_ms),
+            ms(self.noload_latency_ms),
+            self.shed.sheddable,
+            self.shed.normal,
+            self.shed.critical
+        )
+    }
 }
 
 /// `last_1m` / `last_15m`: counts over the window's seconds and its top rejected keys/clients.

@@ -152,7 +152,7 @@ fn limit_panel(f: &mut Frame, area: Rect, l: &Limit, v: &LimitView) {
     let inner = block.inner(area);
     f.render_widget(block, area);
     let [rates, rejected, passed, tables] = Layout::vertical([
-        Constraint::Length(2),
+        Constraint::Length(2 + u16::from(v.capacity.is_some())),
         Constraint::Length(6),
         Constraint::Length(4),
         Constraint::Min(0),
@@ -170,6 +170,7 @@ fn limit_panel(f: &mut Frame, area: Rect, l: &Limit, v: &LimitView) {
                 known(w),
             ))
         })
+        .chain(v.capacity.iter().map(|c| Line::from(c.line())))
         .collect();
     f.render_widget(Paragraph::new(lines), rates);
     if let Some(per) = &l.per_second {
