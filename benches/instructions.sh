@@ -45,7 +45,7 @@ for g in "${groups[@]}"; do
 		;;
 	policy)
 		echo "policy engine: instructions per request (evaluate + release)"
-		per "$(bin --bench policy_instr)" 1000 11000 wiki wiki_long_cookie static api mix min min_ban reject reject_no_top_keys reject_banned
+		per "$(bin --bench policy_instr)" 1000 11000 wiki wiki_long_cookie static api mix min min_ban reject reject_no_top_keys reject_banned conc_fixed conc_auto
 		;;
 	tower)
 		echo "tower: instructions per request (request construction and inner service included)"

@@ -217,6 +217,26 @@ fn benches(c: &mut Criterion) {
         .map(|c| OwnedRequest::new("GET", "/", IpAddr::from([198, 51, 100, c])))
         .collect();
     run(c, "minimal_1_limit/get_root", &min, &peers);
+
+    // Admit and give back a permit with the backend's time: a fixed max, and a learned one
+    // (its window and, every 8th answer here, its control word updated).
+    for (name, max) in [
+        ("concurrency/fixed", "16"),
+        ("concurrency/auto", "\"auto\""),
+    ] {
+        let e = engine(&fixture::concurrency_policy(max));
+        let r = OwnedRequest::new("GET", "/", IpAddr::from([198, 51, 100, 1]));
+        let mut now = 1_000_000_000u64;
+        c.bench_function(name, |b| {
+            b.iter(|| {
+                now += 20_000_000;
+                let out = e.evaluate(black_box(&r), now).unwrap();
+                let action = out.action;
+                e.release_sampled(out.permits, Some(fixture::SAMPLE), now);
+                black_box(action)
+            })
+        });
+    }
 }
 
 /// The reject path: 16 clients over their limit (`1r/m`, the clock standing still), with the

@@ -4,7 +4,7 @@
 //!
 //! ```sh
 //! BIN=$(cargo bench --bench policy_instr --no-run 2>&1 | sed -n 's/.*(\(target[^)]*\)).*/\1/p')
-//! for case in wiki wiki_long_cookie static api mix min min_ban reject reject_no_top_keys reject_banned; do
+//! for case in wiki wiki_long_cookie static api mix min min_ban reject reject_no_top_keys reject_banned conc_fixed conc_auto; do
 //!   a=$(valgrind --tool=callgrind --callgrind-out-file=/dev/null $BIN $case 1000 2>&1 | sed -n 's/.*refs: *//p' | tr -d ,)
 //!   b=$(valgrind --tool=callgrind --callgrind-out-file=/dev/null $BIN $case 11000 2>&1 | sed -n 's/.*refs: *//p' | tr -d ,)
 //!   echo "$case $(( (b - a) / 10000 ))"
@@ -94,13 +94,31 @@ fn main() {
             };
             return rejections(engine(&fixture::reject_policy(status)), n);
         }
+        // Admit and give back a permit with the backend's time, fixed max or learned.
+        "conc_fixed" | "conc_auto" => {
+            let max = if case == "conc_fixed" {
+                "16"
+            } else {
+                "\"auto\""
+            };
+            let e = engine(&fixture::concurrency_policy(max));
+            let r = OwnedRequest::new("GET", "/", IpAddr::from([198, 51, 100, 1]));
+            let mut now = 1_000_000_000u64;
+            for _ in 0..n {
+                now += 20_000_000;
+                let out = e.evaluate(black_box(&r), now).unwrap();
+                black_box(out.action);
+                e.release_sampled(out.permits, Some(fixture::SAMPLE), now);
+            }
+            return;
+        }
         // The reject path with a `ban` that engages at once: every request is refused by a ban.
         "reject_banned" => {
             return rejections(engine(&fixture::with_ban(&fixture::reject_policy(""))), n);
         }
         other => panic!(
             "unknown case {other:?} (wiki, wiki_long_cookie, static, api, mix, min, min_ban, \
-             reject, reject_no_top_keys, reject_banned)"
+             reject, reject_no_top_keys, reject_banned, conc_fixed, conc_auto)"
         ),
     };
     // As benches/policy.rs: 100 ms per request, so every request passes.

@@ -108,6 +108,23 @@ key = ["ip", "cookie:session", "path"]
 "#;
 
 /// One zone, one limit on every request.
+/// One concurrency limit on one global key, its zone's `max` as given (`"16"` or `"\"auto\""`):
+/// the cost of admitting and giving back a permit, fixed or learned.
+#[allow(dead_code)]
+pub fn concurrency_policy(max: &str) -> String {
+    format!(
+        "[zones.app]\nsize = \"64k\"\nalgorithm = \"concurrency\"\nmax = {max}\n\
+         [[limit]]\nname = \"app\"\nclass = \"*\"\nzone = \"app\"\nkey = \"global\"\n"
+    )
+}
+
+/// A backend's answer for the concurrency cases: 50 ms, 200.
+#[allow(dead_code)]
+pub const SAMPLE: weir::policy::engine::Sample = weir::policy::engine::Sample {
+    latency_ns: 50_000_000,
+    status: 200,
+};
+
 pub const MINIMAL_POLICY: &str = r#"
 [zones.per_ip]
 size = "1m"
