@@ -103,6 +103,11 @@ struct ZoneArgs<'a> {
     window_ms: u64,
     /// conn: `lease=`, whole milliseconds (0: the default).
     lease_ms: u64,
+    /// conn: `max=auto` (learned), with `bounds=MIN:MAX` (`None`: the default bounds).
+    learn: bool,
+    bounds: Option<(u64, u64)>,
+    /// conn: `reserve=N`, slots for critical requests (0: none).
+    reserve: u64,
 }
 
 fn zone_args<'a>(args: &[&'a [u8]], conn: bool, min_size: u64) -> Result<ZoneArgs<'a>, Msg> {
@@ -112,6 +117,9 @@ fn zone_args<'a>(args: &[&'a [u8]], conn: bool, min_size: u64) -> Result<ZoneArg
         events: 0,
         window_ms: 0,
         lease_ms: 0,
+        learn: false,
+        bounds: None,
+        reserve: 0,
     };
     for &a in args.iter().skip(2) {
         if let Some(v) = a.strip_prefix(b"zone=") {
@@ -146,6 +154,20 @@ fn zone_args<'a>(args: &[&'a [u8]], conn: bool, min_size: u64) -> Result<ZoneArg
                 .and_then(|d| u64::try_from(d.as_millis()).ok())
                 .filter(|&ms| ms > 0)
                 .ok_or_else(|| quoted("invalid window", a))?;
+        } else if a == b"max=auto" && conn {
+            z.learn = true;
+        } else if let Some(v) = a.strip_prefix(b"bounds=").filter(|_| conn) {
+            let (lo, hi) = v
+                .iter()
+                .position(|&c| c == b':')
+                .map(|i| (&v[..i], &v[i + 1..]))
+                .ok_or_else(|| quoted("invalid bounds", a))?;
+            z.bounds = Some((
+                positive(lo, "invalid bounds", a)?,
+                positive(hi, "invalid bounds", a)?,
+            ));
+        } else if let Some(v) = a.strip_prefix(b"reserve=").filter(|_| conn) {
+            z.reserve = positive(v, "invalid reserve", a)?;
         } else if let Some(v) = a.strip_prefix(b"lease=").filter(|_| conn) {
             z.lease_ms = parse_duration(&lossy(v))
                 .ok()
@@ -158,6 +180,9 @@ fn zone_args<'a>(args: &[&'a [u8]], conn: bool, min_size: u64) -> Result<ZoneArg
     }
     if z.name.is_empty() {
         return Err(must_have_zone(args[0]));
+    }
+    if z.bounds.is_some() && !z.learn {
+        return Err(b"\"bounds\" needs \"max=auto\"".to_vec());
     }
     Ok(z)
 }
@@ -192,10 +217,14 @@ fn zone_spec(z: &mut ZoneArgs, conn: bool) -> Result<(), Msg> {
 fn limit_args(args: &[&[u8]], conn: bool, out: &mut weir_directive_limit) -> Result<(), Msg> {
     let mut zone: &[u8] = &[];
     if conn {
-        // weir_conn ZONE N
+        // weir_conn ZONE N, or ZONE auto on a zone with max=auto (0: the zone's learned limit)
         zone = args.get(1).copied().unwrap_or_default();
         let n = args.get(2).copied().unwrap_or_default();
-        out.max = positive(n, "invalid number of connections", n)?;
+        out.max = if n == b"auto" {
+            0
+        } else {
+            positive(n, "invalid number of connections", n)?
+        };
         if out.max > 65535 {
             return Err(b"connection limit must be less 65536".to_vec());
         }
@@ -299,10 +328,14 @@ pub unsafe extern "C" fn weir_host_limits_zone_args(
             if rc != WEIR_OK {
                 return Err(quoted("invalid zone name", z.name));
             }
+            // The name is UTF-8: declare_zone took it. Ranges are checked by the build.
+            let name = String::from_utf8_lossy(z.name);
             if z.lease_ms > 0 {
-                // The name is UTF-8: declare_zone took it. The range is checked by the build.
-                let name = String::from_utf8_lossy(z.name);
                 (*b).b.lease(&name, Duration::from_millis(z.lease_ms));
+            }
+            if z.learn || z.reserve > 0 {
+                (*b).b
+                    .capacity(&name, z.learn.then_some(z.bounds), z.reserve);
             }
             Ok(z.name)
         });
@@ -421,6 +454,32 @@ mod tests {
         limit_args(&args, conn, &mut l).map_err(|m| lossy(&m))?;
         let z = unsafe { std::slice::from_raw_parts(l.zone, l.zone_len) };
         Ok((lossy(z), l.burst, l.delay, l.max))
+    }
+
+    #[test]
+    fn conn_zones_may_learn_their_limit() {
+        let args = [
+            "z",
+            "$k",
+            "zone=app:1m",
+            "max=auto",
+            "bounds=4:400",
+            "reserve=2",
+        ];
+        let words: Vec<&[u8]> = args.iter().map(|w| w.as_bytes()).collect();
+        let z = zone_args(&words, true, 32768).unwrap();
+        assert!(z.learn);
+        assert_eq!((z.bounds, z.reserve), (Some((4, 400)), 2));
+        assert_eq!(limit(&["weir_conn", "app", "auto"], true).unwrap().3, 0);
+        let bad = |w: &[&str]| zone(w, true).unwrap_err();
+        assert_eq!(
+            bad(&["z", "$k", "zone=a:1m", "bounds=4:400"]),
+            "\"bounds\" needs \"max=auto\""
+        );
+        assert_eq!(
+            bad(&["z", "$k", "zone=a:1m", "max=auto", "bounds=4"]),
+            "invalid bounds \"bounds=4\""
+        );
     }
 
     #[test]

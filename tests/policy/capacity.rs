@@ -278,3 +278,33 @@ fn policy_errors_name_the_place() {
     ));
     assert!(e.contains("`lane`") && e.contains("concurrency"), "{e}");
 }
+
+#[test]
+fn host_zones_learn_as_policy_zones_do() {
+    use weir::policy::config::{Algorithm, HostLimit, HostLimits, HostZone};
+    let mut b = HostLimits::default();
+    let zone = HostZone {
+        size: 1 << 20,
+        algorithm: Algorithm::Concurrency { max: 0 },
+    };
+    b.zone("app", zone.clone());
+    b.capacity("app", Some(Some((4, 400))), 2);
+    b.limit("app", HostLimit::default());
+    let p = b.build().unwrap();
+    let z = &p.zones[0];
+    assert_eq!(
+        (z.learn.map(|a| (a.min(), a.max())), z.reserve),
+        (Some((4, 400)), 2)
+    );
+    // A limit's own number on a learned zone is refused, as in a policy file.
+    let mut b = HostLimits::default();
+    b.zone("app", zone);
+    b.capacity("app", Some(None), 0);
+    let fixed = HostLimit {
+        max: Some(10),
+        ..HostLimit::default()
+    };
+    b.limit("app", fixed);
+    let e = b.build().unwrap_err();
+    assert!(e.contains("learns its limit"), "{e}");
+}

@@ -70,6 +70,8 @@ pub struct HostLimits {
     limits: Vec<(String, HostLimit)>,
     /// Leases of concurrency zones that do not keep the default ([`HostLimits::lease`]).
     leases: Vec<(String, Duration)>,
+    /// Concurrency zones that learn their limit or reserve slots ([`HostLimits::capacity`]).
+    capacities: Vec<(String, Option<Option<(u64, u64)>>, u64)>,
 }
 
 /// Spans stand for items: zone `z` at `ZONE_AT + z`, limit `i` at `LIMIT_AT + i`, so an error
@@ -104,6 +106,14 @@ impl HostLimits {
     /// [`HostLimits::build`], as the zone's other values).
     pub fn lease(&mut self, name: &str, lease: Duration) {
         self.leases.push((name.to_owned(), lease));
+    }
+
+    /// Makes concurrency zone `name` learn its limit (`learn`: `Some(bounds)`, a policy
+    /// zone's `max = "auto"` with `bounds`, `None` inside for the default ones) and keep
+    /// `reserve` slots for critical requests (checked by [`HostLimits::build`]). Its limits
+    /// then give no `max` of their own.
+    pub fn capacity(&mut self, name: &str, learn: Option<Option<(u64, u64)>>, reserve: u64) {
+        self.capacities.push((name.to_owned(), learn, reserve));
     }
 
     /// Adds a limit on zone `zone`; its index in the built policy (limits keep their order).
@@ -208,6 +218,15 @@ impl HostLimits {
             expected_nodes: None,
             fallback: None,
         };
+        if let Some((_, learn, reserve)) = self.capacities.iter().rev().find(|(n, ..)| n == name) {
+            if let Some(Some((lo, hi))) = learn {
+                let b = vec![int(item, *lo), int(item, *hi)];
+                spec.bounds = Some(at(item, b));
+            }
+            if *reserve > 0 {
+                spec.reserve = Some(int(item, *reserve));
+            }
+        }
         if let Some(&(_, l)) = self.leases.iter().rev().find(|(n, _)| n == name) {
             let text = duration_text(l)
                 .ok_or_else(|| format!("lease {l:?} is not a whole number of milliseconds"))?;
@@ -235,6 +254,14 @@ impl HostLimits {
                 spec.events = Some(int(item, events));
                 spec.window = Some(window(w)?);
             }
+            Algorithm::Concurrency { .. }
+                if self
+                    .capacities
+                    .iter()
+                    .any(|(n, l, _)| n == name && l.is_some()) =>
+            {
+                spec.max = Some(at(item, Scalar::Str("auto".into())));
+            }
             Algorithm::Concurrency { max: 0 } => {
                 // Each limit gives its own max (checked with the limits); the zone's is the
                 // largest (1 when no limit uses the zone).
@@ -260,7 +287,8 @@ impl HostLimits {
             .zones
             .iter()
             .any(|(n, z)| n == zone && matches!(z.algorithm, Algorithm::Concurrency { max: 0 }));
-        if per_limit_max && l.max.is_none() {
+        let learns = (self.capacities.iter()).any(|(n, learn, _)| n == zone && learn.is_some());
+        if per_limit_max && !learns && l.max.is_none() {
             return Err(format!(
                 "zone {zone:?} has no max of its own, so each of its limits needs one"
             ));
