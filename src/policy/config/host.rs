@@ -71,8 +71,11 @@ pub struct HostLimits {
     /// Leases of concurrency zones that do not keep the default ([`HostLimits::lease`]).
     leases: Vec<(String, Duration)>,
     /// Concurrency zones that learn their limit or reserve slots ([`HostLimits::capacity`]).
-    capacities: Vec<(String, Option<Option<(u64, u64)>>, u64)>,
+    capacities: Vec<(String, Learn, u64)>,
 }
+
+/// A zone's learning: `None` fixed; `Some(bounds)` learned (`None` inside: default bounds).
+type Learn = Option<Option<(u64, u64)>>;
 
 /// Spans stand for items: zone `z` at `ZONE_AT + z`, limit `i` at `LIMIT_AT + i`, so an error
 /// names the item it is about.
@@ -112,7 +115,7 @@ impl HostLimits {
     /// zone's `max = "auto"` with `bounds`, `None` inside for the default ones) and keep
     /// `reserve` slots for critical requests (checked by [`HostLimits::build`]). Its limits
     /// then give no `max` of their own.
-    pub fn capacity(&mut self, name: &str, learn: Option<Option<(u64, u64)>>, reserve: u64) {
+    pub fn capacity(&mut self, name: &str, learn: Learn, reserve: u64) {
         self.capacities.push((name.to_owned(), learn, reserve));
     }
 
