@@ -79,7 +79,7 @@ static ngx_command_t  ngx_http_weir_commands[] = {
       NULL },
 
     { ngx_string("weir_conn_zone"),
-      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE23,
+      NGX_HTTP_MAIN_CONF|NGX_CONF_2MORE,
       ngx_http_weir_zone,
       NGX_HTTP_MAIN_CONF_OFFSET,
       WEIR_ALGORITHM_CONCURRENCY,
