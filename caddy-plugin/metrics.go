@@ -2,6 +2,7 @@ package weir
 
 import (
 	"bytes"
+	"math"
 	"sort"
 	"strings"
 	"sync"
@@ -118,9 +119,19 @@ func (h *metricsHub) Collect(ch chan<- prometheus.Metric) {
 			}
 			if m := merged[smp.key]; m != nil {
 				m.value += smp.value
+				m.count += smp.count
+				for le, n := range smp.buckets {
+					m.buckets[le] += n
+				}
 				continue
 			}
 			c := smp
+			if smp.buckets != nil {
+				c.buckets = map[float64]uint64{}
+				for le, n := range smp.buckets {
+					c.buckets[le] = n
+				}
+			}
 			merged[smp.key] = &c
 			order = append(order, smp.key)
 		}
@@ -135,6 +146,12 @@ func (h *metricsHub) Collect(ch chan<- prometheus.Metric) {
 			m.value += h.retired[k]
 		}
 		desc := prometheus.NewDesc(m.family, m.help, m.labelNames, nil)
+		if m.typ == dto.MetricType_HISTOGRAM {
+			if metric, err := prometheus.NewConstHistogram(desc, m.count, m.value, m.buckets, m.labelValues...); err == nil {
+				ch <- metric
+			}
+			continue
+		}
 		if metric, err := prometheus.NewConstMetric(desc, vt, m.value, m.labelValues...); err == nil {
 			ch <- metric
 		}
@@ -148,8 +165,11 @@ type sample struct {
 	typ               dto.MetricType
 	labelNames        []string
 	labelValues       []string
-	zone              string // the `zone` label of a weir_zone_* or weir_cluster_* family
-	value             float64
+	zone              string  // the `zone` label of a weir_zone_* or weir_cluster_* family
+	value             float64 // a histogram's: its sum
+	// A histogram's count and cumulative counts per upper bound (not +Inf).
+	count   uint64
+	buckets map[float64]uint64
 }
 
 // engineSamples parses the engine's own rendering (the caller holds the engine alive).
@@ -179,6 +199,15 @@ func engineSamples(e *engine) []sample {
 				s.value = m.GetCounter().GetValue()
 			case dto.MetricType_GAUGE:
 				s.value = m.GetGauge().GetValue()
+			case dto.MetricType_HISTOGRAM:
+				h := m.GetHistogram()
+				s.value, s.count = h.GetSampleSum(), h.GetSampleCount()
+				s.buckets = map[float64]uint64{}
+				for _, b := range h.GetBucket() {
+					if !math.IsInf(b.GetUpperBound(), 1) {
+						s.buckets[b.GetUpperBound()] = b.GetCumulativeCount()
+					}
+				}
 			default:
 				s.value = m.GetUntyped().GetValue()
 			}

@@ -118,3 +118,44 @@ func TestMetricsRegistry(t *testing.T) {
 		}
 	}
 }
+
+// A concurrency limit's saturation reaches Caddy's registry with the engine's types: gauges,
+// the per-lane shed counter, and the queue-wait histogram as a histogram (buckets, sum, count).
+func TestMetricsSaturation(t *testing.T) {
+	h := policyHandlerFor(t, "[zones.app]\nsize = \"64k\"\nalgorithm = \"concurrency\"\nmax = 1\n"+
+		"[[limit]]\nname = \"metrics-app\"\nclass = \"*\"\nzone = \"app\"\nkey = \"global\"\n")
+	ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
+	defer cancel()
+	if err := h.Provision(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = h.Cleanup() }()
+	registerMetrics(ctx)
+	if status, _, _ := serveZone(t, h, nextOK); status != 200 {
+		t.Fatalf("status %d, want 200", status)
+	}
+	reg := ctx.GetMetricsRegistry()
+	lim := map[string]string{"limit": "metrics-app"}
+	if got := gathered(t, reg, "weir_concurrency_limit", lim); got != 1 {
+		t.Errorf("weir_concurrency_limit: %v, want 1", got)
+	}
+	if got := gathered(t, reg, "weir_concurrency_shed_total", map[string]string{"limit": "metrics-app", "lane": "critical"}); got != 0 {
+		t.Errorf("weir_concurrency_shed_total{lane=critical}: %v, want 0", got)
+	}
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetName() != "weir_concurrency_queue_wait_seconds" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			if hist := m.GetHistogram(); hist == nil || len(hist.GetBucket()) != 11 {
+				t.Fatalf("queue wait is not a histogram of 11 bounds: %v", m)
+			}
+		}
+		return
+	}
+	t.Fatal("no weir_concurrency_queue_wait_seconds family")
+}
