@@ -53,6 +53,7 @@ impl Engine {
     }
 
     /// The most important lane among the classes `req` matches that name one.
+    #[inline(never)]
     pub(super) fn class_lane(
         &self,
         req: &PreparedRequest<'_>,
@@ -178,6 +179,7 @@ impl Engine {
     /// Feeds a completed request's backend time to limit `l`'s window for `key_hash`
     /// (`in_flight`: permits held before this one went back). Closing a window updates the
     /// learned limit and the saturation figures.
+    #[inline(never)]
     pub(super) fn learn(&self, l: usize, key_hash: u64, sample: Sample, in_flight: u64, now: u64) {
         let Some(a) = &self.samplers[l] else {
             return;

@@ -348,12 +348,18 @@ impl Engine {
     /// Releases an admitted request's permits (when its response is complete). A permit
     /// already released (a stale copy), or of no concurrency limit, changes nothing.
     pub fn release(&self, permits: Permits, now: u64) {
-        self.release_sampled(permits, None, now)
+        self.give_back(&permits, None, now)
     }
 
     /// [`Engine::release`] with the backend's time for the request: it teaches learned limits
     /// (`max = "auto"`) and feeds the latency figures of every concurrency limit held.
     pub fn release_sampled(&self, permits: Permits, sample: Option<Sample>, now: u64) {
+        self.give_back(&permits, sample, now)
+    }
+
+    /// Both releases, inlined into each (the permits are not copied to another frame).
+    #[inline(always)]
+    fn give_back(&self, permits: &Permits, sample: Option<Sample>, now: u64) {
         // Read in place, field by field: moving the array out (`into_iter`) copies it with
         // wide loads that wait for the narrower stores that have just written it.
         for held in &permits.held {
@@ -491,6 +497,8 @@ impl Engine {
         let prepared = PreparedRequest::with_headers(req, path, query, client, &headers);
 
         let mut hits = ArrayVec::<Hit, MAX_HITS>::new();
+        // The request's lane at concurrency limits: its classes', with the same facts.
+        let mut lane = Lane::Normal;
         match sel {
             Selection::Policy => {
                 let mut facts = self.classes.facts(&prepared);
@@ -523,6 +531,9 @@ impl Engine {
                         break;
                     }
                 }
+                if !self.laned.is_empty() {
+                    lane = self.class_lane(&prepared, &mut facts);
+                }
             }
             Selection::Host(limits) => {
                 // Checked by `run`: every index names a limit, at most MAX_HITS of them.
@@ -549,13 +560,6 @@ impl Engine {
             out.unmatched = true;
             return Ok(out);
         }
-        let lane = match sel {
-            Selection::Policy if !self.laned.is_empty() => {
-                let mut facts = self.classes.facts(&prepared);
-                self.class_lane(&prepared, &mut facts)
-            }
-            _ => Lane::Normal,
-        };
         self.settle(&hits, &prepared, ticket, now, host, lane)
     }
 

@@ -386,8 +386,9 @@ impl ClassSet {
         }
     }
 
-    /// Does class `c` match `req`? (Each class is evaluated once per request.)
-    #[inline]
+    /// Does class `c` match `req`? (Each class is evaluated once per request.) Always inlined:
+    /// the engine's limit loop is its hot caller, and a call per limit costs it measurably.
+    #[inline(always)]
     pub fn class(&self, c: usize, req: &PreparedRequest<'_>, facts: &mut Facts<'_>) -> bool {
         let bit = if c < CACHED_CLASSES { 1u64 << c } else { 0 };
         if facts.classes_known & bit != 0 {
