@@ -112,19 +112,11 @@ impl Engine {
         waited_ns >= STANDING_DEADLINE_NS.max(noload).min(timeout)
     }
 
-    /// A waiter of limit `l` leaves the queue at `now` after `waited_ns` (admitted or not):
-    /// feeds the standing-queue rule, and the wait histogram when `admitted`.
-    pub(super) fn left_queue(
-        &self,
-        l: usize,
-        key_hash: u64,
-        waited_ns: u64,
-        admitted: bool,
-        now: u64,
-    ) {
-        if admitted {
-            self.counters.saturation().waited(l, waited_ns);
-        }
+    /// A waiter of limit `l` got its slot at `now` after `waited_ns`: its wait feeds the wait
+    /// histogram and the standing-queue rule (CoDel's sojourn time, taken when a waiter is
+    /// served: one that timed out or left says nothing of how fast the queue moves).
+    pub(super) fn served(&self, l: usize, key_hash: u64, waited_ns: u64, now: u64) {
+        self.counters.saturation().waited(l, waited_ns);
         // Word: interval start (ns >> 20, 43 bits) | shortest wait this interval (µs, 20 bits)
         // | standing (1 bit, decided at the end of the last interval).
         let table = &self.tables[self.policy.limits[l].zone];

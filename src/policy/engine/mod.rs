@@ -335,7 +335,9 @@ impl Engine {
             let waited = self.waited(&ticket, now);
             let (key_hash, bucket) = ticket.permit.into_raw();
             if let Some(bucket) = self.ledger.give_back(ticket.generation, bucket) {
-                self.left_queue(l, key_hash ^ QUEUE_SALT, waited, admitted, now);
+                if admitted {
+                    self.served(l, key_hash ^ QUEUE_SALT, waited, now);
+                }
                 self.queue_of(c).release_in(
                     &self.tables[self.policy.limits[l].zone],
                     Permit::from_raw(key_hash, bucket),
