@@ -123,6 +123,7 @@ ngx_http_weir_limit(ngx_http_request_t *r, ngx_http_weir_loc_conf_t *wlcf,
     if (conn) {
         /* the permits, released when the request ends */
         st->conn_engine = wmcf->dir.engine;
+        st->conn_admitted = ngx_http_weir_now(r);
     }
 
     if (weir_engine_outcome(wmcf->dir.engine, v,
