@@ -14,7 +14,8 @@ ones) and a queue of one place. While a request A holds the normal slot and B wa
 B gets the slot at once (the delay is printed, not asserted): a request C sent once A's
 response is read finds B in the backend and the queue's place free, and queues behind B.
 (Were B only to ask at its next poll, C would find the place still B's and be shed.) The
-worker wakes B in the event loop turn that releases A's permit, before it accepts C."""
+worker wakes B in the event loop turn that releases A's permit, before it accepts C. With a
+queue of three places, three waiters get the slot in the order they came."""
 
 import http.server
 import json
@@ -311,12 +312,29 @@ def test_hand_over(module, promcheck, backend, env):
                 'weir_concurrency_shed_total{limit="backend",lane="sheddable"}': 1,
                 'weir_concurrency_queue_wait_seconds_count{limit="backend"}': 2}
         check(all(series.get(k) == v for k, v in want.items()), f"weir_concurrency_*: {series}")
+
+        # Three waiters get the slot in the order they came.
+        with open(ngx.path("policy.toml"), "w") as f:
+            f.write(FIXED.replace("queue = 1", "queue = 3"))
+        ngx.reload()
+        waiters = ["W1", "W2", "W3"]
+        held = send(ngx.port, "GET", "/h?id=W0&hold=1")
+        backend.wait("arrived", "W0")
+        socks = []
+        for n, w in enumerate(waiters):
+            socks.append(send(ngx.port, "GET", f"/h?id={w}&hold=1"))
+            until(ngx.port, f"{w} waits", lambda x, n=n: x["queued"] == n + 1)
+        for w, sock in zip(["W0"] + waiters, [held] + socks):
+            backend.hold(w).set()
+            check(read_response(sock)[0] == 200, f"{w} failed")
+        order = sorted(["W0"] + waiters, key=backend.arrived.get)
+        check(order == ["W0"] + waiters, f"the waiters reached the backend as {order}")
         ngx.check_log()
     finally:
         ngx.cleanup()
     return (f"hand-over: the waiter reached the backend {first:.1f} ms and {second:.1f} ms "
             f"after the holder answered; a later arrival queued behind it; /healthz passed, "
-            f"/tools/ shed while the slot was taken")
+            f"/tools/ shed while the slot was taken; three waiters served in order")
 
 
 def test_capacity(module, promcheck, env=None):
