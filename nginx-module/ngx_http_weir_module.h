@@ -150,6 +150,7 @@ typedef struct {
     weir_engine                 *conn_engine;  /* holds conn_verdict's */
     weir_verdict                 conn_verdict; /* permits */
     uint64_t                     conn_admitted; /* ns, weir_conn passed */
+    ngx_uint_t                   conn_learned; /* permits of "auto" zones */
 
     ngx_http_request_t          *request;
     weir_engine                 *engine;

@@ -2,15 +2,16 @@
 /*
  * weir: nginx module, when the permits go back.
  *
- * A policy's concurrency permits measure the backend: they go back when the
- * backend is done with the request, that is when the response's last buffer
- * leaves the content handler (the body filter here sees it pass; with
- * proxy_buffering, once the upstream's response is read in full, however
- * long the client takes to read it), or when the request is freed if that
- * comes first.  weir_conn's permits keep limit_conn's meaning: they go back
- * when the request is freed.  Both give weir the backend's time for the
- * request (weir_engine_release_sampled), which teaches the limits with
- * max = "auto" and feeds the latency figures.
+ * A policy's concurrency permits, and those of "weir_conn ZONE auto",
+ * measure the backend: they go back when the backend is done with the
+ * request, that is when the response's last buffer leaves the content
+ * handler (the body filter here sees it pass; with proxy_buffering, once the
+ * upstream's response is read in full, however long the client takes to
+ * read it), or when the request is freed if that comes first.  The permits
+ * of "weir_conn ZONE NUMBER" keep limit_conn's meaning: they go back when
+ * the request is freed.  All give weir the backend's time for the request
+ * (weir_engine_release_sampled), which teaches the limits that learn their
+ * number and feeds the latency figures.
  *
  * A permit going back frees a slot that requests queued by the same limit
  * wait for: this worker's waiters of that limit are woken at once, in the
@@ -24,6 +25,8 @@
 
 static ngx_int_t ngx_http_weir_body_filter(ngx_http_request_t *r,
     ngx_chain_t *in);
+static void ngx_http_weir_release_conn(ngx_http_weir_state_t *st,
+    ngx_uint_t end, uint16_t status, uint64_t done, uint64_t now);
 static uint64_t ngx_http_weir_latency(ngx_http_request_t *r,
     uint64_t admitted, uint64_t now);
 static void ngx_http_weir_wake(ngx_http_request_t *r, int32_t *limits,
@@ -73,8 +76,8 @@ ngx_http_weir_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
 
 /*
  * Gives the request's permits back: at the end of its response (end 0),
- * the policy's; when it is freed (end 1), weir_conn's too, and a queue
- * place it still holds.  The status first charges the policy's
+ * the policy's and those of weir_conn's learning zones; when it is freed
+ * (end 1), all that are left, and a queue place it still holds.  The status first charges the policy's
  * charge_on_status limits, before the permits go back (a concurrency limit
  * on the same key then bounds the requests that pass before their charge
  * lands); after a sent header charged them (ngx_http_weir_charge_filter)
@@ -107,11 +110,8 @@ ngx_http_weir_release(ngx_http_weir_state_t *st, ngx_uint_t end)
     status = (r->headers_out.status <= 999)
              ? (uint16_t) r->headers_out.status : 0;
 
-    if (end && st->conn_engine) {
-        latency = ngx_http_weir_latency(r, st->conn_admitted, done);
-
-        (void) weir_engine_release_sampled(st->conn_engine, &st->conn_verdict,
-                                           latency, status, now);
+    if (st->conn_engine && (end || st->conn_learned)) {
+        ngx_http_weir_release_conn(st, end, status, done, now);
     }
 
     if (!st->evaluated) {
@@ -146,6 +146,47 @@ ngx_http_weir_release(ngx_http_weir_state_t *st, ngx_uint_t end)
                                        status, now);
 
     ngx_http_weir_wake(r, limits, n);
+}
+
+
+/*
+ * weir_conn's permits: those of zones that learn their number ("auto") at
+ * the end of the response, as a policy's; the others when the request is
+ * freed (end 1), as limit_conn's
+ */
+
+static void
+ngx_http_weir_release_conn(ngx_http_weir_state_t *st, ngx_uint_t end,
+    uint16_t status, uint64_t done, uint64_t now)
+{
+    uint64_t      latency;
+    ngx_uint_t    i;
+    weir_verdict  learned;
+
+    latency = ngx_http_weir_latency(st->request, st->conn_admitted, done);
+
+    if (st->conn_learned) {
+        learned = st->conn_verdict;
+
+        for (i = 0; i < WEIR_MAX_PERMITS; i++) {
+            if (st->conn_learned & ((ngx_uint_t) 1 << i)) {
+                st->conn_verdict.permits[i].limit = -1;
+
+            } else {
+                learned.permits[i].limit = -1;
+            }
+        }
+
+        st->conn_learned = 0;
+
+        (void) weir_engine_release_sampled(st->conn_engine, &learned, latency,
+                                           status, now);
+    }
+
+    if (end) {
+        (void) weir_engine_release_sampled(st->conn_engine, &st->conn_verdict,
+                                           latency, status, now);
+    }
 }
 
 
