@@ -15,7 +15,11 @@ B gets the slot at once (the delay is printed, not asserted): a request C sent o
 response is read finds B in the backend and the queue's place free, and queues behind B.
 (Were B only to ask at its next poll, C would find the place still B's and be shed.) The
 worker wakes B in the event loop turn that releases A's permit, before it accepts C. With a
-queue of three places, three waiters get the slot in the order they came."""
+queue of three places, three waiters get the slot in the order they came.
+
+directives: `weir_conn ZONE auto` gives its permit back when the upstream is done, as a
+policy's; `weir_conn ZONE 1` keeps limit_conn's meaning and holds it until the client has
+read the response."""
 
 import http.server
 import json
@@ -337,11 +341,52 @@ def test_hand_over(module, promcheck, backend, env):
             f"/tools/ shed while the slot was taken; three waiters served in order")
 
 
+DIRECTIVES = """
+    weir_conn_zone $host zone=learned:64k max=auto bounds=1:1;
+    weir_conn_zone $host zone=counted:64k;
+    server {
+        listen 127.0.0.1:%PORT% sndbuf=16k;
+        location /learned/ { weir_conn learned auto; proxy_pass http://127.0.0.1:BACKEND; }
+        location /counted/ { weir_conn counted 1; proxy_pass http://127.0.0.1:BACKEND; }
+    }
+"""
+
+
+def test_directives(module, backend, env):
+    """weir_conn: a zone that learns its number (held to 1 by its bounds) is free again once
+    the upstream is done, while a client has read nothing; a number keeps limit_conn's
+    meaning, held until the client has the whole response."""
+    ngx = Nginx(module, DIRECTIVES.replace("BACKEND", str(backend.port)), env=env)
+    try:
+        ngx.start()
+        got = {}
+        for zone in ("learned", "counted"):
+            s = slow_client(ngx.port, f"/{zone}/big?id={zone}&bytes={BIG}")
+            backend.wait("ended", zone)
+            t0 = time.monotonic()
+            while (status := get_body(ngx.port, f"/{zone}/small")[0]) != 200:
+                if zone == "counted" or time.monotonic() - t0 > 5:
+                    break
+                time.sleep(0.01)
+            got[zone] = status
+            check(read_slowly(s)[:2] == (200, BIG), f"{zone}: the unread response")
+            check(get_body(ngx.port, f"/{zone}/small")[0] == 200,
+                  f"{zone}: refused once the first response was read")
+        check(got == {"learned": 200, "counted": 503},
+              f"a second request while the first's client reads nothing: {got}")
+        ngx.check_log()
+    finally:
+        ngx.cleanup()
+    return ("weir_conn auto: free once the upstream is done; weir_conn 1: held until the "
+            "client has read the response")
+
+
 def test_capacity(module, promcheck, env=None):
     backend = CountingBackend()
     try:
         auto = test_auto(module, promcheck, backend, env)
         hand_over = test_hand_over(module, promcheck, backend, env)
+        directives = test_directives(module, backend, env)
     finally:
         backend.stop()
-    return f"{auto}; {hand_over}"
+    return f"{auto}; {hand_over}; {directives}"
