@@ -16,6 +16,8 @@ static ngx_int_t ngx_http_weir_evaluate(ngx_http_request_t *r,
     ngx_http_weir_sel_t *sel, weir_verdict *v);
 static void ngx_http_weir_keep_key(ngx_http_request_t *r,
     ngx_http_weir_state_t *st);
+static ngx_uint_t ngx_http_weir_learned(ngx_http_weir_loc_conf_t *wlcf,
+    weir_verdict *v);
 
 
 /*
@@ -123,6 +125,8 @@ ngx_http_weir_limit(ngx_http_request_t *r, ngx_http_weir_loc_conf_t *wlcf,
     if (conn) {
         /* the permits, released when the request ends */
         st->conn_engine = wmcf->dir.engine;
+        st->conn_admitted = ngx_http_weir_now(r);
+        st->conn_learned = ngx_http_weir_learned(wlcf, v);
     }
 
     if (weir_engine_outcome(wmcf->dir.engine, v,
@@ -147,6 +151,40 @@ ngx_http_weir_limit(ngx_http_request_t *r, ngx_http_weir_loc_conf_t *wlcf,
     return ngx_http_weir_act(r, &o,
                              conn ? wlcf->conn_log_level : wlcf->req_log_level,
                              wlcf->req_delay_log_level);
+}
+
+
+/*
+ * The permits of v (a bit for each) that "weir_conn ZONE auto" lines hold:
+ * a zone that learns its number measures the backend, and its permits go
+ * back with the response's last buffer (ngx_http_weir_release.c); a number
+ * keeps limit_conn's meaning, until the request is freed
+ */
+
+static ngx_uint_t
+ngx_http_weir_learned(ngx_http_weir_loc_conf_t *wlcf, weir_verdict *v)
+{
+    ngx_uint_t               i, j, learned;
+    ngx_http_weir_limit_t  **lim;
+
+    /* conn_sel.index[i] is the engine limit of conn_limits[i] */
+
+    lim = wlcf->conn_limits->elts;
+    learned = 0;
+
+    for (i = 0; i < wlcf->conn_sel.n; i++) {
+        if (lim[i]->spec.max != 0) {
+            continue;
+        }
+
+        for (j = 0; j < WEIR_MAX_PERMITS; j++) {
+            if (v->permits[j].limit == wlcf->conn_sel.index[i]) {
+                learned |= (ngx_uint_t) 1 << j;
+            }
+        }
+    }
+
+    return learned;
 }
 
 

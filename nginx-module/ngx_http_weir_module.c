@@ -370,41 +370,16 @@ ngx_http_weir_cleanup(void *data)
 {
     ngx_http_weir_state_t  *st = data;
 
-    uint64_t    now;
-    ngx_uint_t  status;
-
     if (st->request == NULL) {
         return;
     }
 
-    /* the request is being freed: no variables can be evaluated now */
+    /*
+     * the request is being freed: no variables can be evaluated now;
+     * what its response's end did not give back goes back now
+     */
 
-    now = st->test_clock ? st->test_now : weir_now_ns();
-
-    if (st->conn_engine) {
-        (void) weir_engine_release(st->conn_engine, &st->conn_verdict, now);
-    }
-
-    if (st->evaluated) {
-        if (st->verdict.action == WEIR_QUEUE) {
-            (void) weir_engine_abandon(st->engine, &st->verdict, now);
-        }
-
-        /*
-         * the response's status charges the limits with charge_on_status,
-         * before the permits go back (a concurrency limit on the same key
-         * then bounds the requests that pass before their charge lands);
-         * after a sent header charged them (ngx_http_weir_charge_filter)
-         * the verdict holds none, and this charges nothing
-         */
-
-        status = st->request->headers_out.status;
-
-        (void) weir_engine_charge(st->engine, &st->verdict,
-                                  (uint16_t) (status <= 999 ? status : 0), now);
-
-        (void) weir_engine_release(st->engine, &st->verdict, now);
-    }
+    ngx_http_weir_release(st, 1);
 }
 
 
@@ -490,6 +465,9 @@ ngx_http_weir_create_main_conf(ngx_conf_t *cf)
     {
         return NULL;
     }
+
+    ngx_queue_init(&wmcf->pol.waiters);
+    ngx_queue_init(&wmcf->dir.waiters);
 
     wmcf->host = weir_host_limits_new();
 

@@ -16,6 +16,8 @@
  * ngx_http_weir_log.c         the variables; $weir_limit, $weir_key,
  *                             $weir_action
  * ngx_http_weir_renew.c       the timer renewing the worker's permits
+ * ngx_http_weir_release.c     when permits go back, with the backend's time;
+ *                             waking this worker's queued requests
  * ngx_http_weir_test.c        test hooks (built with -DWEIR_TEST_HOOKS=1)
  */
 
@@ -93,6 +95,9 @@ typedef struct {
     ngx_array_t                  pzones;     /* ngx_http_weir_pzone_t * */
     ngx_str_t                    what;       /* in errors: "what: msg" */
     ngx_str_t                    where;      /* " in nginx.conf:LINE" */
+
+    /* this worker's requests queued by the engine, oldest first */
+    ngx_queue_t                  waiters;    /* ngx_http_weir_state_t */
 } ngx_http_weir_eng_t;
 
 
@@ -144,6 +149,8 @@ typedef struct {
     ngx_str_t                    conn_status;  /* $weir_conn_status */
     weir_engine                 *conn_engine;  /* holds conn_verdict's */
     weir_verdict                 conn_verdict; /* permits */
+    uint64_t                     conn_admitted; /* ns, weir_conn passed */
+    ngx_uint_t                   conn_learned; /* permits of "auto" zones */
 
     ngx_http_request_t          *request;
     weir_engine                 *engine;
@@ -154,6 +161,11 @@ typedef struct {
     unsigned                     test_clock:1;
     uint64_t                     test_now;
     unsigned                     queued:1;
+    unsigned                     waiting:1;    /* in the engine's waiters */
+    ngx_queue_t                  waiter;
+    unsigned                     ended:1;      /* the response ended */
+    uint64_t                     admitted;     /* ns, the verdict passed */
+    uint64_t                     done;         /* ns, when it ended */
 
     /* the decision $weir_limit, $weir_key and $weir_action show */
     weir_engine                 *log_engine;   /* NULL: none recorded */
@@ -237,6 +249,13 @@ ngx_int_t ngx_http_weir_add_variables(ngx_conf_t *cf);
 /* ngx_http_weir_renew.c */
 
 void ngx_http_weir_renew_init(ngx_cycle_t *cycle);
+
+/* ngx_http_weir_release.c */
+
+void ngx_http_weir_release(ngx_http_weir_state_t *st, ngx_uint_t end);
+void ngx_http_weir_queue_wait(ngx_http_request_t *r,
+    ngx_http_weir_state_t *st, ngx_uint_t wait);
+ngx_int_t ngx_http_weir_release_init(ngx_conf_t *cf);
 
 #if (WEIR_TEST_HOOKS)
 

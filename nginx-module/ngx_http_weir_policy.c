@@ -3,8 +3,8 @@
  * weir: nginx module, policy mode.  weir_policy loads a policy and declares
  * its zones; "weir on" hands each request to the engine through a request
  * view, acts on the verdict (pass, delay, queue, reject), adds the engine's
- * response headers, charges the charge_on_status limits once the response
- * header is sent and releases the request's permits when it ends.
+ * response headers and charges the charge_on_status limits once the response
+ * header is sent; ngx_http_weir_release.c gives the permits back.
  */
 
 
@@ -16,7 +16,7 @@ static ngx_int_t ngx_http_weir_verdict(ngx_http_request_t *r,
     u_char *buf);
 static void ngx_http_weir_queue_handler(ngx_http_request_t *r);
 static ngx_int_t ngx_http_weir_charge_filter(ngx_http_request_t *r);
-static ngx_int_t ngx_http_weir_charge_init(ngx_conf_t *cf);
+static ngx_int_t ngx_http_weir_filter_init(ngx_conf_t *cf);
 
 
 static ngx_http_output_header_filter_pt  ngx_http_next_header_filter;
@@ -26,7 +26,7 @@ static ngx_http_output_header_filter_pt  ngx_http_next_header_filter;
 
 static ngx_http_module_t  ngx_http_weir_filter_module_ctx = {
     NULL,                                  /* preconfiguration */
-    ngx_http_weir_charge_init,             /* postconfiguration */
+    ngx_http_weir_filter_init,             /* postconfiguration */
 
     NULL,                                  /* create main configuration */
     NULL,                                  /* init main configuration */
@@ -288,6 +288,7 @@ ngx_http_weir_policy(ngx_http_request_t *r, ngx_http_weir_loc_conf_t *wlcf,
     int                          wrc;
     u_char                      *buf;
     uint64_t                     now;
+    ngx_int_t                    rc;
     weir_request                 wr;
     ngx_http_weir_main_conf_t   *wmcf;
 
@@ -308,13 +309,28 @@ ngx_http_weir_policy(ngx_http_request_t *r, ngx_http_weir_loc_conf_t *wlcf,
         wrc = weir_engine_evaluate(st->engine, &wr, now, &st->verdict, buf,
                                    NGX_HTTP_WEIR_HEADER_BUF);
 
-        return ngx_http_weir_verdict(r, wlcf, st, wrc, buf);
+    } else {
+        wrc = weir_engine_evaluate_queued(st->engine, &wr, now, &st->verdict,
+                                          buf, NGX_HTTP_WEIR_HEADER_BUF);
     }
 
-    wrc = weir_engine_evaluate_queued(st->engine, &wr, now, &st->verdict, buf,
-                                      NGX_HTTP_WEIR_HEADER_BUF);
+    rc = ngx_http_weir_verdict(r, wlcf, st, wrc, buf);
 
-    return ngx_http_weir_verdict(r, wlcf, st, wrc, buf);
+    /* a queued request is woken when this worker gives permits back */
+
+    ngx_http_weir_queue_wait(r, st, rc == NGX_AGAIN
+                                    && st->verdict.action == WEIR_QUEUE);
+
+    /* its backend's time starts when it is let through (after its delay) */
+
+    if (wrc == WEIR_OK && st->verdict.action == WEIR_PASS) {
+        st->admitted = now;
+
+    } else if (wrc == WEIR_OK && st->verdict.action == WEIR_DELAY) {
+        st->admitted = now + st->verdict.wait_ns;
+    }
+
+    return rc;
 }
 
 
@@ -386,23 +402,24 @@ ngx_http_weir_charge_filter(ngx_http_request_t *r)
 }
 
 
-/* in policy mode (weir_policy): the header filter that charges */
+/*
+ * in policy mode (weir_policy): the header filter that charges; with any
+ * engine, the body filter that gives permits back (ngx_http_weir_release.c)
+ */
 
 static ngx_int_t
-ngx_http_weir_charge_init(ngx_conf_t *cf)
+ngx_http_weir_filter_init(ngx_conf_t *cf)
 {
     ngx_http_weir_main_conf_t  *wmcf;
 
     wmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_weir_module);
 
-    if (wmcf->pol.policy == NULL) {
-        return NGX_OK;
+    if (wmcf->pol.policy) {
+        ngx_http_next_header_filter = ngx_http_top_header_filter;
+        ngx_http_top_header_filter = ngx_http_weir_charge_filter;
     }
 
-    ngx_http_next_header_filter = ngx_http_top_header_filter;
-    ngx_http_top_header_filter = ngx_http_weir_charge_filter;
-
-    return NGX_OK;
+    return ngx_http_weir_release_init(cf);
 }
 
 

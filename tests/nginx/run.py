@@ -1368,6 +1368,7 @@ def main():
     import access_log
     import bans
     import big_policy
+    import capacity
     import charge_on_status
     import fail2ban
     import hosts
@@ -1432,6 +1433,7 @@ def main():
         ("charge-on-status-h2",
          lambda: charge_on_status.test_charge_on_status_h2(args.module)),
         ("long-requests", lambda: long_requests.test_long_requests(args.module)),
+        ("capacity", lambda: capacity.test_capacity(args.module, args.promcheck)),
         ("big-policy", lambda: big_policy.test_big_policy(args.module, args.weir)),
     ]
     if args.asan_module:
@@ -1452,6 +1454,8 @@ def main():
              lambda: access_log.test_access_log_redirects(args.asan_module, asan_env())),
             ("asan-incident",
              lambda: incident.test_incident(args.asan_module, args.weir, asan_env())),
+            ("asan-capacity",
+             lambda: capacity.test_capacity(args.asan_module, args.promcheck, asan_env())),
             ("asan-hosts",
              lambda: hosts.test_hosts(args.asan_module, args.hosts, args.promcheck, asan_env())),
         ]
