@@ -159,6 +159,7 @@ use weir::policy::{Action, Engine, Outcome};
 pub use body::WeirBody;
 use body::{PermitGuard, TicketGuard};
 pub use status::{status_response, StatusService};
+use verdict::log_ban;
 pub use verdict::Verdict;
 use view::View;
 
@@ -658,47 +659,4 @@ where
     }
     let resp = svc.call(req).await?;
     Ok(finish(resp, guard, fields, verdict))
-}
-
-/// Logs (`tracing`, at the limit's `log_level`) the ban `out` started: once per ban, with its
-/// key as the status names it.
-#[cold]
-fn log_ban(engine: &Engine, out: &Outcome) {
-    use weir::policy::config::LogLevel;
-    let (Some(limit), Some(ban)) = (out.limit, out.ban_started) else {
-        return;
-    };
-    let Some(l) = engine.policy().limits.get(usize::from(limit)) else {
-        return;
-    };
-    let key = ban
-        .entry
-        .and_then(|e| engine.listed_ban(usize::from(e), 0))
-        .filter(|(i, _)| *i == usize::from(limit))
-        .map_or_else(|| "?".to_owned(), |(_, b)| b.key);
-    let secs = l.ban.map_or(0, |b| b.duration_ns()).div_ceil(1_000_000_000);
-    let (name, key) = (l.name.as_str(), key.as_str());
-    match l.log_level {
-        LogLevel::Info | LogLevel::Notice => {
-            tracing::info!(
-                limit = name,
-                key,
-                "banning key {key:?} for {secs}s by weir limit {name:?}"
-            )
-        }
-        LogLevel::Warn => {
-            tracing::warn!(
-                limit = name,
-                key,
-                "banning key {key:?} for {secs}s by weir limit {name:?}"
-            )
-        }
-        LogLevel::Error => {
-            tracing::error!(
-                limit = name,
-                key,
-                "banning key {key:?} for {secs}s by weir limit {name:?}"
-            )
-        }
-    }
 }
