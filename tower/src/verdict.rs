@@ -9,7 +9,7 @@ use weir::policy::{Action, Engine, Outcome};
 use crate::view::View;
 use crate::Config;
 
-/// What the engine decided for a request (see [`WeirLayer::expose_verdict`]).
+/// What the engine decided for a request (see [`WeirLayer::expose_verdict`](crate::WeirLayer::expose_verdict)).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Verdict {
     /// The final action: after a queue wait, what the last evaluation said (or `Reject` when
