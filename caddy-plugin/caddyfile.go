@@ -48,6 +48,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	        match { <matchers> }
 //	        rate 10r/s [burst <n>]     # GCRA (burst may also be its own line)
 //	        max <n> [queue <n>] [timeout <duration>]   # concurrency
+//	        max auto [bounds <min> <max>] [queue <n>] [timeout <duration>]   # learned limit
 //	        status <code>
 //	        size <bytes>               # or 64k, 10m, 1g
 //	        log_level info|notice|warn|error
@@ -184,7 +185,25 @@ func (h *Handler) parseZone(d *caddyfile.Dispenser) error {
 		}
 		return nil
 	}
-	// Trailing "burst N" after rate, "queue N" / "timeout D" after max.
+	// "bounds MIN MAX": a learned limit's bounds.
+	boundsArg := func() error {
+		if err := once("bounds"); err != nil {
+			return err
+		}
+		z.Bounds = make([]int, 2)
+		for i := range z.Bounds {
+			if !d.NextArg() {
+				return d.ArgErr()
+			}
+			n, err := strconv.Atoi(d.Val())
+			if err != nil || n > maxJSONInt {
+				return d.Errf("weir: zone %s: invalid bounds %q: expected two whole numbers (bounds <min> <max>)", name, d.Val())
+			}
+			z.Bounds[i] = n
+		}
+		return nil
+	}
+	// Trailing "burst N" after rate, "bounds MIN MAX" / "queue N" / "timeout D" after max.
 	trailing := func(allowed ...string) error {
 		for d.NextArg() {
 			kw := d.Val()
@@ -203,6 +222,8 @@ func (h *Handler) parseZone(d *caddyfile.Dispenser) error {
 				err = intArg("queue", &z.Queue)
 			case "timeout":
 				err = durArg("timeout", &z.Timeout)
+			case "bounds":
+				err = boundsArg()
 			}
 			if err != nil {
 				return err
@@ -247,9 +268,21 @@ func (h *Handler) parseZone(d *caddyfile.Dispenser) error {
 		case "burst":
 			err = intArg("burst", &z.Burst)
 		case "max":
+			if d.NextArg() {
+				if d.Val() == "auto" {
+					if err = once("max"); err == nil {
+						z.MaxAuto = true
+						err = trailing("bounds", "queue", "timeout")
+					}
+					break
+				}
+				d.Prev()
+			}
 			if err = intArg("max", &z.Max); err == nil {
 				err = trailing("queue", "timeout")
 			}
+		case "bounds":
+			err = boundsArg()
 		case "queue":
 			err = intArg("queue", &z.Queue)
 		case "timeout":

@@ -441,6 +441,16 @@ func (e *engine) renderKey(r *reqView, limit int) string {
 func (e *engine) abandon(v *verdict, now uint64) { C.weir_engine_abandon(e.p, &v.v, C.uint64_t(now)) }
 func (e *engine) release(v *verdict, now uint64) { C.weir_engine_release(e.p, &v.v, C.uint64_t(now)) }
 
+// releaseSampled gives v's permits back with the backend's time for the request (latency, 0:
+// unknown) and the response status (0: none): it teaches learned limits (max = "auto") and
+// feeds the latency figures of the concurrency limits held.
+func (e *engine) releaseSampled(v *verdict, latency time.Duration, status int, now uint64) {
+	if status < 0 || status > 999 {
+		status = 0
+	}
+	C.weir_engine_release_sampled(e.p, &v.v, C.uint64_t(max(latency, 0)), C.uint16_t(status), C.uint64_t(now))
+}
+
 // charge charges v's deferred charges for a response of status (0: none; charges nothing).
 func (e *engine) charge(v *verdict, status int, now uint64) {
 	if status < 0 || status > 999 {

@@ -1,19 +1,24 @@
 package weir
 
-// Deferred charges (charge_on_status limits): the response status they are charged with.
+// What a request gives back after its response: deferred charges (charge_on_status limits),
+// charged with the response status, and concurrency permits, released with the backend's
+// time for the request and the status.
 
 import (
 	"errors"
 	"io"
 	"net/http"
+	"time"
 
+	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 )
 
-// charging reports whether the request holds deferred charges (its response status counts).
-func (rs *reqState) charging() bool {
+// holding reports whether the request holds permits or deferred charges (its response status
+// and backend time count).
+func (rs *reqState) holding() bool {
 	for _, v := range rs.held {
-		if v != nil && v.holdsCharges() {
+		if v != nil {
 			return true
 		}
 	}
@@ -47,11 +52,27 @@ func (w *statusWriter) ReadFrom(r io.Reader) (int64, error) {
 	return w.ResponseWriterWrapper.ReadFrom(r)
 }
 
-// serveCharged serves the request through next, recording its response status in rs for the
-// deferred charges: the status written, or for an error the status Caddy answers it with.
-func (rs *reqState) serveCharged(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+// upstreamLatency is reverse_proxy's placeholder for the time its upstream took to answer
+// (until the response header, the last try's). Its `upstream.duration` would include the
+// time the client took to read the body.
+const upstreamLatency = "http.reverse_proxy.upstream.latency"
+
+// serveHeld serves the request through next, recording in rs what its permits and charges go
+// back with: the response status (the status written, or for an error the status Caddy
+// answers it with) and the backend's time, reverse_proxy's upstream latency when it proxied,
+// else the time next took.
+func (rs *reqState) serveHeld(w http.ResponseWriter, r *http.Request, repl *caddy.Replacer, next caddyhttp.Handler) error {
 	rs.sw = statusWriter{ResponseWriterWrapper: caddyhttp.ResponseWriterWrapper{ResponseWriter: w}}
+	start := time.Now()
 	err := next.ServeHTTP(&rs.sw, r)
+	rs.latency = time.Since(start)
+	if repl != nil {
+		if d, ok := repl.Get(upstreamLatency); ok {
+			if d, ok := d.(time.Duration); ok && d > 0 {
+				rs.latency = d
+			}
+		}
+	}
 	if err != nil && rs.sw.status == 0 {
 		var he caddyhttp.HandlerError
 		if errors.As(err, &he) && he.StatusCode != 0 {

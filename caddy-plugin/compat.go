@@ -149,10 +149,11 @@ func tomlString(s string) string {
 	return string(b)
 }
 
-// clusterPolicy is the policy text of a distributed handler's zones: one zone and one
+// zonesPolicy is the policy text of inline zones, for what the C ABI's declarations lack (a
+// distributed handler's cluster scope, learned concurrency limits): one zone and one
 // host-selected limit (`class = "@host"`) each, limit i being zones[i], as newZonesEngine
-// declares them through the C ABI (which has no cluster scope).
-func clusterPolicy(zones []*inlineZone) string {
+// declares them through the C ABI.
+func zonesPolicy(zones []*inlineZone) string {
 	var b strings.Builder
 	for _, z := range zones {
 		p := &z.params
@@ -168,7 +169,11 @@ func clusterPolicy(zones []*inlineZone) string {
 			unit := map[uint64]string{1e9: "s", 60e9: "m", 3600e9: "h", 86400e9: "d"}[p.periodNS]
 			fmt.Fprintf(&b, "algorithm = \"gcra\"\nrate = \"%dr/%s\"\n", p.count, unit)
 		default:
-			fmt.Fprintf(&b, "algorithm = \"concurrency\"\nmax = %d\n", p.max)
+			if p.auto {
+				fmt.Fprintf(&b, "algorithm = \"concurrency\"\nmax = \"auto\"\nbounds = [%d, %d]\n", p.bounds[0], p.bounds[1])
+			} else {
+				fmt.Fprintf(&b, "algorithm = \"concurrency\"\nmax = %d\n", p.max)
+			}
 		}
 		b.WriteString(p.cluster)
 	}
@@ -210,7 +215,7 @@ func newClusterZonesState(zones []*inlineZone, d *Distributed, logger *zap.Logge
 	// Zones are pooled per Redis deployment (named by a hash: the URLs may hold a password).
 	sum := sha256.Sum256([]byte(strings.Join(append([]string{d.Redis}, d.RedisNodes...), "\x00")))
 	owner := "distributed zones " + hex.EncodeToString(sum[:8])
-	eng, held, err := newPolicyEngine([]byte(clusterPolicy(zones)), "distributed zones", owner, false, logger)
+	eng, held, err := newPolicyEngine([]byte(zonesPolicy(zones)), "distributed zones", owner, false, logger)
 	if err != nil {
 		return nil, fmt.Errorf("distributed (redis %s): %v", d.Redis, err)
 	}

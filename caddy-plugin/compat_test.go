@@ -79,7 +79,7 @@ func TestClusterPolicy(t *testing.T) {
 		}
 		zones = append(zones, &inlineZone{name: c.name, params: d.clusterParams(p)})
 	}
-	text := clusterPolicy(zones)
+	text := zonesPolicy(zones)
 	for _, want := range []string{
 		"[zones.\"api\"]\nsize = 1048576\nalgorithm = \"sliding\"\nevents = 100\nwindow = \"4000ms\"\nscope = \"cluster\"\n" +
 			"redis = \"redis://127.0.0.1:6379/0\"\npassword = \"p\\\"w\"\nsync_interval = \"1000ms\"\nexpected_nodes = 2\n",
@@ -117,7 +117,7 @@ func TestDistributedTopologies(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return clusterPolicy([]*inlineZone{{name: "z", params: d.clusterParams(p)}})
+		return zonesPolicy([]*inlineZone{{name: "z", params: d.clusterParams(p)}})
 	}
 	text := policyOf(d)
 	want := "redis = [\"redis://10.0.0.1:7000\", \"redis://10.0.0.2:7000\"]\nredis_mode = \"cluster\"\n"

@@ -34,6 +34,8 @@ type zoneParams struct {
 	burst     uint64
 	delay     int64 // gcra: -1 nodelay
 	max       uint64
+	auto      bool      // concurrency: max learned from latency, within bounds
+	bounds    [2]uint64 // with auto: min, max
 	queue     uint64
 	timeoutNS uint64
 	status    int
@@ -47,12 +49,29 @@ type zoneParams struct {
 // zones[i]), and makes their engine over pooled regions (attachPooled: a zone whose layout is
 // unchanged keeps its table across reloads; the counters live in the engine).
 func newZonesEngine(zones []*inlineZone, logger *zap.Logger) (*engine, *engineRegions, error) {
-	pol, err := buildZones(zones)
+	build := buildZones
+	if learned(zones) {
+		// Learned limits are policy syntax only: the same zones and limits as policy text.
+		build = func(zones []*inlineZone) (*C.weir_policy, error) {
+			return parsePolicy([]byte(zonesPolicy(zones)), "inline zones")
+		}
+	}
+	pol, err := build(zones)
 	if err != nil {
 		return nil, nil, err
 	}
 	defer C.weir_policy_free(pol)
 	return attachPooled(pol, "inline zones", false, logger)
+}
+
+// learned reports whether a zone's limit is learned (max auto).
+func learned(zones []*inlineZone) bool {
+	for _, z := range zones {
+		if z.params.auto {
+			return true
+		}
+	}
+	return false
 }
 
 // buildZones declares each zone as a host-limits zone with one limit (limit i is zones[i])

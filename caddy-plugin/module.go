@@ -32,7 +32,7 @@ type Handler struct {
 
 	// Inline zones, keyed by name. The same JSON shape as caddy-ratelimit's
 	// `rate_limits` (match, key, max_events, window), plus ipv4_prefix/ipv6_prefix, GCRA
-	// (rate, burst) and concurrency (max, queue, timeout) zones.
+	// (rate, burst) and concurrency (max or max_auto + bounds, queue, timeout) zones.
 	RateLimits map[string]*Zone `json:"rate_limits,omitempty"`
 
 	// Log the (expanded) key of rejected requests. Off by default: keys may be personal data.
@@ -68,7 +68,7 @@ type Handler struct {
 }
 
 // Zone is one inline zone. Exactly one algorithm's parameters must be given:
-// sliding (max_events + window), gcra (rate [+ burst]) or concurrency (max [+ queue, timeout]).
+// sliding (max_events + window), gcra (rate [+ burst]) or concurrency (max, or max_auto [+ bounds]; [+ queue, timeout]).
 type Zone struct {
 	// Which requests the zone concerns (Caddy matchers; any set matches). Default: all.
 	MatcherSetsRaw caddyhttp.RawMatcherSets `json:"match,omitempty" caddy:"namespace=http.matchers"`
@@ -88,6 +88,10 @@ type Zone struct {
 	Max     int            `json:"max,omitempty"`
 	Queue   int            `json:"queue,omitempty"`
 	Timeout caddy.Duration `json:"timeout,omitempty"`
+	// Concurrency, instead of max: the limit is learned from the backend's latency (the
+	// policy's max = "auto"), within bounds [min, max] (default [1, 1000]).
+	MaxAuto bool  `json:"max_auto,omitempty"`
+	Bounds  []int `json:"bounds,omitempty"`
 	// Status for rejections (default 429).
 	Status int `json:"status,omitempty"`
 	// Table size in bytes (default 1 MiB; the table holds a fixed number of keys and evicts
@@ -142,7 +146,7 @@ func zoneParamsOf(name string, z *Zone) (zoneParams, error) {
 	p.logLevel = engineLogLevel(cmp.Or(z.LogLevel, "info"))
 	sliding := z.MaxEvents != 0 || z.Window != 0
 	gcra := z.Rate != "" || z.Burst != 0
-	conc := z.Max != 0 || z.Queue != 0 || z.Timeout != 0
+	conc := z.Max != 0 || z.MaxAuto || len(z.Bounds) > 0 || z.Queue != 0 || z.Timeout != 0
 	n := 0
 	for _, b := range []bool{sliding, gcra, conc} {
 		if b {
@@ -150,7 +154,7 @@ func zoneParamsOf(name string, z *Zone) (zoneParams, error) {
 		}
 	}
 	if n != 1 {
-		return p, fmt.Errorf("zone %s: give exactly one of: events + window (sliding), rate [+ burst] (gcra), max [+ queue, timeout] (concurrency)", name)
+		return p, fmt.Errorf("zone %s: give exactly one of: events + window (sliding), rate [+ burst] (gcra), max or max auto [+ queue, timeout] (concurrency)", name)
 	}
 	if z.IPv4Prefix < 0 || z.IPv4Prefix > 32 {
 		return p, fmt.Errorf("zone %s: ipv4_prefix must be 0-32, got %d", name, z.IPv4Prefix)
@@ -207,8 +211,11 @@ func zoneParamsOf(name string, z *Zone) (zoneParams, error) {
 		}
 		p.algorithm, p.count, p.periodNS, p.burst, p.delay = algGCRA, count, period, uint64(z.Burst), -1
 	default:
-		if z.Max <= 0 {
-			return p, fmt.Errorf("zone %s: a concurrency zone requires max >= 1", name)
+		if err := learnedParams(name, z, &p); err != nil {
+			return p, err
+		}
+		if z.Max <= 0 && !z.MaxAuto {
+			return p, fmt.Errorf("zone %s: a concurrency zone requires max >= 1 (or max auto)", name)
 		}
 		if z.Queue < 0 {
 			return p, fmt.Errorf("zone %s: queue must be >= 0", name)
@@ -216,9 +223,46 @@ func zoneParamsOf(name string, z *Zone) (zoneParams, error) {
 		if z.Timeout < 0 || (z.Timeout != 0 && z.Queue == 0) {
 			return p, fmt.Errorf("zone %s: timeout has no effect without queue", name)
 		}
-		p.algorithm, p.max, p.queue, p.timeoutNS = algConcurrency, uint64(z.Max), uint64(z.Queue), uint64(z.Timeout)
+		p.algorithm, p.queue, p.timeoutNS = algConcurrency, uint64(z.Queue), uint64(z.Timeout)
+		if !z.MaxAuto {
+			p.max = uint64(z.Max)
+		}
 	}
 	return p, nil
+}
+
+// Bounds of a learned limit: the policy's default, and the most either may be.
+const (
+	autoMin, autoMax = 1, 1000
+	autoBoundMost    = 65535
+)
+
+// learnedParams checks a concurrency zone's max auto and bounds into p.
+func learnedParams(name string, z *Zone, p *zoneParams) error {
+	switch {
+	case z.MaxAuto && z.Max != 0:
+		return fmt.Errorf("zone %s: give max <n> or max auto, not both", name)
+	case !z.MaxAuto && len(z.Bounds) > 0:
+		return fmt.Errorf("zone %s: bounds applies only to max auto", name)
+	case !z.MaxAuto:
+		return nil
+	}
+	p.auto, p.bounds = true, [2]uint64{autoMin, autoMax}
+	if len(z.Bounds) == 0 {
+		return nil
+	}
+	if len(z.Bounds) != 2 {
+		return fmt.Errorf("zone %s: bounds is two numbers, min and max (like 2 400)", name)
+	}
+	lo, hi := z.Bounds[0], z.Bounds[1]
+	if lo < 1 || hi < 1 || lo > autoBoundMost || hi > autoBoundMost {
+		return fmt.Errorf("zone %s: bounds must be 1-%d, got %d %d", name, autoBoundMost, lo, hi)
+	}
+	if lo > hi {
+		return fmt.Errorf("zone %s: bounds out of order: min %d is above max %d", name, lo, hi)
+	}
+	p.bounds = [2]uint64{uint64(lo), uint64(hi)}
+	return nil
 }
 
 // engineName is the name a zone has in the engine: its own when the policy's names allow it

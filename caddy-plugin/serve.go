@@ -1,6 +1,7 @@
 package weir
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"net"
@@ -61,11 +62,13 @@ type reqState struct {
 	v      [nEngines]verdict
 	held   [nEngines]*verdict // a verdict holding permits or charges to give back, by engine
 	heldBy [nEngines]*engineState
-	// the response's status, recorded for deferred charges (0: none written)
-	sw     statusWriter
-	sel    []uint16
-	vars   []byte
-	selBuf [maxZones]uint16
+	// the response's status, recorded for deferred charges and samples (0: none written)
+	sw statusWriter
+	// the backend's time for the request (0: unknown), given back with the permits
+	latency time.Duration
+	sel     []uint16
+	vars    []byte
+	selBuf  [maxZones]uint16
 }
 
 var reqStates = sync.Pool{New: func() any {
@@ -77,21 +80,29 @@ var reqStates = sync.Pool{New: func() any {
 func (rs *reqState) reset() {
 	rs.held, rs.heldBy = [nEngines]*verdict{}, [nEngines]*engineState{}
 	rs.sw = statusWriter{}
+	rs.latency = 0
 	rs.sel = rs.selBuf[:0]
 	rs.vars = rs.vars[:0]
 }
 
 // releaseHeld charges v's deferred charges for a response of status, then gives v's permits
-// back, to s's engine (unless the engine is gone).
-func releaseHeld(s *engineState, v *verdict, status int, now uint64) {
+// back with the backend's time (latency, 0: unknown) and the status, to s's engine (unless
+// the engine is gone), and wakes the requests waiting for them.
+func releaseHeld(s *engineState, v *verdict, status int, latency time.Duration, now uint64) {
+	permits := v.holdsPermits()
 	s.mu.RLock()
 	if s.eng != nil {
 		if v.holdsCharges() {
 			s.eng.charge(v, status, now)
 		}
-		s.eng.release(v, now)
+		if permits {
+			s.eng.releaseSampled(v, latency, status, now)
+		}
 	}
 	s.mu.RUnlock()
+	if permits {
+		s.waiters.released()
+	}
 }
 
 // detach hands the request's permits over as functions (test harness: held across steps);
@@ -101,7 +112,7 @@ func (rs *reqState) detach() []func(status int, now uint64) {
 	for i, v := range rs.held {
 		if v != nil {
 			s := rs.heldBy[i]
-			out = append(out, func(status int, now uint64) { releaseHeld(s, v, status, now) })
+			out = append(out, func(status int, now uint64) { releaseHeld(s, v, status, 0, now) })
 		}
 	}
 	rs.reset()
@@ -113,7 +124,7 @@ func (rs *reqState) detach() []func(status int, now uint64) {
 func (h *Handler) done(rs *reqState) {
 	for i := nEngines - 1; i >= 0; i-- {
 		if v := rs.held[i]; v != nil {
-			releaseHeld(rs.heldBy[i], v, rs.sw.status, nowNS())
+			releaseHeld(rs.heldBy[i], v, rs.sw.status, rs.latency, nowNS())
 		}
 	}
 	rs.reset()
@@ -152,8 +163,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		// Test harness: keep the permits until an explicit release step.
 		testHold(env.test, rs.detach())
 	}
-	if rs.charging() {
-		return rs.serveCharged(w, r, next)
+	if rs.holding() {
+		return rs.serveHeld(w, r, repl, next)
 	}
 	return next.ServeHTTP(w, r)
 }
@@ -480,12 +491,19 @@ func (h *Handler) passHeaders(w http.ResponseWriter, v *verdict) {
 	}
 }
 
-// waitQueued asks engine s again with the queue ticket, as often as the engine says, until a
-// slot is free (true), the engine rejects — the limit's timeout has passed, among others —
-// (false), or the client leaves (error).
+// waitQueued asks engine s again with the queue ticket, as soon as a request of s gives its
+// permits back and otherwise as often as the engine says, until a slot is free (true), the
+// engine rejects — the limit's timeout has passed, among others — (false), or the client
+// leaves (error).
 func (h *Handler) waitQueued(s *engineState, rv *reqView, v *verdict, r *http.Request) (bool, error) {
+	s.waiters.enter()
+	defer s.waiters.leave()
+	// The first time, ask again at once: a release since the first evaluation found no
+	// waiter to wake.
+	var wait time.Duration
+	var woken <-chan struct{}
 	for {
-		if !sleepCtx(r.Context(), time.Duration(v.waitNS())) {
+		if wait > 0 && !napQueued(r.Context(), wait, woken) {
 			s.mu.RLock()
 			if s.eng != nil {
 				s.eng.abandon(v, nowNS())
@@ -493,6 +511,7 @@ func (h *Handler) waitQueued(s *engineState, rv *reqView, v *verdict, r *http.Re
 			s.mu.RUnlock()
 			return false, caddyhttp.Error(499, r.Context().Err())
 		}
+		woken = s.waiters.wakeup()
 		s.mu.RLock()
 		if s.eng == nil {
 			s.mu.RUnlock()
@@ -506,11 +525,33 @@ func (h *Handler) waitQueued(s *engineState, rv *reqView, v *verdict, r *http.Re
 		}
 		switch v.action() {
 		case actQueue:
+			wait = time.Duration(v.waitNS())
+			if pollEvery > 0 {
+				wait = pollEvery
+			}
 			continue
 		case actReject:
 			return false, nil
 		default:
 			return true, nil
 		}
+	}
+}
+
+// pollEvery, when set (tests), replaces the engine's poll interval for queued requests: so
+// long that a waiter gets a freed slot only by being woken (the hand-over alone).
+var pollEvery time.Duration
+
+// napQueued waits d, or until woken is closed; false when ctx ended first.
+func napQueued(ctx context.Context, d time.Duration, woken <-chan struct{}) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-woken:
+		return true
+	case <-ctx.Done():
+		return false
 	}
 }

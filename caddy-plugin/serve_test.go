@@ -74,8 +74,10 @@ func TestPassAllocations(t *testing.T) {
 	// A key masked to its network (caddy-ratelimit's prefixes on another key than {client_ip}).
 	masked := &Handler{RateLimits: map[string]*Zone{"m": {Key: "{http.request.header.X-Ip}",
 		Rate: "1000000r/s", Burst: 100000, IPv4Prefix: 24, IPv6Prefix: 64}}}
+	// A concurrency zone: its permits go back with a latency sample and the status.
+	conc := &Handler{RateLimits: map[string]*Zone{"c": {Key: "{http.request.header.X-Key}", Max: 100000}}}
 	for name, h := range map[string]*Handler{"log zone": logZoneHandler(), "gcra zone": gcraZoneHandler(),
-		"masked key zone": masked, "policy": policyHandler(t)} {
+		"masked key zone": masked, "concurrency zone": conc, "policy": policyHandler(t)} {
 		t.Run(name, func(t *testing.T) {
 			defer provisioned(t, h)()
 			got := testing.AllocsPerRun(200, func() {

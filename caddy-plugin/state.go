@@ -28,6 +28,8 @@ type engineState struct {
 	logLevels []zapcore.Level
 	// renew keeps the engine's permits counted while their requests run (renew.go).
 	renew *renewer
+	// waiters are the requests waiting in its queues, woken when permits go back (handover.go).
+	waiters waiters
 }
 
 // newEngineState wraps eng, attached to the regions held; names are its limits' names as

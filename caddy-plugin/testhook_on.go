@@ -119,7 +119,7 @@ func testIntercept(h *Handler, w http.ResponseWriter, r *http.Request, env *reqE
 			w.WriteHeader(v.status())
 		default:
 			put(ctl.step, &held{release: []func(int, uint64){func(status int, now uint64) {
-				releaseHeld(s, v, status, now)
+				releaseHeld(s, v, status, 0, now)
 			}}})
 			testReport(w, env, "pass", "", v)
 			w.WriteHeader(http.StatusOK)

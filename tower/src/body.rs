@@ -8,18 +8,23 @@ use std::task::{ready, Context, Poll};
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
-use weir::policy::engine::{Charges, Outcome, Permits, QueueTicket};
+use weir::policy::engine::{Charges, Outcome, Permits, QueueTicket, Sample};
 
 use crate::Config;
 
 /// What an admitted request holds until its response: its concurrency permits, released when
-/// dropped, and its deferred charges (`charge_on_status`), charged with the response status
-/// by [`PermitGuard::charge`] — or, when no response came (an inner-service error, a dropped
+/// dropped (with the backend's time, once the inner service answered), and its deferred
+/// charges (`charge_on_status`), charged with the response status by
+/// [`PermitGuard::answered`] — or, when no response came (an inner-service error, a dropped
 /// future), handed back on drop uncharged.
 pub(crate) struct PermitGuard {
     cfg: Arc<Config>,
     permits: Permits,
     charges: Charges,
+    /// When the inner service was called, on the layer's clock.
+    called_ns: u64,
+    /// The inner service's time and status, given back with the permits.
+    sample: Option<Sample>,
 }
 
 impl PermitGuard {
@@ -31,19 +36,35 @@ impl PermitGuard {
             cfg: cfg.clone(),
             permits: std::mem::take(&mut out.permits),
             charges: std::mem::take(&mut out.charges),
+            called_ns: 0,
+            sample: None,
         })
     }
 
-    /// Charges the deferred charges for a response of `status` (before any permit goes back);
-    /// the guard, if it still holds permits.
-    pub(crate) fn charge(mut self, status: u16) -> Option<PermitGuard> {
+    /// The inner service is being called: the backend's time starts now.
+    pub(crate) fn calling(&mut self) {
+        if !self.permits.is_empty() {
+            self.called_ns = self.cfg.clock.now_ns();
+        }
+    }
+
+    /// The inner service answered `status`: charges the deferred charges (before any permit
+    /// goes back) and keeps the inner service's time for the release; the guard, if it still
+    /// holds permits.
+    pub(crate) fn answered(mut self, status: u16) -> Option<PermitGuard> {
+        let now = self.cfg.clock.now_ns();
         if !self.charges.is_empty() {
             let charges = std::mem::take(&mut self.charges);
-            self.cfg
-                .engine
-                .charge_response(charges, status, self.cfg.clock.now_ns());
+            self.cfg.engine.charge_response(charges, status, now);
         }
-        (!self.permits.is_empty()).then_some(self)
+        if self.permits.is_empty() {
+            return None;
+        }
+        self.sample = Some(Sample {
+            latency_ns: now.saturating_sub(self.called_ns),
+            status,
+        });
+        Some(self)
     }
 }
 
@@ -59,7 +80,8 @@ impl Drop for PermitGuard {
         if !self.permits.is_empty() {
             self.cfg
                 .engine
-                .release(std::mem::take(&mut self.permits), now);
+                .release_sampled(std::mem::take(&mut self.permits), self.sample, now);
+            self.cfg.waiters.released();
         }
     }
 }

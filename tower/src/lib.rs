@@ -8,7 +8,7 @@
 //! | pass (or exempt, or no limit matched) | calls the inner service |
 //! | delay | sleeps the outcome's wait (tokio timer), then calls the inner service |
 //! | reject | answers the limit's status (default 429) with `Retry-After` (and the `RateLimit` fields when the policy enables them), a short text body, without calling the inner service |
-//! | queue | waits for a concurrency slot: asks the engine again when it says (every 10 ms) until a slot is free — then passes — or the limit's `timeout` has passed — then the engine answers the limit's status; if the request's future is dropped meanwhile (client gone), its place in the queue is given back |
+//! | queue | waits for a concurrency slot: asks the engine again as soon as a request served through this layer gives its permits back, and otherwise when the engine says (every 10 ms), until a slot is free — then passes — or the limit's `timeout` has passed — then the engine answers the limit's status; if the request's future is dropped meanwhile (client gone), its place in the queue is given back |
 //! | bad target | answers 400 (a target nginx would refuse: `/../x`, `%zz`, …; or more values of one header the policy reads than the engine takes) |
 //! | a ban started (a limit's `ban`) | the rejection as above; logs `banning key "K" for Ns by weir limit "NAME"` once per ban (`tracing`, at the limit's `log_level`, with `limit` and `key` fields) |
 //! | no verdict (a panic inside weir or the clock, caught) | per the policy's `failure_mode`: `open` logs an error (`tracing`) and calls the inner service; `closed` logs it and answers 503 |
@@ -24,6 +24,22 @@
 //! byte. However long that is: permits are leases (a policy zone's `lease`, default 120 s),
 //! and the first request the layer serves starts a thread (`weir-renew`, no runtime needed)
 //! that renews the held ones every quarter lease until the layer and its services are dropped.
+//!
+//! **The backend's time.** The permits go back with a latency sample
+//! ([`Engine::release_sampled`]): the time the inner service's future took, from the call of
+//! the inner service until its response (the head) was ready, and the response status. That
+//! is the application's time to answer, not the client's time to read the body (which is
+//! why it differs from how long the permits are held). It teaches learned limits
+//! (`max = "auto"`: the limit follows the backend's latency) and feeds the latency figures of
+//! the JSON status (`limits[].capacity`) and of the `weir_concurrency_*` metrics. A queue
+//! wait or a delay served by the layer is not part of it. An inner-service error, or a
+//! future dropped before the response, gives the permits back without a sample.
+//!
+//! **Hand-over.** The engine keeps a freed slot for the requests waiting in the limit's
+//! queue (a new arrival queues behind them), and a waiter takes it when it asks again. When
+//! permits go back through a layer, every request waiting in that layer (and its clones) is
+//! woken at once and asks again, so the slot is taken right away; waiters behind other layers
+//! or in other processes sharing the zone find it at their next poll (10 ms at most).
 //!
 //! **Limits with `charge_on_status`** are charged when the inner service's response is produced,
 //! with its status (before the body's permits go back); an inner-service error, or a future
@@ -121,6 +137,7 @@ mod renew;
 mod status;
 mod verdict;
 mod view;
+mod wake;
 
 use std::future::Future;
 use std::net::IpAddr;
@@ -142,6 +159,7 @@ use weir::policy::{Action, Engine, Outcome};
 pub use body::WeirBody;
 use body::{PermitGuard, TicketGuard};
 pub use status::{status_response, StatusService};
+use verdict::log_ban;
 pub use verdict::Verdict;
 use view::View;
 
@@ -230,6 +248,8 @@ struct Config {
     expose_verdict: bool,
     /// Starts the permit renewer once, at the first request (renew.rs).
     renewer: Arc<std::sync::Once>,
+    /// Requests waiting in a queue, woken when permits go back (wake.rs).
+    waiters: Arc<wake::Waiters>,
 }
 
 /// Applies a weir policy to every request: see the [crate docs](crate).
@@ -248,6 +268,7 @@ impl WeirLayer {
                 fallback_peer: None,
                 expose_verdict: false,
                 renewer: Arc::new(std::sync::Once::new()),
+                waiters: Arc::default(),
             }),
         }
     }
@@ -393,7 +414,7 @@ fn finish<B>(
     fields: Option<Fields>,
     verdict: Option<Verdict>,
 ) -> Response<WeirBody<B>> {
-    let guard = guard.and_then(|g| g.charge(resp.status().as_u16()));
+    let guard = guard.and_then(|g| g.answered(resp.status().as_u16()));
     let mut resp = resp.map(|b| WeirBody::inner(b, guard));
     if let Some(fields) = fields {
         let h = resp.headers_mut();
@@ -525,12 +546,15 @@ where
         let state = match out.action {
             Action::Pass => {
                 let fields = wants_fields(engine, &out).then(|| fields(engine, &out));
-                let guard = PermitGuard::new(cfg, &mut out);
+                let mut guard = PermitGuard::new(cfg, &mut out);
                 let verdict = cfg.expose_verdict.then(|| {
                     let verdict = Verdict::of(cfg, &req, &out, None);
                     req.extensions_mut().insert(verdict.clone());
                     verdict
                 });
+                if let Some(g) = &mut guard {
+                    g.calling();
+                }
                 State::Inner {
                     fut: self.inner.call(req),
                     guard,
@@ -569,10 +593,21 @@ where
             cfg: cfg.clone(),
             ticket: out.ticket.take(),
         };
-        // The engine says when to ask again, and ends the wait at the limit's timeout.
+        // A release through this layer wakes the request (wake.rs); the wake-up is created
+        // before each evaluation, so that a release after it is not missed.
+        let waiters = &cfg.waiters;
+        let mut woken = std::pin::pin!(waiters.notified());
+        let _waiting = waiters.enter();
+        // The first time, ask again at once: a release since the first evaluation found no
+        // waiter to wake. Then the engine says when to ask again, and ends the wait at the
+        // limit's timeout.
+        let mut wait = Duration::ZERO;
         loop {
-            // Real time, whatever the clock: an injected clock may stand still meanwhile.
-            tokio::time::sleep(Duration::from_nanos(out.wait_ns)).await;
+            if !wait.is_zero() {
+                // Real time, whatever the clock: an injected clock may stand still meanwhile.
+                wake::nap(wait, woken.as_mut()).await;
+                woken.set(waiters.notified());
+            }
             let now = cfg.clock.now_ns();
             let Some(ticket) = place.ticket.take() else {
                 break;
@@ -593,6 +628,7 @@ where
                     if out.action != Action::Queue {
                         break;
                     }
+                    wait = Duration::from_nanos(out.wait_ns);
                 }
                 // The request was fine a moment ago; cannot happen, but answer as the engine does.
                 Some(Err(_)) => return Ok(bad_request(&cfg)),
@@ -607,7 +643,7 @@ where
             Verdict::of(&cfg, &req, &out, queued)
         }));
     }
-    let guard = PermitGuard::new(&cfg, &mut out);
+    let mut guard = PermitGuard::new(&cfg, &mut out);
     if out.action == Action::Delay && out.wait_ns > 0 {
         cfg.clock.sleep(Duration::from_nanos(out.wait_ns)).await;
     }
@@ -618,49 +654,9 @@ where
         verdict
     });
     std::future::poll_fn(|cx| svc.poll_ready(cx)).await?;
+    if let Some(g) = &mut guard {
+        g.calling();
+    }
     let resp = svc.call(req).await?;
     Ok(finish(resp, guard, fields, verdict))
-}
-
-/// Logs (`tracing`, at the limit's `log_level`) the ban `out` started: once per ban, with its
-/// key as the status names it.
-#[cold]
-fn log_ban(engine: &Engine, out: &Outcome) {
-    use weir::policy::config::LogLevel;
-    let (Some(limit), Some(ban)) = (out.limit, out.ban_started) else {
-        return;
-    };
-    let Some(l) = engine.policy().limits.get(usize::from(limit)) else {
-        return;
-    };
-    let key = ban
-        .entry
-        .and_then(|e| engine.listed_ban(usize::from(e), 0))
-        .filter(|(i, _)| *i == usize::from(limit))
-        .map_or_else(|| "?".to_owned(), |(_, b)| b.key);
-    let secs = l.ban.map_or(0, |b| b.duration_ns()).div_ceil(1_000_000_000);
-    let (name, key) = (l.name.as_str(), key.as_str());
-    match l.log_level {
-        LogLevel::Info | LogLevel::Notice => {
-            tracing::info!(
-                limit = name,
-                key,
-                "banning key {key:?} for {secs}s by weir limit {name:?}"
-            )
-        }
-        LogLevel::Warn => {
-            tracing::warn!(
-                limit = name,
-                key,
-                "banning key {key:?} for {secs}s by weir limit {name:?}"
-            )
-        }
-        LogLevel::Error => {
-            tracing::error!(
-                limit = name,
-                key,
-                "banning key {key:?} for {secs}s by weir limit {name:?}"
-            )
-        }
-    }
 }

@@ -1,14 +1,15 @@
 //! What the layer tells the application about each request's decision
-//! ([`crate::WeirLayer::expose_verdict`]), access-log fields included.
+//! ([`crate::WeirLayer::expose_verdict`]), access-log fields included, and the log line of a
+//! ban a request started.
 
 use http::Request;
 use weir::policy::engine::LogAction;
-use weir::policy::{Action, Outcome};
+use weir::policy::{Action, Engine, Outcome};
 
 use crate::view::View;
 use crate::Config;
 
-/// What the engine decided for a request (see [`WeirLayer::expose_verdict`]).
+/// What the engine decided for a request (see [`WeirLayer::expose_verdict`](crate::WeirLayer::expose_verdict)).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Verdict {
     /// The final action: after a queue wait, what the last evaluation said (or `Reject` when
@@ -95,6 +96,49 @@ impl Verdict {
             log_action: LogAction::Reject,
             log_limit: None,
             key: None,
+        }
+    }
+}
+
+/// Logs (`tracing`, at the limit's `log_level`) the ban `out` started: once per ban, with its
+/// key as the status names it.
+#[cold]
+pub(crate) fn log_ban(engine: &Engine, out: &Outcome) {
+    use weir::policy::config::LogLevel;
+    let (Some(limit), Some(ban)) = (out.limit, out.ban_started) else {
+        return;
+    };
+    let Some(l) = engine.policy().limits.get(usize::from(limit)) else {
+        return;
+    };
+    let key = ban
+        .entry
+        .and_then(|e| engine.listed_ban(usize::from(e), 0))
+        .filter(|(i, _)| *i == usize::from(limit))
+        .map_or_else(|| "?".to_owned(), |(_, b)| b.key);
+    let secs = l.ban.map_or(0, |b| b.duration_ns()).div_ceil(1_000_000_000);
+    let (name, key) = (l.name.as_str(), key.as_str());
+    match l.log_level {
+        LogLevel::Info | LogLevel::Notice => {
+            tracing::info!(
+                limit = name,
+                key,
+                "banning key {key:?} for {secs}s by weir limit {name:?}"
+            )
+        }
+        LogLevel::Warn => {
+            tracing::warn!(
+                limit = name,
+                key,
+                "banning key {key:?} for {secs}s by weir limit {name:?}"
+            )
+        }
+        LogLevel::Error => {
+            tracing::error!(
+                limit = name,
+                key,
+                "banning key {key:?} for {secs}s by weir limit {name:?}"
+            )
         }
     }
 }
