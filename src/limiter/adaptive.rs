@@ -12,7 +12,8 @@
 //! - a window in which fewer than half the slots were in use is unloaded: `b` moves a quarter
 //!   of the way to its mean (up or down);
 //! - a busy window can only lower `b` (a mean below it);
-//! - when the limit has been cut by a quarter [`RELEARN_STREAK`] windows in a row and the last cut did not
+//! - when the limit, holding requests back, has been cut by a quarter [`RELEARN_STREAK`]
+//!   windows in a row and the last cut did not
 //!   bring latency down (a queue drains when the limit falls; a slower backend does not),
 //!   the latency is the backend's new normal: `b` becomes the window's mean.
 //!
@@ -23,9 +24,10 @@
 //! samples changes only `b`.
 //!
 //! Words (state 0 = nothing recorded, as for every limiter):
-//! - sample: `start:12 | busy:1 | count:10 | sum:41` — the window's start in 16.384 ms
-//!   units (mod 2¹²), whether it saw half the slots in use, and its samples' count and sum
-//!   in [`TICK_NS`] units;
+//! - sample: `start:10 | count:9 | busy:1 | full:1 | min:8 | sum:35` — the window's start
+//!   in 16.777 ms units (mod 2¹⁰), its samples' count, whether it saw half and whether it saw
+//!   all of the slots in use, its shortest sample (8-bit float) and its samples' sum in
+//!   [`TICK_NS`] units;
 //! - control: `limit·16:24 | b:21 | streak:3 | seen:8 | last:8` — the limit in sixteenths,
 //!   the no-load latency in ticks, the falling streak, when a window last closed (134 ms
 //!   units, mod 2⁸) and the last window's mean (a float of 5 exponent and 3 mantissa bits).
@@ -133,27 +135,36 @@ fn unsqueeze(s: u64) -> u64 {
 struct Window {
     start: u64,
     busy: bool,
+    /// Every slot was in use at some release: the limit was what held requests back.
+    full: bool,
     count: u64,
+    /// The shortest sample, [`squeeze`]d.
+    min: u64,
     sum: u64,
 }
 
-const SUM_MAX: u64 = (1 << 41) - 1;
-const COUNT_MAX: u64 = (1 << 10) - 1;
+const SUM_MAX: u64 = (1 << 35) - 1;
+const COUNT_MAX: u64 = (1 << 9) - 1;
+const START_MASK: u64 = (1 << 10) - 1;
 
 impl Window {
     fn read(s: u64) -> Window {
         Window {
             sum: s & SUM_MAX,
-            count: (s >> 41) & COUNT_MAX,
-            busy: (s >> 51) & 1 == 1,
-            start: s >> 52,
+            min: (s >> 35) & 0xFF,
+            full: (s >> 43) & 1 == 1,
+            busy: (s >> 44) & 1 == 1,
+            count: (s >> 45) & COUNT_MAX,
+            start: s >> 54,
         }
     }
     fn write(self) -> u64 {
         self.sum.min(SUM_MAX)
-            | self.count.min(COUNT_MAX) << 41
-            | u64::from(self.busy) << 51
-            | (self.start & 0xFFF) << 52
+            | self.min.min(0xFF) << 35
+            | u64::from(self.full) << 43
+            | u64::from(self.busy) << 44
+            | self.count.min(COUNT_MAX) << 45
+            | (self.start & START_MASK) << 54
     }
 }
 
@@ -197,8 +208,18 @@ impl Adaptive {
         Control::read(control).base * TICK_NS
     }
 
+    /// How long a window lasts at least under a control word: [`WINDOW_MIN_NS`], and twice the
+    /// no-load latency or the last window's mean, whichever is longer (so that a window's
+    /// answers were mostly admitted under the limit it judges, even while they queue).
+    pub fn span_ns(&self, control: u64) -> u64 {
+        let c = Control::read(control);
+        let longest = c.base.max(unsqueeze(c.last)) * TICK_NS;
+        WINDOW_MIN_NS.max(longest.saturating_mul(2))
+    }
+
     /// Adds a sample of `latency_ns` at `now`, seen with `in_flight` requests holding permits
-    /// (before this one gave its own back) under limit `limit`. Returns the new sample word and,
+    /// (before this one gave its own back) under limit `limit`, in windows of at least
+    /// `span_ns` ([`Adaptive::span_ns`]). Returns the new sample word and,
     /// when this sample closes the window, the closed window's state to pass to
     /// [`Adaptive::close`] (the caller's compare-exchange decides which sample closed it).
     #[inline]
@@ -209,28 +230,32 @@ impl Adaptive {
         latency_ns: u64,
         in_flight: u64,
         limit: u64,
-        noload_ns: u64,
+        span_ns: u64,
     ) -> (u64, Option<u64>) {
         let t = ticks(latency_ns);
         let busy = in_flight.saturating_mul(2) >= limit;
+        let full = in_flight >= limit;
         let c = coarse(now);
         let mut w = Window::read(state);
         if w.count == 0 {
             w = Window {
                 start: c,
                 busy,
+                full,
                 count: 1,
+                min: squeeze(t),
                 sum: t,
             };
             return (w.write(), None);
         }
         w.busy |= busy;
+        w.full |= full;
+        w.min = w.min.min(squeeze(t));
         w.count += 1;
         w.sum += t;
-        let age = ((c.wrapping_sub(w.start)) & 0xFFF) << COARSE_SHIFT;
-        let span = WINDOW_MIN_NS.max(noload_ns.saturating_mul(2));
-        let full = w.count >= MIN_SAMPLES && age >= span;
-        if full || age >= WINDOW_MAX_NS || w.count >= COUNT_MAX {
+        let age = ((c.wrapping_sub(w.start)) & START_MASK) << COARSE_SHIFT;
+        let ripe = w.count >= MIN_SAMPLES && age >= span_ns;
+        if ripe || age >= WINDOW_MAX_NS || w.count >= COUNT_MAX {
             return (0, Some(w.write()));
         }
         (w.write(), None)
@@ -249,7 +274,9 @@ impl Adaptive {
         let last = unsqueeze(c.last);
         c.last = squeeze(mean);
         if c.base == 0 {
-            c.base = mean;
+            // The first window: its shortest answer, the one least likely to have queued (a
+            // queue already standing at the start would make its mean a queued latency).
+            c.base = unsqueeze(w.min).max(1);
         } else if !w.busy {
             // Unloaded: the mean is the no-load latency; follow it a quarter of the way.
             c.base = if mean > c.base {
@@ -264,12 +291,13 @@ impl Adaptive {
         if enough && w.busy {
             if mean * 100 > c.base * TOLERANCE_PCT {
                 let pct = c.base * TOLERANCE_PCT / mean;
-                // Only the steepest cuts count towards a streak.
-                c.streak = if pct < MIN_GRADIENT_PCT {
-                    c.streak + 1
-                } else {
-                    0
-                };
+                // Only the steepest cuts of a limit that was holding requests back count
+                // towards a streak (a cut above the requests in flight changes nothing).
+                if pct >= MIN_GRADIENT_PCT {
+                    c.streak = 0;
+                } else if w.full {
+                    c.streak += 1;
+                }
                 if c.streak >= RELEARN_STREAK && mean * 10 >= last * 9 {
                     // Cut hard for a while and latency stayed: a slower backend. (Taken
                     // wrongly in a deep queue, the next busy windows lower it again.)
@@ -327,24 +355,66 @@ mod tests {
         service * in_flight.max(slots) / slots
     }
 
-    /// Runs `secs` seconds of a saturated limiter in front of the backend; the limit after.
+    /// Runs `secs` seconds of a saturated limiter in front of the backend.
     fn run(a: &Adaptive, control: &mut u64, now: &mut u64, secs: u64, slots: u64, service: u64) {
+        run_clients(a, control, now, secs, slots, service, u64::MAX)
+    }
+
+    /// Runs `secs` seconds of at most `clients` requests at once (each sending its next as
+    /// soon as its answer comes) through the limiter to the backend.
+    fn run_clients(
+        a: &Adaptive,
+        control: &mut u64,
+        now: &mut u64,
+        secs: u64,
+        slots: u64,
+        service: u64,
+        clients: u64,
+    ) {
         let mut sample = 0;
-        // Completions spread evenly: `l` of them per latency.
         let end = *now + secs * NS_PER_SEC;
         while *now < end {
             let l = a.limit(*control);
-            // Every slot the limiter allows is used; each completes once per latency.
-            let lat = latency(slots, service, l);
-            for _ in 0..l {
-                let (s, closed) = a.sample(sample, *now, lat, l, l, a.noload_ns(*control));
+            // Every slot the limiter allows (and the clients fill) is used; each completes
+            // once per latency, completions spread evenly.
+            let n = l.min(clients);
+            let lat = latency(slots, service, n);
+            for _ in 0..n {
+                let span = a.span_ns(*control);
+                let (s, closed) = a.sample(sample, *now, lat, n, l, span);
                 sample = s;
                 if let Some(w) = closed {
                     *control = a.close(*control, w, *now).0;
                 }
-                *now += lat / l;
+                *now += lat / n;
             }
         }
+    }
+
+    #[test]
+    fn fewer_clients_than_the_limit_do_not_teach_a_queued_latency() {
+        // 12 clients on 4 slots, the limit starting at 20: cutting it to 12 changes nothing
+        // at first, and the queued latency must not be taken for the backend's.
+        let a = Adaptive::new(1, 1000).unwrap();
+        let (mut c, mut now) = (0, 1);
+        // The first answers: 12 requests at once, 4 served per 50 ms (the queue forms).
+        let mut w = 0;
+        for k in 0..12u64 {
+            let lat = 50 * MS * (1 + k / 4);
+            let (next, closed) = a.sample(w, 1 + lat, lat, 12 - k, 20, a.span_ns(c));
+            w = next;
+            if let Some(done) = closed {
+                c = a.close(c, done, 1 + lat).0;
+            }
+        }
+        now += 150 * MS;
+        run_clients(&a, &mut c, &mut now, 30, 4, 50 * MS, 12);
+        assert!(
+            a.noload_ns(c).abs_diff(50 * MS) < 5 * MS,
+            "{}",
+            a.noload_ns(c)
+        );
+        assert!((4..=6).contains(&a.limit(c)), "{}", a.limit(c));
     }
 
     #[test]
@@ -360,7 +430,11 @@ mod tests {
             later.abs_diff(first) * 10 <= first,
             "drifted {first} → {later}"
         );
-        assert!(a.noload_ns(c).abs_diff(50 * MS) < MS, "{}", a.noload_ns(c));
+        assert!(
+            a.noload_ns(c).abs_diff(50 * MS) < 7 * MS,
+            "{}",
+            a.noload_ns(c)
+        );
     }
 
     #[test]
@@ -397,7 +471,7 @@ mod tests {
         // One request a second, in flight alone, for ten minutes.
         for i in 0..600u64 {
             let now = 1 + i * NS_PER_SEC;
-            let (s2, closed) = a.sample(s, now, 50 * MS, 0, a.limit(c), a.noload_ns(c));
+            let (s2, closed) = a.sample(s, now, 50 * MS, 0, a.limit(c), a.span_ns(c));
             s = s2;
             if let Some(w) = closed {
                 c = a.close(c, w, now).0;
@@ -456,10 +530,12 @@ mod tests {
         };
         assert_eq!(Control::read(c.write()), c);
         let w = Window {
-            start: 0xABC,
+            start: 0x2BC,
             busy: true,
-            count: 1000,
-            sum: 1 << 40,
+            full: true,
+            count: 500,
+            min: 0xA7,
+            sum: SUM_MAX,
         };
         assert_eq!(Window::read(w.write()), w);
         assert!(Adaptive::new(0, 5).is_err() && Adaptive::new(6, 5).is_err());

@@ -184,11 +184,12 @@ impl Engine {
             return;
         }
         let enforced = a.limit(control);
+        let span = a.span_ns(control);
         let closed = table.update(
             key_hash ^ SAMPLE_SALT,
             now,
             |_, _| 1,
-            |s, now| a.sample(s, now, sample.latency_ns, in_flight, enforced, noload),
+            |s, now| a.sample(s, now, sample.latency_ns, in_flight, enforced, span),
             true,
         );
         let Some(window) = closed else {
