@@ -119,12 +119,15 @@ bench:
 	$(CARGO) bench
 
 # The overload harness (benches/overload/README.md): a backend with N slots behind no limiter,
-# nginx + weir with a hand-set max, and max = "auto"; steady overload, capacity changes, a
-# sheddable spike, the slot-exhaustion incident. `make overload` runs every scenario (about
-# 20 minutes; QUICK=1: 15 s runs) and prints the table; figures go to target/overload/.
+# nginx + weir with a hand-set max, and max = "auto" (also tower's overload_proxy, and Caddy
+# when target/caddy/caddy is built); steady overload, capacity changes, a sheddable spike, the
+# slot-exhaustion incident. `make overload` runs every scenario (about 30 minutes; QUICK=1:
+# 15 s runs) and prints the table; figures go to target/overload/.
 .PHONY: overload overload-smoke
 overload: nginx-module
-	python3 benches/overload/run.py --module $(NGX_OUT)/ngx_http_weir_module.so $(if $(QUICK),--quick)
+	$(CARGO) build --release -p weir-tower --example overload_proxy
+	python3 benches/overload/run.py --module $(NGX_OUT)/ngx_http_weir_module.so \
+		--tower $(CARGO_OUT)/release/examples/overload_proxy $(if $(QUICK),--quick)
 
 # A few seconds of 2x overload through nginx: health checks all pass, the backend never holds
 # more than the limit + 1, refusals come at once, the CSV and SVG are written.

@@ -211,7 +211,8 @@ class Generator:
     async def run(self, seconds, t0=None):
         self.loop = asyncio.get_running_loop()
         self.t0 = t0 if t0 is not None else self.loop.time()
-        credit = {lane.name: 0.0 for lane in self.lanes}
+        # each lane's first request goes at once, the next ones at its rate
+        credit = {lane.name: 0.999 for lane in self.lanes}
         last = 0.0
         while True:
             t = self.now()

@@ -34,6 +34,7 @@ def rows(rec, samples, scenario, seconds):
         row["goodput_rps"] = sum(b.ok for b in app)
         row["rejected_rps"] = sum(b.rejected for b in app)
         row["timeout_rps"] = sum(b.timeout for b in app)
+        row["skipped_rps"] = sum(b.skipped for b in app)
         row["p50_ms"] = rnd(percentile(ok_ms, 50))
         row["p99_ms"] = rnd(percentile(ok_ms, 99))
         row["reject_p50_ms"] = rnd(percentile(rej_ms, 50))
@@ -119,6 +120,7 @@ def summary(rec, table, scenario, seconds, front):
 COLUMNS = [
     ("scenario", "scenario", "{}"), ("front", "front end", "{}"),
     ("sent_rps", "sent/s", "{:.0f}"), ("target_rps", "target/s", "{:.0f}"),
+    ("skipped", "not sent", "{}"),
     ("goodput_pct", "goodput %", "{:.0f}"), ("p50_ms", "p50 ms", "{:.0f}"),
     ("p99_ms", "p99 ms", "{:.0f}"), ("shed_pct", "shed %", "{:.0f}"),
     ("reject_p50_ms", "rej p50 ms", "{:.1f}"), ("timeouts", "timeouts", "{}"),
@@ -166,6 +168,7 @@ def write_svg(path, table, title):
             ("goodput (2xx)", [r["goodput_rps"] for r in table], "#2ca02c", None),
             ("rejected (429/503)", [r["rejected_rps"] for r in table], "#ff7f0e", None),
             ("client timeouts", [r["timeout_rps"] for r in table], "#d62728", None),
+            ("not sent (conn cap)", [r["skipped_rps"] for r in table], "#8c564b", "2,2"),
         ]),
         ("admitted latency, ms (log)", True, [
             ("p50", [r["p50_ms"] for r in table], "#2ca02c", None),
