@@ -1041,6 +1041,19 @@ int weir_engine_abandon(const struct weir_engine *e, struct weir_verdict *v, uin
 int weir_engine_release(const struct weir_engine *e, struct weir_verdict *v, uint64_t now);
 
 /*
+ `weir_engine_release` with the backend's time for the request, `latency_ns` (0: unknown,
+ as `weir_engine_release`), and the response's `status` (0: none): it teaches learned
+ limits (`max = "auto"`) and feeds the latency figures of the concurrency limits held.
+ The backend's time is the upstream's (nginx: `$upstream_response_time`), not the time a
+ client took to read the response.
+ */
+int weir_engine_release_sampled(const struct weir_engine *e,
+                                struct weir_verdict *v,
+                                uint64_t latency_ns,
+                                uint16_t status,
+                                uint64_t now);
+
+/*
  A new, empty declaration (never NULL).
  */
 struct weir_host_limits *weir_host_limits_new(void);

@@ -589,3 +589,32 @@ pub unsafe extern "C" fn weir_engine_release(
         }
     })
 }
+
+/// `weir_engine_release` with the backend's time for the request, `latency_ns` (0: unknown,
+/// as `weir_engine_release`), and the response's `status` (0: none): it teaches learned
+/// limits (`max = "auto"`) and feeds the latency figures of the concurrency limits held.
+/// The backend's time is the upstream's (nginx: `$upstream_response_time`), not the time a
+/// client took to read the response.
+#[no_mangle]
+pub unsafe extern "C" fn weir_engine_release_sampled(
+    e: *const weir_engine,
+    v: *mut weir_verdict,
+    latency_ns: u64,
+    status: u16,
+    now: u64,
+) -> c_int {
+    guard(|| {
+        if e.is_null() || v.is_null() {
+            return WEIR_ERR_NULL;
+        }
+        match take_permits(&(*e).engine, &mut *v) {
+            Ok(permits) => {
+                let sample =
+                    (latency_ns > 0).then_some(weir::policy::engine::Sample { latency_ns, status });
+                (*e).engine.release_sampled(permits, sample, now);
+                WEIR_OK
+            }
+            Err(code) => code,
+        }
+    })
+}

@@ -89,6 +89,12 @@ impl Concurrency {
     /// refusal leaves the state as is.
     #[inline]
     pub fn acquire_units(&self, state: u64, now: u64, units: u64) -> (u64, Verdict) {
+        self.acquire_capped(state, now, units, self.max)
+    }
+
+    /// [`Concurrency::acquire_units`] under `max` instead of this limiter's own.
+    #[inline]
+    pub fn acquire_capped(&self, state: u64, now: u64, units: u64, max: u64) -> (u64, Verdict) {
         let units = units.max(1);
         let bucket = self.bucket(now);
         let c = packed::read(state, bucket);
@@ -97,11 +103,11 @@ impl Concurrency {
             decision: Decision::Pass,
             wait_ns: 0,
             retry_after_ns: 0,
-            limit: self.max,
-            remaining: Remaining::units(self.max.saturating_sub(held + units)),
+            limit: max,
+            remaining: Remaining::units(max.saturating_sub(held + units)),
             reset_ns: 0,
         };
-        if held + units > self.max {
+        if held + units > max {
             verdict.decision = Decision::Reject;
             verdict.remaining = Remaining::units(0);
             return (state, verdict);

@@ -5,6 +5,7 @@
 //! always means "nothing recorded": an absent key and a zero state behave the same, which is
 //! what lets the table evict expired states without losing anything.
 
+pub mod adaptive;
 pub mod ban;
 pub mod concurrency;
 pub mod gcra;
@@ -12,6 +13,7 @@ pub(crate) mod packed;
 pub mod rate;
 pub mod sliding;
 
+pub use adaptive::Adaptive;
 pub use ban::Ban;
 pub use concurrency::{Concurrency, Permit};
 pub use gcra::{Delay, Gcra};
@@ -51,6 +53,18 @@ pub struct Verdict {
 }
 
 impl Verdict {
+    /// A refusal with nothing more to tell (quota `limit`, none left).
+    pub fn refused(limit: u64) -> Verdict {
+        Verdict {
+            decision: Decision::Reject,
+            wait_ns: 0,
+            retry_after_ns: 0,
+            limit,
+            remaining: Remaining::units(0),
+            reset_ns: 0,
+        }
+    }
+
     /// True when the request goes ahead (now or after a delay).
     pub fn admitted(&self) -> bool {
         self.decision != Decision::Reject

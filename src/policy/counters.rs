@@ -12,7 +12,8 @@
 //! `[4..8]` reserved, then [`STRIPES`] stripes, each of its owner word, [`EngineCounters`],
 //! and [`LimitCounters`] (7 words) per limit in policy order, padded to whole 64-byte lines;
 //! then the live top keys and per-second history of every limit (`policy::topkeys`), then the
-//! list of active bans (`policy::topkeys::bans`).
+//! list of active bans (`policy::topkeys::bans`), then each limit's saturation figures
+//! (`policy::saturation`).
 
 use std::net::IpAddr;
 
@@ -29,7 +30,7 @@ use super::key_text::Hide;
 use super::request::PreparedRequest;
 use super::topkeys::{ActiveBan, Exposure, LimitTop, TopArea, BAN_SLOTS, BAN_WORDS};
 
-const MAGIC: u64 = magic(b"WEIRCNT", b'6');
+const MAGIC: u64 = magic(b"WEIRCNT", b'7');
 const SEED_WORD: usize = 3;
 const HEADER_WORDS: usize = 8;
 /// A stripe's first word: its owner.
@@ -115,7 +116,22 @@ fn stripe_words(limits: usize) -> usize {
 impl Counters {
     /// Bytes a block for `limits` limits takes.
     pub fn bytes_for(limits: usize) -> usize {
-        (Self::top_at(limits) + TopArea::words_for(limits) + BAN_WORDS) * 8
+        (Self::saturation_at(limits) + limits * super::saturation::WORDS) * 8
+    }
+
+    /// Word index of the saturation area.
+    fn saturation_at(limits: usize) -> usize {
+        Self::top_at(limits) + TopArea::words_for(limits) + BAN_WORDS
+    }
+
+    /// Every limit's saturation figures.
+    pub(crate) fn saturation(&self) -> super::saturation::SaturationArea<'_> {
+        super::saturation::SaturationArea {
+            words: self.words.slice(
+                Self::saturation_at(self.limits),
+                self.limits * super::saturation::WORDS,
+            ),
+        }
     }
 
     /// Word index of the top-keys area.

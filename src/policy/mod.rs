@@ -12,6 +12,7 @@ pub mod matching;
 pub mod metrics;
 pub mod net;
 pub mod request;
+pub mod saturation;
 #[cfg(test)]
 mod test_rng;
 pub mod topkeys;

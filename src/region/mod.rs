@@ -1,6 +1,6 @@
 //! Shared-memory regions: every format weir keeps in memory that processes share (the slot
 //! table `WEIRTBL`, the exact sliding log `WEIRLOG`, the cluster region `WEIRCLS`, the engine
-//! counters `WEIRCNT6`) is laid out on one [`Region`] and created or attached through this
+//! counters `WEIRCNT7`) is laid out on one [`Region`] and created or attached through this
 //! module, which holds all of their pointer handling:
 //!
 //! - [`alloc`]: zero-filled anonymous mappings (huge-page aligned when large) for regions that

@@ -265,7 +265,7 @@ fn identity_words_keep_their_byte_layout() {
     let m = Mapping::new(Counters::bytes_for(3)).unwrap();
     let r = m.region();
     Counters::attach_in(r, 3, 0xfeed, Fresh::Zeroed).unwrap();
-    assert_eq!(&le(&r, 0), b"WEIRCNT6");
+    assert_eq!(&le(&r, 0), b"WEIRCNT7");
     assert_eq!(u64::from_le_bytes(le(&r, 8)), 3);
     assert_eq!(u64::from_le_bytes(le(&r, 16)), 0xfeed);
 }

@@ -420,19 +420,51 @@ impl Table {
     /// whose lease expired changes nothing.
     #[inline]
     pub fn release(&self, c: &Concurrency, permit: Permit, now: u64) {
-        self.release_units(c, permit, 1, now)
+        self.release_units(c, permit, 1, now);
     }
 
-    /// Gives back a permit taken with [`Table::acquire_units`] (the same `units`).
+    /// Gives back a permit taken with [`Table::acquire_units`] (the same `units`); how many
+    /// were in flight before (0 when the key is gone).
     #[inline]
-    pub fn release_units(&self, c: &Concurrency, permit: Permit, units: u64, now: u64) {
+    pub fn release_units(&self, c: &Concurrency, permit: Permit, units: u64, now: u64) -> u64 {
         let now = now.saturating_sub(self.clock_base);
         self.modify(
             permit.key_hash,
             |s| c.in_flight(s, now),
-            |s| (c.release_units(s, now, permit.bucket, units), ()),
+            |s| {
+                (
+                    c.release_units(s, now, permit.bucket, units),
+                    c.in_flight(s, now),
+                )
+            },
             false,
+        )
+    }
+
+    /// [`Table::acquire_units`] with the limit `max` instead of the limiter's own (a learned
+    /// limit, or what a lane may fill).
+    #[inline(always)]
+    pub fn acquire_capped(
+        &self,
+        c: &Concurrency,
+        key_hash: u64,
+        units: u64,
+        max: u64,
+        now: u64,
+    ) -> (Verdict, Option<Permit>) {
+        let now = now.saturating_sub(self.clock_base);
+        let verdict = self.modify(
+            key_hash,
+            |s| c.in_flight(s, now),
+            |s| c.acquire_capped(s, now, units, max),
+            true,
         );
+        self.count(verdict.decision);
+        let permit = verdict.admitted().then(|| Permit {
+            key_hash,
+            bucket: c.bucket(now),
+        });
+        (verdict, permit)
     }
 
     /// Renews a permit's lease (for requests held longer than the lease).

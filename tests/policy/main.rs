@@ -14,6 +14,7 @@ mod promcheck;
 mod vector;
 
 mod bans;
+mod capacity;
 mod charge_on_status;
 mod classset_props;
 mod engine_attach;

@@ -152,16 +152,24 @@ pub(super) fn compile(cx: &mut Cx<'_>, spec: FileSpec) -> CompiledPolicy {
     }
 
     let mut classes = Vec::new();
+    let mut class_lanes = Vec::new();
     for (name, c) in &spec.classes {
         check_name(cx, name, "class");
         if name.get_ref() == "*" {
             continue;
         }
         classes.push(compile_class(cx, name.get_ref(), c));
+        class_lanes.push(c.get_ref().lane.as_ref().and_then(|l| compile_lane(cx, l)));
     }
     let mut exemptions = Vec::new();
     for (name, c) in &spec.exempt {
         check_name(cx, name, "exemption");
+        if let Some(l) = &c.get_ref().lane {
+            cx.err(
+                &l.span(),
+                format!("an exemption has no lane (its requests are not counted at all); to count health checks and let them through first, make {:?} a class with lane = \"critical\"", name.get_ref()),
+            );
+        }
         exemptions.push(compile_class(cx, name.get_ref(), c));
     }
 
@@ -225,6 +233,7 @@ pub(super) fn compile(cx: &mut Cx<'_>, spec: FileSpec) -> CompiledPolicy {
         key_hide,
         zones,
         classes,
+        class_lanes,
         exemptions,
         limits,
         vars,

@@ -21,6 +21,21 @@ pub(super) fn compile_class(cx: &mut Cx<'_>, name: &str, c: &Spanned<ClassSpec>)
     }
 }
 
+/// A `lane` value: `critical`, `normal` or `sheddable`.
+pub(super) fn compile_lane(cx: &mut Cx<'_>, v: &Spanned<String>) -> Option<Lane> {
+    let lane = Lane::parse(v.get_ref());
+    if lane.is_none() {
+        cx.err(
+            &v.span(),
+            format!(
+                "unknown lane {:?}; expected \"critical\" (health checks, admins: counted, never queued behind others, may use reserved slots), \"normal\" or \"sheddable\" (shed first)",
+                v.get_ref()
+            ),
+        );
+    }
+    lane
+}
+
 pub(super) fn compile_regex(
     cx: &mut Cx<'_>,
     s: &str,

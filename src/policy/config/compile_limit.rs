@@ -248,6 +248,7 @@ pub(super) fn compile_limit(
         ("nodelay", ls.nodelay.as_ref().map(|v| v.span())),
     ];
     let conc_fields = [
+        ("lane", ls.lane.as_ref().map(|v| v.span())),
         ("max", ls.max.as_ref().map(|v| v.span())),
         ("queue", ls.queue.as_ref().map(|v| v.span())),
         ("timeout", ls.timeout.as_ref().map(|v| v.span())),
@@ -305,7 +306,19 @@ pub(super) fn compile_limit(
         }
     }
     let mut max = None;
+    let mut lane = None;
     if is_conc {
+        if let Some(l) = &ls.lane {
+            lane = compile_lane(cx, l);
+            ok &= lane.is_some();
+        }
+        if let (Some(m), Some(_)) = (&ls.max, &z.learn) {
+            cx.err(
+                &m.span(),
+                format!("zone {:?} learns its limit (max = \"auto\"); bound it with the zone's `bounds` instead of a limit's `max`", z.name),
+            );
+            ok = false;
+        }
         if let Some(m) = &ls.max {
             // Concurrency states count up to MAX_COUNT (src/limiter/packed.rs).
             max = positive(cx, m, "max", 1, crate::limiter::MAX_COUNT as i64);
@@ -417,6 +430,7 @@ pub(super) fn compile_limit(
         queue,
         timeout,
         ban,
+        lane,
         charge_on_status,
     })
 }

@@ -85,6 +85,7 @@ pub(super) fn compile_zone(cx: &mut Cx<'_>, name: &str, z: &Spanned<ZoneSpec>) -
     }
     // Sliding and concurrency states count up to MAX_COUNT (src/limiter/packed.rs).
     let most = crate::limiter::MAX_COUNT as i64;
+    let mut learned = None;
     let algorithm = match alg {
         "gcra" => {
             let r = zs.rate.as_ref()?;
@@ -134,10 +135,22 @@ pub(super) fn compile_zone(cx: &mut Cx<'_>, name: &str, z: &Spanned<ZoneSpec>) -
                 window,
             }
         }
-        _ => Algorithm::Concurrency {
-            max: positive(cx, zs.max.as_ref()?, "max", 1, most)?,
-        },
+        _ => {
+            let (max, learn) = compile_max(cx, name, zs.max.as_ref()?, zs.bounds.as_ref())?;
+            learned = learn;
+            Algorithm::Concurrency { max }
+        }
     };
+    let reserve = compile_reserve(cx, name, zs, &algorithm)?;
+    if alg != "concurrency" {
+        if let Some(b) = &zs.bounds {
+            cx.err(
+                &b.span(),
+                format!("`bounds` belongs to max = \"auto\" on a concurrency zone; zone {name:?} uses algorithm {alg:?}"),
+            );
+            return None;
+        }
+    }
     let lease = compile_lease(cx, name, zs, alg)?;
     let cluster = compile_cluster(cx, name, zs, &algorithm).ok()?;
     let size = size?;
@@ -151,7 +164,99 @@ pub(super) fn compile_zone(cx: &mut Cx<'_>, name: &str, z: &Spanned<ZoneSpec>) -
         algorithm,
         lease,
         cluster,
+        learn: learned,
+        reserve,
     })
+}
+
+/// Default bounds of a learned limit.
+pub const AUTO_BOUNDS: (u64, u64) = (1, 1000);
+
+/// A concurrency zone's `max`: a number, or `"auto"` with optional `bounds = [MIN, MAX]`;
+/// the fixed max (the upper bound when learned) and the learned limit's bounds.
+fn compile_max(
+    cx: &mut Cx<'_>,
+    name: &str,
+    max: &Spanned<Scalar>,
+    bounds: Option<&Spanned<Vec<Spanned<i64>>>>,
+) -> Option<(u64, Option<crate::limiter::Adaptive>)> {
+    let most = crate::limiter::MAX_COUNT as i64;
+    match max.get_ref() {
+        Scalar::Int(n) => {
+            if let Some(b) = bounds {
+                cx.err(
+                    &b.span(),
+                    format!("`bounds` applies only to max = \"auto\"; zone {name:?} has max = {n}"),
+                );
+                return None;
+            }
+            positive(cx, &Spanned::new(max.span(), *n), "max", 1, most).map(|m| (m, None))
+        }
+        Scalar::Str(s) if s == "auto" => {
+            let (lo, hi) = match bounds {
+                None => AUTO_BOUNDS,
+                Some(b) => {
+                    let [lo, hi] = b.get_ref().as_slice() else {
+                        cx.err(
+                            &b.span(),
+                            "bounds is [MIN, MAX], two numbers, like [2, 400]",
+                        );
+                        return None;
+                    };
+                    let lo = positive(cx, lo, "bounds' MIN", 1, 65_535)?;
+                    let hi_v = positive(cx, hi, "bounds' MAX", 1, 65_535)?;
+                    if lo > hi_v {
+                        cx.err(
+                            &b.span(),
+                            format!("bounds out of order: MIN {lo} is above MAX {hi_v} (write [MIN, MAX])"),
+                        );
+                        return None;
+                    }
+                    (lo, hi_v)
+                }
+            };
+            let a = crate::limiter::Adaptive::new(lo, hi).ok()?;
+            Some((hi, Some(a)))
+        }
+        Scalar::Str(s) => {
+            cx.err(
+                &max.span(),
+                format!("max must be a number of requests or \"auto\" (learned from latency), not {s:?}"),
+            );
+            None
+        }
+    }
+}
+
+/// A concurrency zone's `reserve`: slots only critical requests may take (0 by default).
+fn compile_reserve(
+    cx: &mut Cx<'_>,
+    name: &str,
+    zs: &ZoneSpec,
+    algorithm: &Algorithm,
+) -> Option<u64> {
+    let Some(r) = &zs.reserve else {
+        return Some(0);
+    };
+    let Algorithm::Concurrency { max } = algorithm else {
+        cx.err(
+            &r.span(),
+            format!(
+                "`reserve` is a concurrency parameter; zone {name:?} uses algorithm {:?}",
+                algorithm.name()
+            ),
+        );
+        return None;
+    };
+    let n = positive(cx, r, "reserve", 0, crate::limiter::MAX_COUNT as i64)?;
+    if n >= *max {
+        cx.err(
+            &r.span(),
+            format!("reserve = {n} leaves no slot for other lanes: it must be below the zone's max ({max})"),
+        );
+        return None;
+    }
+    Some(n)
 }
 
 /// Shortest and longest lease: renewals run every quarter lease in every worker.

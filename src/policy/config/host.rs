@@ -193,6 +193,8 @@ impl HostLimits {
             events: None,
             window: None,
             max: None,
+            bounds: None,
+            reserve: None,
             lease: None,
             scope: None,
             redis: None,
@@ -243,9 +245,11 @@ impl HostLimits {
                     .filter_map(|(_, l)| l.max)
                     .max()
                     .unwrap_or(1);
-                spec.max = Some(int(item, most));
+                spec.max = Some(at(item, Scalar::Int(*int(item, most).get_ref())));
             }
-            Algorithm::Concurrency { max } => spec.max = Some(int(item, max)),
+            Algorithm::Concurrency { max } => {
+                spec.max = Some(at(item, Scalar::Int(*int(item, max).get_ref())))
+            }
         }
         Ok(spec)
     }
@@ -311,6 +315,7 @@ impl HostLimits {
             queue: (l.queue != 0).then(|| int(item, l.queue)),
             timeout,
             ban: None,
+            lane: None,
             charge_on_status: None,
         })
     }

@@ -69,6 +69,52 @@ pub struct Zone {
     pub lease: Duration,
     /// `scope = "cluster"`: counts shared between nodes through Redis (docs/CLUSTER.md).
     pub cluster: Option<crate::cluster::ClusterSpec>,
+    /// Concurrency zones with `max = "auto"`: the learned limit's bounds (`max` is their
+    /// upper end).
+    pub learn: Option<crate::limiter::Adaptive>,
+    /// Concurrency zones: slots only [`Lane::Critical`] requests may take (`reserve`).
+    pub reserve: u64,
+}
+
+/// A request's priority at a concurrency limit (`lane`): the lowest is shed first.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Lane {
+    /// Shed first: at most 90% of the slots not reserved.
+    Sheddable,
+    /// Every slot not reserved (the default).
+    #[default]
+    Normal,
+    /// Every slot, the reserved ones too; never queued behind other lanes.
+    Critical,
+}
+
+impl Lane {
+    /// Every lane, lowest first.
+    pub const ALL: [Lane; 3] = [Lane::Sheddable, Lane::Normal, Lane::Critical];
+
+    /// The policy's spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            Lane::Sheddable => "sheddable",
+            Lane::Normal => "normal",
+            Lane::Critical => "critical",
+        }
+    }
+
+    /// Reads the policy's spelling.
+    pub fn parse(s: &str) -> Option<Lane> {
+        Lane::ALL.into_iter().find(|l| l.name() == s)
+    }
+
+    /// The slots this lane may fill under limit `limit` with `reserve` slots reserved.
+    #[inline]
+    pub fn cap(self, limit: u64, reserve: u64) -> u64 {
+        match self {
+            Lane::Critical => limit,
+            Lane::Normal => limit.saturating_sub(reserve).max(1),
+            Lane::Sheddable => (limit.saturating_sub(reserve) * 9 / 10).max(1),
+        }
+    }
 }
 
 /// How excess (burst) requests of a GCRA limit are paced: `delay = N` is `After(N)` (`Delay`
@@ -124,6 +170,8 @@ pub struct Limit {
     /// `ban`: a key this limit rejects `after` times `within` a window is refused outright
     /// by this limit for `duration` (not on `sliding_log` zones).
     pub ban: Option<crate::limiter::Ban>,
+    /// `lane`: the lane of every request this limit counts, whatever its classes say.
+    pub lane: Option<Lane>,
     /// `charge_on_status`: the response statuses this limit is charged for, sorted, each
     /// once (rate limits only). Empty: every request it passes is charged when checked.
     /// Otherwise a request is only checked before it runs and charged after its response
@@ -150,6 +198,8 @@ pub struct CompiledPolicy {
     pub zones: Vec<Zone>,
     /// Classes, sorted by name.
     pub classes: Vec<Class>,
+    /// The lane each class names (`lane`), in the order of `classes`.
+    pub class_lanes: Vec<Option<Lane>>,
     /// Exemptions, sorted by name.
     pub exemptions: Vec<Class>,
     /// Limits, in file order.

@@ -46,7 +46,10 @@ pub(super) struct ZoneSpec {
     pub(super) rate: Option<Spanned<String>>,
     pub(super) events: Option<Spanned<i64>>,
     pub(super) window: Option<Spanned<Scalar>>,
-    pub(super) max: Option<Spanned<i64>>,
+    /// A number, or `"auto"` (learned; `bounds`).
+    pub(super) max: Option<Spanned<Scalar>>,
+    pub(super) bounds: Option<Spanned<Vec<Spanned<i64>>>>,
+    pub(super) reserve: Option<Spanned<i64>>,
     pub(super) lease: Option<Spanned<Scalar>>,
     // Cluster scope (docs/CLUSTER.md).
     pub(super) scope: Option<Spanned<String>>,
@@ -69,6 +72,7 @@ pub(super) struct ClassSpec {
     pub(super) description: Option<String>,
     #[serde(rename = "match")]
     pub(super) shapes: Spanned<Vec<Spanned<ShapeSpec>>>,
+    pub(super) lane: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -117,6 +121,7 @@ pub(super) struct LimitSpec {
     pub(super) queue: Option<Spanned<i64>>,
     pub(super) timeout: Option<Spanned<Scalar>>,
     pub(super) ban: Option<Spanned<BanSpec>>,
+    pub(super) lane: Option<Spanned<String>>,
     pub(super) charge_on_status: Option<Spanned<Vec<Spanned<i64>>>>,
 }
 

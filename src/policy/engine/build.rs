@@ -333,7 +333,13 @@ impl Engine {
             any_ban: false,
             ban_ids: Vec::new(),
             any_deferred: false,
+            samplers: Vec::new(),
+            laned: Box::default(),
         };
+        engine.samplers = Engine::samplers(&engine.policy, &engine.limiters);
+        engine.laned = (engine.policy.class_lanes.iter().enumerate())
+            .filter_map(|(c, l)| l.map(|l| (c, l)))
+            .collect();
         engine.any_ban = engine.policy.limits.iter().any(|l| l.ban.is_some());
         engine.any_deferred = (engine.policy.limits.iter()).any(|l| !l.charge_on_status.is_empty());
         engine.keys = engine.key_plans();

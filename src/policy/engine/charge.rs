@@ -16,6 +16,7 @@ impl Engine {
         mut ticket: Option<QueueTicket>,
         now: u64,
         host: bool,
+        lane: Lane,
     ) -> Result<Outcome, EvalError> {
         if self.any_ban {
             if let Some((limit, left)) = self.banned_hit(hits, now) {
@@ -32,10 +33,38 @@ impl Engine {
                 continue;
             };
             let table = &self.tables[limit.zone];
-            match table.acquire_units(c, h.key_hash, limit.cost, now) {
+            let zone = &self.policy.zones[limit.zone];
+            let lane = limit.lane.unwrap_or(lane);
+            let mine = ticket.as_ref().is_some_and(|t| t.limit as usize == h.limit);
+            // A waiter that waited too long in a standing queue is refused (CoDel's rule).
+            let dropped = mine
+                && ticket
+                    .as_ref()
+                    .is_some_and(|t| self.drop_waiter(h.limit, h.key_hash, self.waited(t, now)));
+            // A new arrival does not overtake the requests waiting for a slot (the freed slot
+            // is theirs), unless it is critical.
+            let barred = dropped
+                || !mine
+                    && limit.queue > 0
+                    && lane != Lane::Critical
+                    && self.waiting(h.limit, c, h.key_hash, now) > 0;
+            let acquired = if barred {
+                (Verdict::refused(c.max()), None)
+            } else if zone.learn.is_none() && zone.reserve == 0 && lane == Lane::Normal {
+                table.acquire_units(c, h.key_hash, limit.cost, now)
+            } else {
+                let cap = self.lane_cap(h.limit, c, h.key_hash, lane);
+                table.acquire_capped(c, h.key_hash, limit.cost, cap, now)
+            };
+            match acquired {
                 (_, Some(p)) => {
                     let generation = self.ledger.take(held(h.limit, false, &p));
                     out.permits.push(h.limit, p, generation);
+                    if mine {
+                        if let Some(t) = ticket.take() {
+                            self.give_up(t, now, true);
+                        }
+                    }
                 }
                 (_, None) if limit.dry_run && !host => {
                     pending[k] = Counted::DryRejected;
@@ -61,8 +90,7 @@ impl Engine {
                         }
                         return Ok(rejected);
                     }
-                    let mine = ticket.as_ref().is_some_and(|t| t.limit as usize == h.limit);
-                    if mine || (ticket.is_none() && limit.queue > 0) {
+                    if !dropped && (mine || (ticket.is_none() && limit.queue > 0)) {
                         let t = match ticket.take() {
                             // Still waiting: the same place, counted once when it was taken.
                             Some(t) => Some(t),
@@ -95,7 +123,9 @@ impl Engine {
                         }
                     }
                     self.reject(&mut out, h.limit, h.key_hash, 0, req, now);
+                    self.shed(h.limit, h.key_hash, lane, now);
                     out.excess_milli = 1000;
+                    out.queue_timeout = dropped;
                     if let Some(t) = ticket.take() {
                         self.abandon(t, now);
                     }

@@ -29,7 +29,7 @@ use arrayvec::ArrayVec;
 
 use super::bounded::Bounded;
 pub use super::bounded::MAX_HEADER_VALUES;
-use super::config::{self, CompiledPolicy, Limit};
+use super::config::{self, CompiledPolicy, Lane, Limit};
 use super::counters::{fingerprint, Counters};
 pub use super::counters::{EngineCounts, LimitCounts};
 use super::key::KeyPart;
@@ -63,6 +63,8 @@ mod keys;
 pub use keys::KeyState;
 mod renew;
 use renew::held;
+mod capacity;
+pub use capacity::{Sample, STANDING_DEADLINE_NS, STANDING_INTERVAL_NS, STANDING_TARGET_NS};
 
 /// Concurrency limits one request can hold at once.
 pub const MAX_PERMITS: usize = 4;
@@ -104,6 +106,11 @@ pub struct Engine {
     ban_ids: Vec<u64>,
     /// Whether some limit has `charge_on_status` (engine/deferred.rs).
     any_deferred: bool,
+    /// Per limit: its concurrency limit's latency sampler, learning or pinned at a fixed max
+    /// (engine/capacity.rs).
+    samplers: Vec<Option<crate::limiter::Adaptive>>,
+    /// The classes that name a lane, with it.
+    laned: Box<[(usize, Lane)]>,
 }
 
 /// One matched limit during an evaluation.
@@ -280,7 +287,16 @@ impl Engine {
             return self.run(req, now, Some(ticket), sel);
         }
         let limit = ticket.limit;
+        let key_hash = ticket.permit.key_hash ^ QUEUE_SALT;
         self.abandon(ticket, now);
+        if let Some(l) = self.policy.limits.get(usize::from(limit)) {
+            self.shed(
+                usize::from(limit),
+                key_hash,
+                l.lane.unwrap_or_default(),
+                now,
+            );
+        }
         let mut out = Outcome::new();
         out.action = Action::Reject;
         out.status = self
@@ -297,10 +313,29 @@ impl Engine {
     /// Gives up a place in a queue (the host's wait timed out or the client went away).
     /// A ticket already handed back, or of no concurrency limit, changes nothing.
     pub fn abandon(&self, ticket: QueueTicket, now: u64) {
+        self.give_up(ticket, now, false)
+    }
+
+    /// How long the request holding `ticket` has waited at `now`.
+    fn waited(&self, ticket: &QueueTicket, now: u64) -> u64 {
+        let timeout = self
+            .policy
+            .limits
+            .get(usize::from(ticket.limit))
+            .map_or(0, |l| {
+                u64::try_from(l.timeout.as_nanos()).unwrap_or(u64::MAX)
+            });
+        now.saturating_sub(ticket.deadline_ns.saturating_sub(timeout))
+    }
+
+    /// Gives back a place in a queue; `admitted`: its request got its slot.
+    fn give_up(&self, ticket: QueueTicket, now: u64, admitted: bool) {
         let l = ticket.limit as usize;
         if let Some(Limiter::Concurrency(c)) = self.limiters.get(l) {
+            let waited = self.waited(&ticket, now);
             let (key_hash, bucket) = ticket.permit.into_raw();
             if let Some(bucket) = self.ledger.give_back(ticket.generation, bucket) {
+                self.left_queue(l, key_hash ^ QUEUE_SALT, waited, admitted, now);
                 self.queue_of(c).release_in(
                     &self.tables[self.policy.limits[l].zone],
                     Permit::from_raw(key_hash, bucket),
@@ -313,6 +348,12 @@ impl Engine {
     /// Releases an admitted request's permits (when its response is complete). A permit
     /// already released (a stale copy), or of no concurrency limit, changes nothing.
     pub fn release(&self, permits: Permits, now: u64) {
+        self.release_sampled(permits, None, now)
+    }
+
+    /// [`Engine::release`] with the backend's time for the request: it teaches learned limits
+    /// (`max = "auto"`) and feeds the latency figures of every concurrency limit held.
+    pub fn release_sampled(&self, permits: Permits, sample: Option<Sample>, now: u64) {
         // Read in place, field by field: moving the array out (`into_iter`) copies it with
         // wide loads that wait for the narrower stores that have just written it.
         for held in &permits.held {
@@ -325,8 +366,12 @@ impl Engine {
                     continue;
                 };
                 let limit = &self.policy.limits[usize::from(*l)];
-                let p = Permit::from_raw(p.key_hash, bucket);
-                self.tables[limit.zone].release_units(c, p, limit.cost, now);
+                let key_hash = p.key_hash;
+                let p = Permit::from_raw(key_hash, bucket);
+                let held = self.tables[limit.zone].release_units(c, p, limit.cost, now);
+                if let Some(s) = sample {
+                    self.learn(usize::from(*l), key_hash, s, held, now);
+                }
             }
         }
     }
@@ -504,7 +549,14 @@ impl Engine {
             out.unmatched = true;
             return Ok(out);
         }
-        self.settle(&hits, &prepared, ticket, now, host)
+        let lane = match sel {
+            Selection::Policy if !self.laned.is_empty() => {
+                let mut facts = self.classes.facts(&prepared);
+                self.class_lane(&prepared, &mut facts)
+            }
+            _ => Lane::Normal,
+        };
+        self.settle(&hits, &prepared, ticket, now, host, lane)
     }
 
     /// The hash of limit `i`'s key for `req`, or `None` when the limit does not apply: a

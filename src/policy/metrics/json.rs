@@ -7,7 +7,9 @@
 use serde::ser::{Serialize, SerializeMap, SerializeStruct, Serializer};
 
 use super::snapshot::{Fields, Named, Snapshot, JSON_VERSION};
+use crate::policy::config::Lane;
 use crate::policy::counters::LimitCounts;
+use crate::policy::saturation::{Saturation, WAIT_BUCKETS_MS};
 use crate::policy::topkeys::{Counted, LimitTop, PerSecond, Window};
 
 /// One group as an object: `name` (when named), then every field.
@@ -45,6 +47,38 @@ impl<T: Fields> Serialize for List<'_, T> {
 struct LimitObject<'a> {
     limit: &'a Named<LimitCounts>,
     top: Option<&'a LimitTop>,
+    saturation: Option<&'a Saturation>,
+}
+
+/// A concurrency limit's saturation (`capacity`).
+struct CapacityObject<'a>(&'a Saturation);
+
+impl Serialize for CapacityObject<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let c = self.0;
+        let ms = |ns: u64| ns as f64 / 1e6;
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry("limit", &c.limit)?;
+        m.serialize_entry("auto", &c.auto)?;
+        m.serialize_entry("in_flight", &c.in_flight)?;
+        m.serialize_entry("queued", &c.queued)?;
+        m.serialize_entry("noload_latency_ms", &ms(c.noload_ns))?;
+        m.serialize_entry("latency_ms", &ms(c.latency_ns))?;
+        let shed: std::collections::BTreeMap<_, _> = (Lane::ALL.iter().zip(c.shed))
+            .map(|(l, n)| (l.name(), n))
+            .collect();
+        m.serialize_entry("shed", &shed)?;
+        m.serialize_entry(
+            "queue_wait",
+            &serde_json::json!({
+                "count": c.wait_count,
+                "sum_ms": ms(c.wait_sum_ns),
+                "buckets_ms": WAIT_BUCKETS_MS,
+                "counts": c.wait_buckets,
+            }),
+        )?;
+        m.end()
+    }
 }
 
 impl Serialize for LimitObject<'_> {
@@ -68,6 +102,9 @@ impl Serialize for LimitObject<'_> {
                     .collect();
                 m.serialize_entry("bans", &bans)?;
             }
+        }
+        if let Some(c) = self.saturation {
+            m.serialize_entry("capacity", &CapacityObject(c))?;
         }
         m.end()
     }
@@ -137,6 +174,7 @@ impl Serialize for Snapshot {
             .map(|(i, limit)| LimitObject {
                 limit,
                 top: self.tops.get(i),
+                saturation: self.saturation.get(i).and_then(Option::as_ref),
             })
             .collect();
         st.serialize_field("limits", &limits)?;

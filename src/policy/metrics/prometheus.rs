@@ -4,7 +4,9 @@
 use std::fmt::{self, Write};
 
 use super::snapshot::{Field, Fields, Kind, Named, Snapshot};
+use crate::policy::config::Lane;
 use crate::policy::counters::{EngineCounts, LimitCounts};
+use crate::policy::saturation::{Saturation, WAIT_BUCKETS_MS};
 
 /// The family `weir_limit_requests_total` (its `verdict` label: [`LimitCounts`]' keys).
 const LIMIT_FAMILY: &str = "weir_limit_requests_total";
@@ -66,8 +68,93 @@ impl Snapshot {
                 }
             }
         }
+        self.write_saturation(out)?;
         per_name(out, "weir_zone_", &self.zones)?;
         per_name(out, "weir_cluster_", &self.clusters)
+    }
+
+    /// The `weir_concurrency_*` families: one sample per concurrency limit (nothing without).
+    fn write_saturation(&self, out: &mut impl Write) -> fmt::Result {
+        let limits: Vec<_> = (self.limits.iter().zip(&self.saturation))
+            .filter_map(|(l, s)| Some((l.name.as_str(), s.as_ref()?)))
+            .collect();
+        if limits.is_empty() {
+            return Ok(());
+        }
+        let secs = |ns: u64| ns as f64 / 1e9;
+        type Gauge = (&'static str, &'static str, fn(&Saturation) -> f64);
+        let gauges: [Gauge; 5] = [
+            (
+                "weir_concurrency_limit",
+                "The limit enforced: learned (max = \"auto\") or the fixed max.",
+                |s| s.limit as f64,
+            ),
+            (
+                "weir_concurrency_in_flight",
+                "Requests holding a permit.",
+                |s| s.in_flight as f64,
+            ),
+            (
+                "weir_concurrency_queued",
+                "Requests waiting in the queue.",
+                |s| s.queued as f64,
+            ),
+            (
+                "weir_concurrency_noload_latency_seconds",
+                "The backend's learned no-load latency.",
+                |s| s.noload_ns as f64 / 1e9,
+            ),
+            (
+                "weir_concurrency_latency_seconds",
+                "The backend's recent mean latency.",
+                |s| s.latency_ns as f64 / 1e9,
+            ),
+        ];
+        for (name, help, get) in gauges {
+            header(out, name, Kind::Gauge, help)?;
+            for (l, s) in &limits {
+                write!(out, "{name}{{limit=\"")?;
+                label(out, l)?;
+                writeln!(out, "\"}} {}", get(s))?;
+            }
+        }
+        let shed = "weir_concurrency_shed_total";
+        header(
+            out,
+            shed,
+            Kind::Counter,
+            "Requests the limit refused (full, queue full or wait over), per lane.",
+        )?;
+        for (l, s) in &limits {
+            for (lane, n) in Lane::ALL.iter().zip(s.shed) {
+                write!(out, "{shed}{{limit=\"")?;
+                label(out, l)?;
+                writeln!(out, "\",lane=\"{}\"}} {n}", lane.name())?;
+            }
+        }
+        let wait = "weir_concurrency_queue_wait_seconds";
+        writeln!(
+            out,
+            "# HELP {wait} Time admitted requests waited in the queue."
+        )?;
+        writeln!(out, "# TYPE {wait} histogram")?;
+        for (l, s) in &limits {
+            let les = WAIT_BUCKETS_MS
+                .iter()
+                .map(|ms| format!("{}", *ms as f64 / 1e3));
+            for (le, n) in les.chain(["+Inf".to_owned()]).zip(s.wait_buckets) {
+                write!(out, "{wait}_bucket{{limit=\"")?;
+                label(out, l)?;
+                writeln!(out, "\",le=\"{le}\"}} {n}")?;
+            }
+            write!(out, "{wait}_sum{{limit=\"")?;
+            label(out, l)?;
+            writeln!(out, "\"}} {}", secs(s.wait_sum_ns))?;
+            write!(out, "{wait}_count{{limit=\"")?;
+            label(out, l)?;
+            writeln!(out, "\"}} {}", s.wait_count)?;
+        }
+        Ok(())
     }
 }
 

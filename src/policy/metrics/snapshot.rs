@@ -189,6 +189,8 @@ pub struct Snapshot {
     pub zones: Vec<Named<TableStats>>,
     /// The engines' cluster zones.
     pub clusters: Vec<Named<ClusterCounts>>,
+    /// Each concurrency limit's saturation, as `limits` (`None` for rate limits).
+    pub saturation: Vec<Option<crate::policy::saturation::Saturation>>,
 }
 
 impl Snapshot {
@@ -215,6 +217,8 @@ impl Snapshot {
                 .extend((0..p.limits.len()).map(|i| named(e.limit_name(i), e.counters(i))));
             s.tops
                 .extend((0..p.limits.len()).map(|i| e.limit_top(i, now)));
+            s.saturation
+                .extend((0..p.limits.len()).map(|i| e.saturation(i, now)));
             s.zones
                 .extend((0..p.zones.len()).map(|z| named(&p.zones[z].name, e.zone_stats(z))));
             s.clusters

@@ -1,0 +1,472 @@
+//! Learned concurrency limits (`max = "auto"`): the limit follows the latency of completed
+//! requests, as pure functions on two packed words per key.
+//!
+//! The idea: a backend with N slots answers in its no-load latency `b` while at most N
+//! requests are in it; beyond N the extra requests queue inside it and every answer takes
+//! longer. So while the recent mean latency stays within `TOLERANCE · b` the limit may grow,
+//! and when it rises above it the limit shrinks by the ratio. Samples are gathered in windows
+//! (at least [`WINDOW_MIN_NS`] and twice the no-load latency, and [`MIN_SAMPLES`] samples); the
+//! process whose sample closes a window applies the update, exactly once per window.
+//!
+//! The no-load latency `b` is measured all the time, never by pinning the limit down:
+//! - a window in which fewer than half the slots were in use is unloaded: `b` moves a quarter
+//!   of the way to its mean (up or down);
+//! - a busy window can only lower `b` (a mean below it);
+//! - when the limit has been cut by a quarter [`RELEARN_STREAK`] windows in a row and the last cut did not
+//!   bring latency down (a queue drains when the limit falls; a slower backend does not),
+//!   the latency is the backend's new normal: `b` becomes the window's mean.
+//!
+//! So `b` cannot creep up under long overload (busy windows only lower it), a slower backend
+//! is re-learned within a few windows, and no worker or node ever re-measures on a timer
+//! (nothing to synchronize). The limit grows only in busy windows (at 1 request per second
+//! it stays where it is) and stays within the zone's bounds; a window with a handful of
+//! samples changes only `b`.
+//!
+//! Words (state 0 = nothing recorded, as for every limiter):
+//! - sample: `start:12 | busy:1 | count:10 | sum:41` — the window's start in 16.384 ms
+//!   units (mod 2¹²), whether it saw half the slots in use, and its samples' count and sum
+//!   in [`TICK_NS`] units;
+//! - control: `limit·16:24 | b:21 | streak:3 | seen:8 | last:8` — the limit in sixteenths,
+//!   the no-load latency in ticks, the falling streak, when a window last closed (134 ms
+//!   units, mod 2⁸) and the last window's mean (a float of 5 exponent and 3 mantissa bits).
+
+use super::NS_PER_SEC;
+
+/// Latencies are kept in units of 16.384 µs (2¹⁴ ns), at most 2²¹ − 1 of them (34 s).
+pub const TICK_NS: u64 = 1 << 14;
+const TICK_MAX: u64 = (1 << 21) - 1;
+/// Window starts are kept in units of 16.777 ms (2²⁴ ns).
+const COARSE_SHIFT: u32 = 24;
+/// Window closes are kept in units of 134 ms (2²⁷ ns).
+const SEEN_SHIFT: u32 = 27;
+/// A window lasts at least this long.
+pub const WINDOW_MIN_NS: u64 = 100_000_000;
+/// A window closes with at least this many samples (or after [`WINDOW_MAX_NS`]).
+pub const MIN_SAMPLES: u64 = 8;
+/// A window with fewer samples closes after this long and changes only the no-load latency.
+pub const WINDOW_MAX_NS: u64 = 10 * NS_PER_SEC;
+/// Mean latency up to `TOLERANCE_PCT`% of the no-load latency counts as no queue.
+pub const TOLERANCE_PCT: u64 = 115;
+/// A window with its mean within this of the no-load latency lets the limit grow fast.
+const CLEAR_PCT: u64 = 105;
+/// The limit falls by at most a quarter per window.
+const MIN_GRADIENT_PCT: u64 = 75;
+/// Steepest cuts (by a quarter) in a row after which a latency that the last cut did not
+/// bring down is taken as the new no-load latency.
+pub const RELEARN_STREAK: u64 = 3;
+/// A limit nothing has updated for this long while requests are refused grows back a step.
+pub const STALE_NS: u64 = 10 * NS_PER_SEC;
+/// The limit a key starts with (within the bounds).
+pub const INITIAL_LIMIT: u64 = 20;
+
+const FP: u64 = 16;
+
+/// A learned limit's bounds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Adaptive {
+    min: u64,
+    max: u64,
+}
+
+/// What a closed window reports (for metrics).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Closed {
+    /// The limit after the update.
+    pub limit: u64,
+    /// The no-load latency after the update, ns.
+    pub noload_ns: u64,
+    /// The window's mean latency, ns.
+    pub mean_ns: u64,
+}
+
+/// A control word read out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Control {
+    limit_fp: u64,
+    base: u64,
+    streak: u64,
+    seen: u64,
+    /// The last window's mean, [`squeeze`]d.
+    last: u64,
+}
+
+impl Control {
+    fn read(s: u64) -> Control {
+        Control {
+            limit_fp: s & 0xFF_FFFF,
+            base: (s >> 24) & TICK_MAX,
+            streak: (s >> 45) & 0x7,
+            seen: (s >> 48) & 0xFF,
+            last: s >> 56,
+        }
+    }
+    fn write(self) -> u64 {
+        self.limit_fp.min(0xFF_FFFF)
+            | self.base.min(TICK_MAX) << 24
+            | self.streak.min(0x7) << 45
+            | (self.seen & 0xFF) << 48
+            | self.last.min(0xFF) << 56
+    }
+}
+
+/// A tick count as 8 bits: exponent and 3 mantissa bits (within 12.5% below).
+fn squeeze(t: u64) -> u64 {
+    if t < 16 {
+        return t;
+    }
+    let e = 63 - u64::from(t.leading_zeros()); // ≥ 4
+    let m = (t >> (e - 3)) & 0x7;
+    ((e - 2) << 3 | m).min(0xFF)
+}
+
+/// The lower end of [`squeeze`]'s range for `s`.
+fn unsqueeze(s: u64) -> u64 {
+    if s < 16 {
+        return s;
+    }
+    let (e, m) = ((s >> 3) + 2, s & 0x7);
+    (8 | m) << (e - 3)
+}
+
+/// A sample word read out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Window {
+    start: u64,
+    busy: bool,
+    count: u64,
+    sum: u64,
+}
+
+const SUM_MAX: u64 = (1 << 41) - 1;
+const COUNT_MAX: u64 = (1 << 10) - 1;
+
+impl Window {
+    fn read(s: u64) -> Window {
+        Window {
+            sum: s & SUM_MAX,
+            count: (s >> 41) & COUNT_MAX,
+            busy: (s >> 51) & 1 == 1,
+            start: s >> 52,
+        }
+    }
+    fn write(self) -> u64 {
+        self.sum.min(SUM_MAX)
+            | self.count.min(COUNT_MAX) << 41
+            | u64::from(self.busy) << 51
+            | (self.start & 0xFFF) << 52
+    }
+}
+
+fn coarse(now: u64) -> u64 {
+    now >> COARSE_SHIFT
+}
+
+fn ticks(ns: u64) -> u64 {
+    ns.div_ceil(TICK_NS).clamp(1, TICK_MAX)
+}
+
+impl Adaptive {
+    /// Bounds `min ..= max` (1 ≤ min ≤ max ≤ 65,535).
+    pub fn new(min: u64, max: u64) -> Result<Adaptive, super::ParamError> {
+        if min == 0 || min > max || max > 0xFFFF {
+            return Err(super::ParamError(format!(
+                "bounds must be 1 ≤ min ≤ max ≤ 65535, got [{min}, {max}]"
+            )));
+        }
+        Ok(Adaptive { min, max })
+    }
+
+    pub fn min(&self) -> u64 {
+        self.min
+    }
+
+    pub fn max(&self) -> u64 {
+        self.max
+    }
+
+    /// The limit a control word holds (the initial limit for state 0).
+    #[inline]
+    pub fn limit(&self, control: u64) -> u64 {
+        let fp = Control::read(control).limit_fp;
+        let l = if fp == 0 { INITIAL_LIMIT } else { fp / FP };
+        l.clamp(self.min, self.max)
+    }
+
+    /// The no-load latency a control word holds, ns (0: not learned yet).
+    pub fn noload_ns(&self, control: u64) -> u64 {
+        Control::read(control).base * TICK_NS
+    }
+
+    /// Adds a sample of `latency_ns` at `now`, seen with `in_flight` requests holding permits
+    /// (before this one gave its own back) under limit `limit`. Returns the new sample word and,
+    /// when this sample closes the window, the closed window's state to pass to
+    /// [`Adaptive::close`] (the caller's compare-exchange decides which sample closed it).
+    #[inline]
+    pub fn sample(
+        &self,
+        state: u64,
+        now: u64,
+        latency_ns: u64,
+        in_flight: u64,
+        limit: u64,
+        noload_ns: u64,
+    ) -> (u64, Option<u64>) {
+        let t = ticks(latency_ns);
+        let busy = in_flight.saturating_mul(2) >= limit;
+        let c = coarse(now);
+        let mut w = Window::read(state);
+        if w.count == 0 {
+            w = Window {
+                start: c,
+                busy,
+                count: 1,
+                sum: t,
+            };
+            return (w.write(), None);
+        }
+        w.busy |= busy;
+        w.count += 1;
+        w.sum += t;
+        let age = ((c.wrapping_sub(w.start)) & 0xFFF) << COARSE_SHIFT;
+        let span = WINDOW_MIN_NS.max(noload_ns.saturating_mul(2));
+        let full = w.count >= MIN_SAMPLES && age >= span;
+        if full || age >= WINDOW_MAX_NS || w.count >= COUNT_MAX {
+            return (0, Some(w.write()));
+        }
+        (w.write(), None)
+    }
+
+    /// Applies a closed window to the control word at `now`. Returns the new control word and
+    /// what it now holds.
+    pub fn close(&self, control: u64, window: u64, now: u64) -> (u64, Closed) {
+        let w = Window::read(window);
+        let mut c = Control::read(control);
+        let mean = (w.sum / w.count.max(1)).max(1);
+        if c.limit_fp == 0 {
+            c.limit_fp = INITIAL_LIMIT.clamp(self.min, self.max) * FP;
+        }
+        c.seen = now >> SEEN_SHIFT;
+        let last = unsqueeze(c.last);
+        c.last = squeeze(mean);
+        if c.base == 0 {
+            c.base = mean;
+        } else if !w.busy {
+            // Unloaded: the mean is the no-load latency; follow it a quarter of the way.
+            c.base = if mean > c.base {
+                c.base + (mean - c.base).div_ceil(4)
+            } else {
+                c.base - (c.base - mean) / 4
+            };
+        } else if mean < c.base {
+            c.base = mean;
+        }
+        let enough = w.count >= MIN_SAMPLES;
+        if enough && w.busy {
+            if mean * 100 > c.base * TOLERANCE_PCT {
+                let pct = c.base * TOLERANCE_PCT / mean;
+                // Only the steepest cuts count towards a streak.
+                c.streak = if pct < MIN_GRADIENT_PCT {
+                    c.streak + 1
+                } else {
+                    0
+                };
+                if c.streak >= RELEARN_STREAK && mean * 10 >= last * 9 {
+                    // Cut hard for a while and latency stayed: a slower backend. (Taken
+                    // wrongly in a deep queue, the next busy windows lower it again.)
+                    c.base = mean;
+                    c.streak = 0;
+                } else {
+                    c.limit_fp = c.limit_fp * pct.max(MIN_GRADIENT_PCT) / 100;
+                }
+            } else {
+                c.streak = 0;
+                let step = if mean * 100 <= c.base * CLEAR_PCT {
+                    (c.limit_fp / 8).max(FP)
+                } else {
+                    FP
+                };
+                c.limit_fp += step;
+            }
+        }
+        c.limit_fp = c.limit_fp.clamp(self.min * FP, self.max * FP);
+        let closed = Closed {
+            limit: c.limit_fp / FP,
+            noload_ns: c.base * TICK_NS,
+            mean_ns: mean * TICK_NS,
+        };
+        (c.write(), closed)
+    }
+
+    /// A control word nothing has updated for [`STALE_NS`] (no request completed, say a
+    /// backend that stopped answering and a host whose waits time out) grows back one step
+    /// when a request is refused at `now`; `None` when it is fresh.
+    pub fn refused(&self, control: u64, now: u64) -> Option<u64> {
+        let mut c = Control::read(control);
+        if c.limit_fp == 0 {
+            return None;
+        }
+        let age = (((now >> SEEN_SHIFT).wrapping_sub(c.seen)) & 0xFF) << SEEN_SHIFT;
+        if age < STALE_NS {
+            return None;
+        }
+        c.seen = now >> SEEN_SHIFT;
+        c.limit_fp = (c.limit_fp + (c.limit_fp / 8).max(FP)).clamp(self.min * FP, self.max * FP);
+        Some(c.write())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    /// A backend of `slots` slots answering in `service` each: the latency of a request
+    /// admitted with `in_flight` others (a queue inside it beyond its slots).
+    fn latency(slots: u64, service: u64, in_flight: u64) -> u64 {
+        service * in_flight.max(slots) / slots
+    }
+
+    /// Runs `secs` seconds of a saturated limiter in front of the backend; the limit after.
+    fn run(a: &Adaptive, control: &mut u64, now: &mut u64, secs: u64, slots: u64, service: u64) {
+        let mut sample = 0;
+        // Completions spread evenly: `l` of them per latency.
+        let end = *now + secs * NS_PER_SEC;
+        while *now < end {
+            let l = a.limit(*control);
+            // Every slot the limiter allows is used; each completes once per latency.
+            let lat = latency(slots, service, l);
+            for _ in 0..l {
+                let (s, closed) = a.sample(sample, *now, lat, l, l, a.noload_ns(*control));
+                sample = s;
+                if let Some(w) = closed {
+                    *control = a.close(*control, w, *now).0;
+                }
+                *now += lat / l;
+            }
+        }
+    }
+
+    #[test]
+    fn learns_the_slot_count_and_stays() {
+        let a = Adaptive::new(1, 1000).unwrap();
+        let (mut c, mut now) = (0, 1);
+        run(&a, &mut c, &mut now, 30, 20, 50 * MS);
+        let first = a.limit(c);
+        assert!((20..=26).contains(&first), "learned {first}");
+        run(&a, &mut c, &mut now, 600, 20, 50 * MS);
+        let later = a.limit(c);
+        assert!(
+            later.abs_diff(first) * 10 <= first,
+            "drifted {first} → {later}"
+        );
+        assert!(a.noload_ns(c).abs_diff(50 * MS) < MS, "{}", a.noload_ns(c));
+    }
+
+    #[test]
+    fn follows_capacity_down_and_up() {
+        let a = Adaptive::new(1, 1000).unwrap();
+        let (mut c, mut now) = (0, 1);
+        run(&a, &mut c, &mut now, 20, 40, 50 * MS);
+        run(&a, &mut c, &mut now, 2, 20, 50 * MS);
+        let l = a.limit(c);
+        assert!((16..=26).contains(&l), "after halving: {l}");
+        run(&a, &mut c, &mut now, 10, 40, 50 * MS);
+        let l = a.limit(c);
+        assert!((32..=52).contains(&l), "after recovery: {l}");
+    }
+
+    #[test]
+    fn a_slower_backend_is_relearned_not_starved() {
+        let a = Adaptive::new(1, 1000).unwrap();
+        let (mut c, mut now) = (0, 1);
+        run(&a, &mut c, &mut now, 20, 20, 50 * MS);
+        run(&a, &mut c, &mut now, 20, 20, 100 * MS);
+        let l = a.limit(c);
+        assert!(
+            (18..=26).contains(&l),
+            "after the service time doubled: {l}"
+        );
+        assert!(a.noload_ns(c).abs_diff(100 * MS) < 2 * MS);
+    }
+
+    #[test]
+    fn idle_traffic_changes_nothing_but_the_baseline() {
+        let a = Adaptive::new(1, 1000).unwrap();
+        let (mut c, mut s) = (0, 0);
+        // One request a second, in flight alone, for ten minutes.
+        for i in 0..600u64 {
+            let now = 1 + i * NS_PER_SEC;
+            let (s2, closed) = a.sample(s, now, 50 * MS, 0, a.limit(c), a.noload_ns(c));
+            s = s2;
+            if let Some(w) = closed {
+                c = a.close(c, w, now).0;
+            }
+        }
+        assert_eq!(a.limit(c), INITIAL_LIMIT);
+        assert!(a.noload_ns(c).abs_diff(50 * MS) < MS);
+    }
+
+    #[test]
+    fn stays_within_bounds_and_recovers_when_stale() {
+        let a = Adaptive::new(4, 30).unwrap();
+        let (mut c, mut now) = (0, 1);
+        run(&a, &mut c, &mut now, 20, 100, 10 * MS);
+        assert_eq!(a.limit(c), 30);
+        // A backend that stops answering in time (every answer a 30 s timeout): the limit
+        // falls, then takes the timeouts as the backend's latency rather than staying pinned.
+        let mut low = u64::MAX;
+        for _ in 0..40 {
+            run(&a, &mut c, &mut now, 30, 30, 30_000 * MS);
+            low = low.min(a.limit(c));
+        }
+        assert!(low < 30 && a.limit(c) > 4, "{low} {}", a.limit(c));
+        // Answers at the usual latency again: the no-load latency and the limit come back.
+        run(&a, &mut c, &mut now, 10, 100, 10 * MS);
+        assert_eq!(a.limit(c), 30);
+        assert!(a.noload_ns(c) < 11 * MS);
+    }
+
+    #[test]
+    fn a_stale_limit_grows_back_when_requests_are_refused() {
+        let a = Adaptive::new(2, 100).unwrap();
+        let c = Control {
+            limit_fp: 2 * FP,
+            base: 100,
+            streak: 0,
+            seen: 5,
+            last: 0,
+        }
+        .write();
+        let at = 5 << SEEN_SHIFT;
+        assert_eq!(a.refused(c, at + NS_PER_SEC), None);
+        let grown = a.refused(c, at + 11 * NS_PER_SEC).unwrap();
+        assert_eq!(a.limit(grown), 3);
+        assert_eq!(a.refused(grown, at + 12 * NS_PER_SEC), None);
+    }
+
+    #[test]
+    fn words_round_trip() {
+        let c = Control {
+            limit_fp: 12345,
+            base: 777,
+            streak: 3,
+            seen: 0xBC,
+            last: 0xA1,
+        };
+        assert_eq!(Control::read(c.write()), c);
+        let w = Window {
+            start: 0xABC,
+            busy: true,
+            count: 1000,
+            sum: 1 << 40,
+        };
+        assert_eq!(Window::read(w.write()), w);
+        assert!(Adaptive::new(0, 5).is_err() && Adaptive::new(6, 5).is_err());
+        assert!(Adaptive::new(1, 65536).is_err());
+        for t in [1, 15, 16, 17, 100, 777, 1 << 20, TICK_MAX] {
+            let back = unsqueeze(squeeze(t));
+            assert!(back <= t && back * 8 >= t * 7, "{t} → {back}");
+        }
+    }
+}
