@@ -30,8 +30,9 @@ class Scenario:
     name: str
     title: str
     lanes: list
-    slots: int = 20
-    service_ms: float = 50.0
+    # 30 slots of 75 ms: a learned limit starts at 20 (weir's initial value) and must grow
+    slots: int = 30
+    service_ms: float = 75.0
     # backend changes: [(fraction_of_run, {"slots": 10} or {"service_ms": 100})]
     changes: list = field(default_factory=list)
     # also run through Caddy and tower (when built)
@@ -78,12 +79,12 @@ def all_scenarios():
                  [LaneSpec("normal", NORMAL, [(0, 2.0)])], all_hosts=True),
         Scenario("steady-4x", "steady overload, 4x capacity",
                  [LaneSpec("normal", NORMAL, [(0, 4.0)])], all_hosts=True),
-        Scenario("capacity-halves", "1.5x load; slots 20 -> 10 at 1/3, back to 20 at 2/3",
+        Scenario("capacity-halves", "1.5x load; slots 30 -> 15 at 1/3, back to 30 at 2/3",
                  [LaneSpec("normal", NORMAL, [(0, 1.5)])],
-                 changes=[(1 / 3, {"slots": 10}), (2 / 3, {"slots": 20})]),
-        Scenario("service-doubles", "1.5x load; service 50 -> 100 ms at 1/3, back at 2/3",
+                 changes=[(1 / 3, {"slots": 15}), (2 / 3, {"slots": 30})]),
+        Scenario("service-doubles", "1.5x load; service 75 -> 150 ms at 1/3, back at 2/3",
                  [LaneSpec("normal", NORMAL, [(0, 1.5)])],
-                 changes=[(1 / 3, {"service_ms": 100}), (2 / 3, {"service_ms": 50})]),
+                 changes=[(1 / 3, {"service_ms": 150}), (2 / 3, {"service_ms": 75})]),
         Scenario("one-rps", "1 request per second (no overload)",
                  [LaneSpec("normal", NORMAL, [(0, ("rps", 1.0))])]),
         Scenario("sheddable-spike",
@@ -93,7 +94,8 @@ def all_scenarios():
                   LaneSpec("sheddable", TOOLS, [(0, 0.1), (1 / 3, 1.0), (2 / 3, 0.1)])]),
         Scenario("incident",
                  "the incident: 1,000 client connections at 2.5x, 20 slots x 50 ms",
-                 [LaneSpec("normal", NORMAL, [(0, 2.5)], max_conns=1000)], all_hosts=True),
+                 [LaneSpec("normal", NORMAL, [(0, 2.5)], max_conns=1000)], slots=20,
+                 service_ms=50.0, all_hosts=True),
     ]
 
 
