@@ -49,34 +49,40 @@ def features(opts):
             "lanes": frontends.nginx_accepts(opts.module, frontends.PROBE_LANES)}
 
 
-def make_front(kind, scenario, backend_port, opts, feats):
-    """The front end of `kind`, not started; Skip when it cannot run here."""
+def check_available(kind, scenario, opts, feats):
+    """Raises Skip when front end `kind` cannot run `scenario` here."""
     if kind == "none":
-        return frontends.Direct(backend_port)
+        return
+    if kind not in FRONTS:
+        raise SystemExit(f"unknown front end {kind}; known: {', '.join(FRONTS)}")
     host, mode = kind.split("-")
     if mode == "auto" and not feats["auto"]:
         raise Skip('this weir build does not accept max = "auto" yet')
+    if host == "nginx" and not os.path.exists(opts.module):
+        raise Skip(f"no nginx module at {opts.module} (make nginx-module)")
+    if host in ("caddy", "tower") and not scenario.all_hosts:
+        raise Skip(f"{host} runs the steady-* and incident scenarios only")
+    if host == "caddy" and not (opts.caddy and os.path.exists(opts.caddy)):
+        raise Skip(f"no Caddy binary at {opts.caddy} (make caddy)")
+    if host == "tower" and not (opts.tower and os.path.exists(opts.tower)):
+        raise Skip(f"no tower proxy at {opts.tower} "
+                   "(cargo build --release -p weir-tower --example overload_proxy)")
+
+
+def make_front(kind, scenario, backend_port, opts, feats):
+    """The front end of `kind`, not started; Skip when it cannot run here."""
+    check_available(kind, scenario, opts, feats)
+    if kind == "none":
+        return frontends.Direct(backend_port)
+    host, mode = kind.split("-")
     limit = "auto" if mode == "auto" else (opts.fixed_max or scenario.slots)
     policy = frontends.policy_text(limit, feats["lanes"], opts.queue, opts.queue_timeout,
                                    bounds=opts.bounds)
     if host == "nginx":
-        if not os.path.exists(opts.module):
-            raise Skip(f"no nginx module at {opts.module} (make nginx-module)")
         return frontends.Nginx(opts.module, backend_port, policy, workers=opts.nginx_workers)
     if host == "caddy":
-        if not scenario.all_hosts:
-            raise Skip("Caddy runs scenarios steady-* and incident only")
-        if not (opts.caddy and os.path.exists(opts.caddy)):
-            raise Skip(f"no Caddy binary at {opts.caddy} (make caddy)")
         return frontends.Caddy(opts.caddy, backend_port, policy)
-    if host == "tower":
-        if not scenario.all_hosts:
-            raise Skip("tower runs scenarios steady-* and incident only")
-        if not (opts.tower and os.path.exists(opts.tower)):
-            raise Skip(f"no tower proxy at {opts.tower} "
-                       "(cargo build --release -p weir-tower --example overload_proxy)")
-        return frontends.Tower(opts.tower, backend_port, policy)
-    raise SystemExit(f"unknown front end {kind}")
+    return frontends.Tower(opts.tower, backend_port, policy)
 
 
 def http_json(method, url, timeout=0.5):
@@ -237,6 +243,11 @@ def main():
     results = []
     for sc in scenarios.by_name(opts.scenarios.split(",")):
         for kind in opts.fronts.split(","):
+            try:
+                check_available(kind, sc, opts, feats)
+            except Skip as e:
+                print(f"-- {sc.name} via {kind}: skipped: {e}", flush=True)
+                continue
             print(f"\n== {sc.name} via {kind}: {sc.title}; {sc.slots} slots x {sc.service_ms:g} "
                   f"ms = {sc.capacity:.0f} req/s, {opts.seconds:g} s", flush=True)
             try:
