@@ -204,6 +204,8 @@ class Generator:
         self.tasks = set()
         self.t0 = None
         self.loop = None
+        self.max_gap = 0.0  # the longest the scheduler went without running (bunched arrivals)
+        self.cpu_s = 0.0  # this process's CPU time during the run
 
     def now(self):
         return self.loop.time() - self.t0
@@ -214,12 +216,14 @@ class Generator:
         # each lane's first request goes at once, the next ones at its rate
         credit = {lane.name: 0.999 for lane in self.lanes}
         last = 0.0
+        cpu0 = time.process_time()
         while True:
             t = self.now()
             if t >= seconds:
                 break
             dt = t - last
             last = t
+            self.max_gap = max(self.max_gap, dt)
             for lane in self.lanes:
                 r = lane.rate_at(t)
                 credit[lane.name] += r * dt
@@ -228,6 +232,7 @@ class Generator:
                     credit[lane.name] -= 1.0
                     self.fire(lane, t)
             await asyncio.sleep(self.tick)
+        self.cpu_s = time.process_time() - cpu0
         # the last arrivals get their lane's timeout to finish
         if self.tasks:
             await asyncio.wait(set(self.tasks))

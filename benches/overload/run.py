@@ -166,7 +166,8 @@ async def drive(scenario, backend, front, seconds, fixed_limit, quiet):
     finally:
         for task in side:
             task.cancel()
-    return rec, samples
+    gen_stats = {"gen_cpu_pct": 100.0 * gen.cpu_s / seconds, "gen_max_gap_ms": 1000 * gen.max_gap}
+    return rec, samples, gen_stats
 
 
 def run_one(scenario, kind, seconds, opts, feats, out_dir):
@@ -180,8 +181,8 @@ def run_one(scenario, kind, seconds, opts, feats, out_dir):
         if kind.endswith("-fixed"):
             fixed_limit = opts.fixed_max or scenario.slots
         front.start()
-        rec, samples = asyncio.run(drive(scenario, backend, front, seconds, fixed_limit,
-                                         opts.quiet))
+        rec, samples, gen_stats = asyncio.run(drive(scenario, backend, front, seconds,
+                                                    fixed_limit, opts.quiet))
         log = front.error_log()
     finally:
         if front is not None:
@@ -196,7 +197,7 @@ def run_one(scenario, kind, seconds, opts, feats, out_dir):
     report.write_csv(base + ".csv", table)
     report.write_svg(base + ".svg", table, f"{scenario.name} via {kind}: {scenario.title}")
     s = report.summary(rec, table, scenario, seconds, kind)
-    s.update(csv=base + ".csv", svg=base + ".svg", host_log=log[-2000:], table=table)
+    s.update(csv=base + ".csv", svg=base + ".svg", host_log=log[-2000:], table=table, **gen_stats)
     return s
 
 
@@ -259,13 +260,16 @@ def main():
                 print(f"   could not start: {e}", flush=True)
                 continue
             results.append(s)
-            print(f"   -> {s['csv']}\n   -> {s['svg']}", flush=True)
+            print(f"   generator: {s['gen_cpu_pct']:.0f}% of a core, longest scheduling gap "
+                  f"{s['gen_max_gap_ms']:.0f} ms; sent {s['sent_rps']:.0f}/s of "
+                  f"{s['target_rps']:.0f}/s\n   -> {s['csv']}\n   -> {s['svg']}", flush=True)
             time.sleep(1)
     text = report.table_text(results)
     with open(os.path.join(opts.out, "summary.md"), "w") as f:
-        f.write(text + "\n\nPlots and per-second CSVs:\n\n")
+        f.write(text + "\n\nPlots (per-second CSVs beside them) and the generator's share of a "
+                "core and longest scheduling gap:\n\n")
         for s in results:
-            f.write(f"- {s['svg']}\n")
+            f.write(f"- {s['svg']}: {s['gen_cpu_pct']:.0f}%, {s['gen_max_gap_ms']:.0f} ms\n")
     print("\n" + text)
     print(f"\n(table in {os.path.join(opts.out, 'summary.md')})")
 
