@@ -166,9 +166,9 @@ def write_svg(path, table, title):
             ("backend capacity", [r["capacity_rps"] for r in table], "#999", "6,4"),
             ("offered", [r["offered_rps"] for r in table], "#333", "2,3"),
             ("goodput (2xx)", [r["goodput_rps"] for r in table], "#2ca02c", None),
-            ("rejected (429/503)", [r["rejected_rps"] for r in table], "#ff7f0e", None),
+            *rejected_series(table),
             ("client timeouts", [r["timeout_rps"] for r in table], "#d62728", None),
-            ("not sent (conn cap)", [r["skipped_rps"] for r in table], "#8c564b", "2,2"),
+            ("not sent (conn cap)", [r["skipped_rps"] for r in table], "#e377c2", "8,3"),
         ]),
         ("admitted latency, ms (log)", True, [
             ("p50", [r["p50_ms"] for r in table], "#2ca02c", None),
@@ -192,6 +192,16 @@ def write_svg(path, table, title):
     out.append("</svg>")
     with open(path, "w") as f:
         f.write("\n".join(out) + "\n")
+
+
+def rejected_series(table):
+    """Refusals per second: one line, or one per app lane when there are several."""
+    lanes = [n for n in APP_LANES if table and f"{n}_rejected" in table[0]]
+    if len(lanes) <= 1:
+        return [("rejected (429/503)", [r["rejected_rps"] for r in table], "#ff7f0e", None)]
+    dashes = {"normal": None, "critical": "6,2", "sheddable": "2,2"}
+    return [(f"rejected, {n}", [r[f"{n}_rejected"] for r in table], "#ff7f0e", dashes[n])
+            for n in lanes]
 
 
 def panel(y0, name, log, series, n):
