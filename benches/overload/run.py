@@ -18,6 +18,7 @@ import json
 import math
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -234,13 +235,8 @@ def raise_nofile():
         pass
 
 
-def main():
-    opts = parse()
-    raise_nofile()
-    os.makedirs(opts.out, exist_ok=True)
-    feats = features(opts)
-    print(f"weir build: max = \"auto\" {'accepted' if feats['auto'] else 'not accepted'}, "
-          f"lanes {'accepted' if feats['lanes'] else 'not accepted'}", flush=True)
+def run_all(opts, feats):
+    """Every scenario through every front end; the summaries of the runs that happened."""
     results = []
     for sc in scenarios.by_name(opts.scenarios.split(",")):
         for kind in opts.fronts.split(","):
@@ -253,9 +249,6 @@ def main():
                   f"ms = {sc.capacity:.0f} req/s, {opts.seconds:g} s", flush=True)
             try:
                 s = run_one(sc, kind, opts.seconds, opts, feats, opts.out)
-            except Skip as e:
-                print(f"   skipped: {e}", flush=True)
-                continue
             except frontends.StartError as e:
                 print(f"   could not start: {e}", flush=True)
                 continue
@@ -264,6 +257,22 @@ def main():
                   f"{s['gen_max_gap_ms']:.0f} ms; sent {s['sent_rps']:.0f}/s of "
                   f"{s['target_rps']:.0f}/s\n   -> {s['csv']}\n   -> {s['svg']}", flush=True)
             time.sleep(1)
+    return results
+
+
+def main():
+    opts = parse()
+    # SIGTERM ends the run like Ctrl-C: every started process is stopped on the way out
+    signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
+    raise_nofile()
+    os.makedirs(opts.out, exist_ok=True)
+    feats = features(opts)
+    print(f"weir build: max = \"auto\" {'accepted' if feats['auto'] else 'not accepted'}, "
+          f"lanes {'accepted' if feats['lanes'] else 'not accepted'}", flush=True)
+    try:
+        results = run_all(opts, feats)
+    finally:
+        frontends.stop_all()
     text = report.table_text(results)
     with open(os.path.join(opts.out, "summary.md"), "w") as f:
         f.write(text + "\n\nPlots (per-second CSVs beside them) and the generator's share of a "
