@@ -119,6 +119,22 @@ bench-build:
 bench:
 	$(CARGO) bench
 
+# The overload harness (benches/overload/README.md): a backend with N slots behind no limiter,
+# nginx + weir with a hand-set max, and max = "auto" (also tower's overload_proxy, and Caddy
+# when target/caddy/caddy is built); steady overload, capacity changes, a sheddable spike, the
+# slot-exhaustion incident. `make overload` runs every scenario (about 30 minutes; QUICK=1:
+# 15 s runs) and prints the table; figures go to target/overload/.
+.PHONY: overload overload-smoke
+overload: nginx-module
+	$(CARGO) build --release -p weir-tower --example overload_proxy
+	python3 benches/overload/run.py --module $(NGX_OUT)/ngx_http_weir_module.so \
+		--tower $(CARGO_OUT)/release/examples/overload_proxy $(if $(QUICK),--quick)
+
+# A few seconds of 2x overload through nginx: health checks all pass, the backend never holds
+# more than the limit + 1, refusals come at once, the CSV and SVG are written.
+overload-smoke: nginx-module
+	timeout -k 5 60 python3 benches/overload/smoke.py --module $(NGX_OUT)/ngx_http_weir_module.so
+
 # The nginx dynamic module for Debian's nginx (needs nginx-dev):
 # target/nginx/ngx_http_weir_module.so.  docs/NGINX.md.
 nginx-module: lib
