@@ -35,7 +35,7 @@ demo: setup nginx-module
 demo-engine:
 	$(CARGO) run --release --example demo -- examples/wiki.toml
 
-test: setup lint contrib-check unit crate-outside c-test install-test nginx-test nginx-versions deb-test caddy-test loom fuzz bench-build
+test: setup lint contrib-check unit crate-outside c-test install-test nginx-test overload-smoke nginx-versions deb-test caddy-test loom fuzz bench-build
 	@echo "make test: all passed"
 
 lint:
