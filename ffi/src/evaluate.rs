@@ -576,18 +576,7 @@ pub unsafe extern "C" fn weir_engine_release(
     v: *mut weir_verdict,
     now: u64,
 ) -> c_int {
-    guard(|| {
-        if e.is_null() || v.is_null() {
-            return WEIR_ERR_NULL;
-        }
-        match take_permits(&(*e).engine, &mut *v) {
-            Ok(permits) => {
-                (*e).engine.release(permits, now);
-                WEIR_OK
-            }
-            Err(code) => code,
-        }
-    })
+    weir_engine_release_sampled(e, v, 0, 0, now)
 }
 
 /// `weir_engine_release` with the backend's time for the request, `latency_ns` (0: unknown,

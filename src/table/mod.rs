@@ -401,19 +401,7 @@ impl Table {
         units: u64,
         now: u64,
     ) -> (Verdict, Option<Permit>) {
-        let now = now.saturating_sub(self.clock_base);
-        let verdict = self.modify(
-            key_hash,
-            |s| c.in_flight(s, now),
-            |s| c.acquire_units(s, now, units),
-            true,
-        );
-        self.count(verdict.decision);
-        let permit = verdict.admitted().then(|| Permit {
-            key_hash,
-            bucket: c.bucket(now),
-        });
-        (verdict, permit)
+        self.acquire_capped(c, key_hash, units, c.max(), now)
     }
 
     /// Gives a permit back (exactly once: it is consumed). A permit whose key was evicted or
