@@ -23,6 +23,7 @@ def rows(rec, samples, scenario, seconds):
                "capacity_rps": round(slots * 1000 / service, 1),
                "limit": s.get("limit"), "limit_source": s.get("limit_source"),
                "fe_in_flight": s.get("fe_in_flight"), "fe_queued": s.get("fe_queued"),
+               "fe_noload_ms": rnd(s.get("fe_noload_ms")), "fe_latency_ms": rnd(s.get("fe_latency_ms")),
                "be_in_flight": s.get("be_in_flight"), "be_max_in_flight": s.get("be_max_in_flight"),
                "be_max_busy": s.get("be_max_busy"), "be_completed": s.get("be_completed"),
                "be_abandoned": s.get("be_abandoned")}

@@ -105,7 +105,8 @@ def sample(backend, front, fixed_limit):
     cap = frontends.read_capacity(front.status_url) if front.status_url else None
     if cap and cap.get("limit") is not None:
         out.update(limit=cap["limit"], limit_source="status", fe_in_flight=cap.get("in_flight"),
-                   fe_queued=cap.get("queued"))
+                   fe_queued=cap.get("queued"), fe_noload_ms=cap.get("noload_latency_ms"),
+                   fe_latency_ms=cap.get("latency_ms"))
     elif fixed_limit is not None:
         out.update(limit=fixed_limit, limit_source="policy")
     return out
