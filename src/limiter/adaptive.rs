@@ -19,9 +19,9 @@
 //!
 //! So `b` cannot creep up under long overload (busy windows only lower it), a slower backend
 //! is re-learned within a few windows, and no worker or node ever re-measures on a timer
-//! (nothing to synchronize). The limit grows only in busy windows (at 1 request per second
-//! it stays where it is) and stays within the zone's bounds; a window with a handful of
-//! samples changes only `b`.
+//! (nothing to synchronize). The limit grows only in windows where every slot was in use
+//! (at 1 request per second it stays where it is, and it never runs ahead of demand) and
+//! stays within the zone's bounds; a window with a handful of samples changes only `b`.
 //!
 //! Words (state 0 = nothing recorded, as for every limiter):
 //! - sample: `start:10 | count:9 | busy:1 | full:1 | min:8 | sum:35` — the window's start
@@ -308,12 +308,16 @@ impl Adaptive {
                 }
             } else {
                 c.streak = 0;
-                let step = if mean * 100 <= c.base * CLEAR_PCT {
-                    (c.limit_fp / 8).max(FP)
-                } else {
-                    FP
-                };
-                c.limit_fp += step;
+                // Grow only a limit that held requests back: room nobody asked for is no
+                // evidence the backend has it, and would let the next burst straight in.
+                if w.full {
+                    let step = if mean * 100 <= c.base * CLEAR_PCT {
+                        (c.limit_fp / 8).max(FP)
+                    } else {
+                        FP
+                    };
+                    c.limit_fp += step;
+                }
             }
         }
         c.limit_fp = c.limit_fp.clamp(self.min * FP, self.max * FP);
@@ -389,6 +393,16 @@ mod tests {
                 *now += lat / n;
             }
         }
+    }
+
+    #[test]
+    fn the_limit_does_not_run_ahead_of_demand() {
+        // 12 clients on a backend of 30 slots: the limit of 20 never holds them back, so it
+        // has no reason to grow (a burst later would otherwise walk into the backend).
+        let a = Adaptive::new(1, 1000).unwrap();
+        let (mut c, mut now) = (0, 1);
+        run_clients(&a, &mut c, &mut now, 60, 30, 50 * MS, 12);
+        assert_eq!(a.limit(c), INITIAL_LIMIT);
     }
 
     #[test]

@@ -183,13 +183,14 @@ impl Engine {
         if sample.status >= 500 && sample.latency_ns < noload {
             return;
         }
-        let enforced = a.limit(control);
+        // The limit holds requests back once the smallest lane's share is in use.
+        let binding = Lane::Sheddable.cap(a.limit(control), self.policy.zones[limit.zone].reserve);
         let span = a.span_ns(control);
         let closed = table.update(
             key_hash ^ SAMPLE_SALT,
             now,
             |_, _| 1,
-            |s, now| a.sample(s, now, sample.latency_ns, in_flight, enforced, span),
+            |s, now| a.sample(s, now, sample.latency_ns, in_flight, binding, span),
             true,
         );
         let Some(window) = closed else {
