@@ -179,6 +179,13 @@ pub struct Limit {
     pub charge_on_status: Box<[u16]>,
 }
 
+impl Limit {
+    /// [`Limit::timeout`] in nanoseconds (saturating).
+    pub fn timeout_ns(&self) -> u64 {
+        u64::try_from(self.timeout.as_nanos()).unwrap_or(u64::MAX)
+    }
+}
+
 /// A validated, compiled policy, ready for evaluation.
 #[derive(Clone, Debug)]
 pub struct CompiledPolicy {

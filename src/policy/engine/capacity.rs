@@ -59,15 +59,13 @@ impl Engine {
         req: &PreparedRequest<'_>,
         facts: &mut crate::policy::matching::classset::Facts<'_>,
     ) -> Lane {
-        let mut lane = Lane::Normal;
-        let mut named = false;
+        let mut named: Option<Lane> = None;
         for &(c, l) in self.laned.iter() {
-            if (!named || l > lane) && self.classes.class(c, req, facts) {
-                lane = if named { lane.max(l) } else { l };
-                named = true;
+            if named.is_none_or(|n| l > n) && self.classes.class(c, req, facts) {
+                named = Some(l);
             }
         }
-        lane
+        named.unwrap_or_default()
     }
 
     /// The slots a request of `lane` may fill at limit `l` for `key_hash`: the learned limit
@@ -108,8 +106,7 @@ impl Engine {
             (Some(a), Some(c)) => a.noload_ns(c),
             _ => 0,
         };
-        let timeout = u64::try_from(limit.timeout.as_nanos()).unwrap_or(u64::MAX);
-        waited_ns >= STANDING_DEADLINE_NS.max(noload).min(timeout)
+        waited_ns >= STANDING_DEADLINE_NS.max(noload).min(limit.timeout_ns())
     }
 
     /// A waiter of limit `l` got its slot at `now` after `waited_ns`: its wait feeds the wait

@@ -102,10 +102,7 @@ impl Engine {
                                         limit: h.limit as u16,
                                         generation: self.ledger.take(held(h.limit, true, &permit)),
                                         permit,
-                                        deadline_ns: now.saturating_add(
-                                            u64::try_from(limit.timeout.as_nanos())
-                                                .unwrap_or(u64::MAX),
-                                        ),
+                                        deadline_ns: now.saturating_add(limit.timeout_ns()),
                                     });
                                 if entered.is_some() {
                                     self.counters.add_limit(h.limit, |c| &c.queued);

@@ -318,13 +318,8 @@ impl Engine {
 
     /// How long the request holding `ticket` has waited at `now`.
     fn waited(&self, ticket: &QueueTicket, now: u64) -> u64 {
-        let timeout = self
-            .policy
-            .limits
-            .get(usize::from(ticket.limit))
-            .map_or(0, |l| {
-                u64::try_from(l.timeout.as_nanos()).unwrap_or(u64::MAX)
-            });
+        let timeout =
+            (self.policy.limits.get(usize::from(ticket.limit))).map_or(0, Limit::timeout_ns);
         now.saturating_sub(ticket.deadline_ns.saturating_sub(timeout))
     }
 
