@@ -1378,6 +1378,23 @@ size_t weir_policy_counters_bytes(const struct weir_policy *p);
 int64_t weir_policy_var_index(const struct weir_policy *p, const uint8_t *name, size_t len);
 
 /*
+ The key of the queue `ticket` (a WEIR_QUEUE verdict's) waits in: a permit given back
+ (`weir_engine_release*`) frees a slot for it when the permit's `limit` is the ticket's and
+ its `key_hash` is this. 0 for NULL or an empty ticket.
+ */
+uint64_t weir_ticket_queue_key(const struct weir_permit *ticket);
+
+/*
+ Whether a slot freed for `ticket`'s queue goes to its newest waiter first (1: the queue
+ stands, its old waiters are refused early) or to its oldest (0), at `now`. Hosts that keep
+ their waiters in order ask this when they wake one. WEIR_ERR_INVALID for a ticket that
+ names no concurrency limit of `e` (or an empty one).
+ */
+int weir_engine_queue_lifo(const struct weir_engine *e,
+                           const struct weir_permit *ticket,
+                           uint64_t now);
+
+/*
  Writes what fixes zone `i`'s memory layout — algorithm, the parameters its states depend on
  (`window`, a log zone's `events`, a concurrency zone's `lease` unless the default),
  cluster scope and size — as text such as

@@ -162,7 +162,10 @@ typedef struct {
     uint64_t                     test_now;
     unsigned                     queued:1;
     unsigned                     waiting:1;    /* in the engine's waiters */
+    unsigned                     woken:1;      /* by a release, not asked yet */
     ngx_queue_t                  waiter;
+    int32_t                      queue_limit;  /* the queue it waits in */
+    uint64_t                     queue_key;    /* weir_ticket_queue_key */
     unsigned                     ended:1;      /* the response ended */
     uint64_t                     admitted;     /* ns, the verdict passed */
     uint64_t                     done;         /* ns, when it ended */
@@ -254,7 +257,7 @@ void ngx_http_weir_renew_init(ngx_cycle_t *cycle);
 
 void ngx_http_weir_release(ngx_http_weir_state_t *st, ngx_uint_t end);
 void ngx_http_weir_queue_wait(ngx_http_request_t *r,
-    ngx_http_weir_state_t *st, ngx_uint_t wait);
+    ngx_http_weir_state_t *st, ngx_uint_t wait, uint64_t now);
 ngx_int_t ngx_http_weir_release_init(ngx_conf_t *cf);
 
 #if (WEIR_TEST_HOOKS)

@@ -319,7 +319,7 @@ ngx_http_weir_policy(ngx_http_request_t *r, ngx_http_weir_loc_conf_t *wlcf,
     /* a queued request is woken when this worker gives permits back */
 
     ngx_http_weir_queue_wait(r, st, rc == NGX_AGAIN
-                                    && st->verdict.action == WEIR_QUEUE);
+                                    && st->verdict.action == WEIR_QUEUE, now);
 
     /* its backend's time starts when it is let through (after its delay) */
 

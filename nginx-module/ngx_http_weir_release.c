@@ -14,9 +14,12 @@
  * number and feeds the latency figures.
  *
  * A permit going back frees a slot that requests queued by the same limit
- * wait for: this worker's waiters of that limit are woken at once, in the
- * order they joined the queue.  Waiters in other workers find the slot when
- * they next ask (the engine's poll interval, 10 ms).
+ * and key wait for: one of this worker's waiters in that queue is woken at
+ * once, the oldest while the queue moves and the newest once it stands (the
+ * engine decides: weir_engine_queue_lifo).  A woken waiter that leaves
+ * without the slot (refused, or its client gone) wakes the next.  Waiters in
+ * other workers find the slot when they next ask (the engine's poll
+ * interval, 10 ms).
  */
 
 
@@ -29,8 +32,10 @@ static void ngx_http_weir_release_conn(ngx_http_weir_state_t *st,
     ngx_uint_t end, uint16_t status, uint64_t done, uint64_t now);
 static uint64_t ngx_http_weir_latency(ngx_http_request_t *r,
     uint64_t admitted, uint64_t now);
-static void ngx_http_weir_wake(ngx_http_request_t *r, int32_t *limits,
-    ngx_uint_t n);
+static void ngx_http_weir_wake(ngx_http_request_t *r, int32_t limit,
+    uint64_t key, uint64_t now);
+static ngx_http_weir_state_t *ngx_http_weir_waiter(ngx_queue_t *waiters,
+    int32_t limit, uint64_t key, ngx_uint_t newest);
 
 
 #define NGX_HTTP_WEIR_MS  1000000
@@ -90,6 +95,7 @@ ngx_http_weir_release(ngx_http_weir_state_t *st, ngx_uint_t end)
 {
     uint64_t             now, done, latency;
     int32_t              limits[WEIR_MAX_PERMITS];
+    uint64_t             keys[WEIR_MAX_PERMITS];
     uint16_t             status;
     ngx_uint_t           i, n;
     ngx_http_request_t  *r;
@@ -119,11 +125,11 @@ ngx_http_weir_release(ngx_http_weir_state_t *st, ngx_uint_t end)
     }
 
     if (end) {
-        ngx_http_weir_queue_wait(r, st, 0);
-
         if (st->verdict.action == WEIR_QUEUE) {
             (void) weir_engine_abandon(st->engine, &st->verdict, now);
         }
+
+        ngx_http_weir_queue_wait(r, st, 0, now);
     }
 
     (void) weir_engine_charge(st->engine, &st->verdict, status, now);
@@ -132,7 +138,8 @@ ngx_http_weir_release(ngx_http_weir_state_t *st, ngx_uint_t end)
 
     for (i = 0; i < WEIR_MAX_PERMITS; i++) {
         if (st->verdict.permits[i].limit >= 0) {
-            limits[n++] = st->verdict.permits[i].limit;
+            limits[n] = st->verdict.permits[i].limit;
+            keys[n++] = st->verdict.permits[i].key_hash;
         }
     }
 
@@ -145,7 +152,9 @@ ngx_http_weir_release(ngx_http_weir_state_t *st, ngx_uint_t end)
     (void) weir_engine_release_sampled(st->engine, &st->verdict, latency,
                                        status, now);
 
-    ngx_http_weir_wake(r, limits, n);
+    for (i = 0; i < n; i++) {
+        ngx_http_weir_wake(r, limits[i], keys[i], now);
+    }
 }
 
 
@@ -243,76 +252,112 @@ ngx_http_weir_latency(ngx_http_request_t *r, uint64_t admitted, uint64_t now)
 
 /*
  * Keeps the request among this worker's waiters of the policy's engine
- * while its verdict queues it (wait 1), and takes it out once it does not
- * (wait 0); the oldest waiter comes first
+ * while its verdict queues it (wait 1), in the order they joined, and takes
+ * it out once it does not (wait 0).  A waiter woken for a slot that leaves
+ * without it (refused, or its client gone) wakes the next in its queue.
  */
 
 void
 ngx_http_weir_queue_wait(ngx_http_request_t *r, ngx_http_weir_state_t *st,
-    ngx_uint_t wait)
+    ngx_uint_t wait, uint64_t now)
 {
     ngx_http_weir_main_conf_t  *wmcf;
 
-    if (wait && !st->waiting) {
-        wmcf = ngx_http_get_module_main_conf(r, ngx_http_weir_module);
+    if (wait) {
+        st->queue_limit = st->verdict.ticket.limit;
+        st->queue_key = weir_ticket_queue_key(&st->verdict.ticket);
+        st->woken = 0;
 
-        ngx_queue_insert_tail(&wmcf->pol.waiters, &st->waiter);
-        st->waiting = 1;
+        if (!st->waiting) {
+            wmcf = ngx_http_get_module_main_conf(r, ngx_http_weir_module);
 
-    } else if (!wait && st->waiting) {
-        ngx_queue_remove(&st->waiter);
-        st->waiting = 0;
+            ngx_queue_insert_tail(&wmcf->pol.waiters, &st->waiter);
+            st->waiting = 1;
+        }
+
+        return;
+    }
+
+    if (!st->waiting) {
+        return;
+    }
+
+    ngx_queue_remove(&st->waiter);
+    st->waiting = 0;
+
+    if (st->woken && st->verdict.action != WEIR_PASS
+        && st->verdict.action != WEIR_DELAY)
+    {
+        st->woken = 0;
+        ngx_http_weir_wake(r, st->queue_limit, st->queue_key, now);
     }
 }
 
 
 /*
- * Permits of these limits went back: this worker's requests queued by one
- * of them ask again at once, oldest first, instead of at their next poll
- * (the first takes the slot; the others queue again)
+ * A permit of this limit and key went back: one of this worker's requests
+ * queued for it asks again at once instead of at its next poll, the oldest
+ * or, once the queue stands, the newest
  */
 
 static void
-ngx_http_weir_wake(ngx_http_request_t *r, int32_t *limits, ngx_uint_t n)
+ngx_http_weir_wake(ngx_http_request_t *r, int32_t limit, uint64_t key,
+    uint64_t now)
 {
-    ngx_uint_t                  i;
-    ngx_queue_t                *q, *waiters;
     ngx_event_t                *wev;
     ngx_http_weir_state_t      *w;
     ngx_http_weir_main_conf_t  *wmcf;
 
     wmcf = ngx_http_get_module_main_conf(r, ngx_http_weir_module);
-    waiters = &wmcf->pol.waiters;
 
-    for (q = ngx_queue_head(waiters);
+    w = ngx_http_weir_waiter(&wmcf->pol.waiters, limit, key, 0);
+
+    if (w == NULL) {
+        return;
+    }
+
+    if (weir_engine_queue_lifo(w->engine, &w->verdict.ticket, now) == 1) {
+        w = ngx_http_weir_waiter(&wmcf->pol.waiters, limit, key, 1);
+    }
+
+    /* as its timer would (ngx_http_request_handler), now */
+
+    wev = w->request->connection->write;
+
+    if (wev->timer_set) {
+        ngx_del_timer(wev);
+    }
+
+    wev->delayed = 0;
+    w->woken = 1;
+
+    ngx_post_event(wev, &ngx_posted_events);
+}
+
+
+/* the oldest (or newest) waiter of this queue not woken yet, or NULL */
+
+static ngx_http_weir_state_t *
+ngx_http_weir_waiter(ngx_queue_t *waiters, int32_t limit, uint64_t key,
+    ngx_uint_t newest)
+{
+    ngx_queue_t            *q;
+    ngx_http_weir_state_t  *w;
+
+    for (q = newest ? ngx_queue_last(waiters) : ngx_queue_head(waiters);
          q != ngx_queue_sentinel(waiters);
-         q = ngx_queue_next(q))
+         q = newest ? ngx_queue_prev(q) : ngx_queue_next(q))
     {
         w = ngx_queue_data(q, ngx_http_weir_state_t, waiter);
 
-        for (i = 0; i < n; i++) {
-            if (w->verdict.ticket.limit == limits[i]) {
-                break;
-            }
+        if (w->verdict.ticket.limit == limit && w->queue_key == key
+            && w->request->connection->write->delayed)
+        {
+            return w;
         }
-
-        wev = w->request->connection->write;
-
-        if (i == n || !wev->delayed) {
-            /* another limit's, or woken already */
-            continue;
-        }
-
-        /* as its timer would (ngx_http_request_handler), now */
-
-        if (wev->timer_set) {
-            ngx_del_timer(wev);
-        }
-
-        wev->delayed = 0;
-
-        ngx_post_event(wev, &ngx_posted_events);
     }
+
+    return NULL;
 }
 
 

@@ -267,7 +267,7 @@ fn raw_permit(r: Option<RawPermit>) -> weir_permit {
 
 /// The permit `p` holds: `Ok(None)` when empty, `Err` when its limit is no concurrency limit
 /// of `e` (forged or from another engine).
-fn held(e: &Engine, p: &weir_permit) -> Result<Option<RawPermit>, c_int> {
+pub(crate) fn held(e: &Engine, p: &weir_permit) -> Result<Option<RawPermit>, c_int> {
     if p.limit < 0 {
         return Ok(None);
     }

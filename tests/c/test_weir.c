@@ -1223,6 +1223,16 @@ test_abi_misuse(void)
     CHECK(weir_engine_evaluate(e, &r, now, &v[3], NULL, 0) == WEIR_OK
           && v[3].action == WEIR_QUEUE, "the copy freed no second slot (action %d)", v[3].action);
 
+    /* The queue the ticket waits in is the one the held permits free a slot for; a new
+       queue serves its oldest waiter first. */
+    CHECK(weir_ticket_queue_key(&v[3].ticket) == v[1].permits[0].key_hash
+          && weir_ticket_queue_key(NULL) == 0, "the ticket's queue key");
+    CHECK(weir_engine_queue_lifo(e, &v[3].ticket, now) == 0, "a new queue is first come, "
+          "first served");
+    CHECK(weir_engine_queue_lifo(e, NULL, now) == WEIR_ERR_NULL
+          && weir_engine_queue_lifo(e, &v[0].ticket, now) == WEIR_ERR_INVALID,
+          "queue_lifo: no ticket");
+
     /* The queue ticket: abandoned through a copy, then through the original. */
     copy = v[3];
     CHECK(weir_engine_abandon(e, &copy, now) == WEIR_OK, "abandon a copy");
@@ -1247,6 +1257,11 @@ test_abi_misuse(void)
     rc = weir_engine_abandon(e, &copy, now);
     noise = quiet_end();
     CHECK(rc == WEIR_ERR_INVALID && noise == 0, "forged ticket: rc %d, %ld bytes", rc, noise);
+    quiet_begin();
+    rc = weir_engine_queue_lifo(e, &copy.ticket, now);
+    noise = quiet_end();
+    CHECK(rc == WEIR_ERR_INVALID && noise == 0, "forged ticket's order: rc %d, %ld bytes", rc,
+        noise);
     quiet_begin();
     rc = weir_engine_evaluate_queued(e, &r, now, &copy, NULL, 0);
     noise = quiet_end();

@@ -17,6 +17,11 @@ response is read finds B in the backend and the queue's place free, and queues b
 worker wakes B in the event loop turn that releases A's permit, before it accepts C. With a
 queue of three places, three waiters get the slot in the order they came.
 
+standing: once the queue stands (every waiter served for an interval waited longer than 5 ms),
+a freed slot goes to the newest waiter: of three lined up while the slot is taken, the third
+reaches the backend first. Eight 300 ms answers first teach the limit its no-load latency, so
+that a standing queue's waiters are refused only after 300 ms (time to line three up).
+
 directives: `weir_conn ZONE auto` gives its permit back when the upstream is done, as a
 policy's; `weir_conn ZONE 1` keeps limit_conn's meaning and holds it until the client has
 read the response."""
@@ -73,6 +78,21 @@ reserve = 1
 """ + LANES + """queue = 1
 timeout = "10s"
 """
+
+STANDING = """[zones.backend]
+size = "64k"
+algorithm = "concurrency"
+max = 1
+
+[[limit]]
+name = "backend"
+class = "*"
+zone = "backend"
+key = "global"
+queue = 8
+timeout = "10s"
+"""
+NOLOAD_MS = 300
 
 HTTP = """
     weir_policy %DIR%/policy.toml;
@@ -341,6 +361,49 @@ def test_hand_over(module, promcheck, backend, env):
             f"/tools/ shed while the slot was taken; three waiters served in order")
 
 
+def test_standing(module, backend, env):
+    ngx = Nginx(module, HTTP.replace("BACKEND", str(backend.port)), env=env,
+                files={"policy.toml": STANDING})
+    try:
+        ngx.start()
+        for i in range(8):
+            check(get_body(ngx.port, f"/n?id=n{i}&ms={NOLOAD_MS}")[0] == 200, f"n{i} failed")
+        until(ngx.port, "the no-load latency learned",
+              lambda c: c["noload_latency_ms"] >= NOLOAD_MS * 0.8)
+        # Each waiter waits 60 ms for the slot, over more than an interval (100 ms).
+        prev = send(ngx.port, "GET", "/s?id=S0&hold=1")
+        backend.wait("arrived", "S0")
+        for i in range(1, 5):
+            nxt = send(ngx.port, "GET", f"/s?id=S{i}&hold=1")
+            until(ngx.port, f"S{i} waits", lambda c: c["queued"] == 1)
+            time.sleep(0.06)
+            backend.hold(f"S{i - 1}").set()
+            check(read_response(prev)[0] == 200, f"S{i - 1} failed")
+            backend.wait("arrived", f"S{i}")
+            prev = nxt
+        waiters = ["X1", "X2", "X3"]
+        socks = []
+        for n, w in enumerate(waiters):
+            socks.append(send(ngx.port, "GET", f"/x?id={w}&hold=1"))
+            until(ngx.port, f"{w} waits", lambda c, n=n: c["queued"] == n + 1)
+        backend.hold("S4").set()
+        check(read_response(prev)[0] == 200, "S4 failed")
+        backend.wait("arrived", "X3")
+        early = [w for w in waiters[:2] if backend.arrived.get(w) is not None]
+        check(not early, f"{early} reached the backend before the newest waiter X3")
+        statuses = []
+        for w, sock in zip(reversed(waiters), reversed(socks)):
+            backend.hold(w).set()
+            statuses.append(read_response(sock)[0])
+        # The older two are served next or refused early (the queue still stands).
+        check(statuses[0] == 200 and all(st in (200, 503) for st in statuses[1:]),
+              f"X3, X2, X1 answered {statuses}")
+        ngx.check_log()
+    finally:
+        ngx.cleanup()
+    return f"standing: the newest of three waiters served first (then {statuses[1:]})"
+
+
 DIRECTIVES = """
     weir_conn_zone $host zone=learned:64k max=auto bounds=1:1;
     weir_conn_zone $host zone=counted:64k;
@@ -386,7 +449,8 @@ def test_capacity(module, promcheck, env=None):
     try:
         auto = test_auto(module, promcheck, backend, env)
         hand_over = test_hand_over(module, promcheck, backend, env)
+        standing = test_standing(module, backend, env)
         directives = test_directives(module, backend, env)
     finally:
         backend.stop()
-    return f"{auto}; {hand_over}; {directives}"
+    return f"{auto}; {hand_over}; {standing}; {directives}"

@@ -240,6 +240,34 @@ fn a_standing_queue_refuses_old_waiters_early() {
 }
 
 #[test]
+fn a_standing_queue_serves_its_newest_waiter_first() {
+    let e = engine(QUEUED);
+    let mut now = T0;
+    let mut holder = e.evaluate(&get("/"), now).unwrap().permits;
+    let mut waiter = e.evaluate(&get("/"), now).unwrap().ticket.unwrap();
+    assert!(
+        !e.queue_lifo(&waiter, now),
+        "a new queue serves its oldest first"
+    );
+    // The permits given back free a slot for the waiter's queue.
+    assert_eq!(holder.queues().collect::<Vec<_>>(), [waiter.queue()]);
+    // Every waiter waits 8 ms (under the 10 ms deadline) for an interval: the queue stands.
+    for _ in 0..15 {
+        now += 8 * MS;
+        let next = e.evaluate(&get("/"), now).unwrap().ticket.unwrap();
+        e.release(holder, now);
+        let out = e.evaluate_queued(&get("/"), now, waiter).unwrap();
+        assert_eq!(out.action, Action::Pass);
+        (holder, waiter) = (out.permits, next);
+    }
+    assert!(e.queue_lifo(&waiter, now));
+    // Nobody served or refused for a second: the old state decides nothing.
+    assert!(!e.queue_lifo(&waiter, now + 2 * S));
+    e.release(holder, now);
+    e.abandon(waiter, now);
+}
+
+#[test]
 fn policy_errors_name_the_place() {
     let err = |src: &str| parse_policy(src, Some("p.toml")).unwrap_err().to_string();
     let zone = |extra: &str| {

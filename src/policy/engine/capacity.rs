@@ -1,9 +1,8 @@
 //! Capacity of concurrency limits: how many slots a request's lane may fill (learned or
-//! fixed limit, `reserve`), latency samples given back with permits, the queue's rules (a
-//! waiter is not overtaken by a new arrival; a standing queue drops old waiters early), and the
-//! saturation figures (`policy::saturation`).
+//! fixed limit, `reserve`), latency samples given back with permits, and the saturation
+//! figures (`policy::saturation`). The queue's order is `standing`'s.
 //!
-//! A key's learned limit, its latency window and its queue's standing state are three more
+//! A key's learned limit and its latency window are two more
 //! words in the zone's table, under salted keys (as its queue and bans are): shared by every
 //! process on the zone, kept across reloads that keep the zone, and updated by
 //! compare-exchange. A zone so full that it evicts one of them restarts it (the learned limit
@@ -12,19 +11,10 @@
 use super::*;
 use crate::limiter::adaptive::Adaptive;
 
-/// Salts that turn a concurrency key into the keys of its learned limit, its latency window
-/// and its queue's standing state (same table).
-const CONTROL_SALT: u64 = 0x4c45_4152_4e5f_4c49;
+/// Salts that turn a concurrency key into the keys of its learned limit and its latency
+/// window (same table).
+pub(super) const CONTROL_SALT: u64 = 0x4c45_4152_4e5f_4c49;
 const SAMPLE_SALT: u64 = 0x5341_4d50_4c45_5357;
-const STANDING_SALT: u64 = 0x5354_414e_4449_4e47;
-
-/// A queue is standing when no waiter admitted within an interval waited less than
-/// [`STANDING_TARGET_NS`] (CoDel's rule).
-pub const STANDING_INTERVAL_NS: u64 = 100_000_000;
-pub const STANDING_TARGET_NS: u64 = 5_000_000;
-/// While a queue is standing, a waiter is refused once it has waited this long, or the
-/// backend's no-load latency when that is longer (and never beyond the limit's `timeout`).
-pub const STANDING_DEADLINE_NS: u64 = 10_000_000;
 
 /// A completed request's backend time, given back with its permits
 /// ([`Engine::release_sampled`]).
@@ -91,53 +81,6 @@ impl Engine {
         let table = &self.tables[self.policy.limits[l].zone];
         let state = table.peek(key_hash ^ QUEUE_SALT).unwrap_or(0);
         c.in_flight(state, now.saturating_sub(table.clock_base()))
-    }
-
-    /// Whether limit `l`'s queue for `key_hash` is standing and a waiter that has
-    /// waited `waited_ns` should be refused.
-    pub(super) fn drop_waiter(&self, l: usize, key_hash: u64, waited_ns: u64) -> bool {
-        let limit = &self.policy.limits[l];
-        let table = &self.tables[limit.zone];
-        let state = table.peek(key_hash ^ STANDING_SALT).unwrap_or(0);
-        if state & 1 == 0 {
-            return false;
-        }
-        let noload = match (&self.samplers[l], table.peek(key_hash ^ CONTROL_SALT)) {
-            (Some(a), Some(c)) => a.noload_ns(c),
-            _ => 0,
-        };
-        waited_ns >= STANDING_DEADLINE_NS.max(noload).min(limit.timeout_ns())
-    }
-
-    /// A waiter of limit `l` got its slot at `now` after `waited_ns`: its wait feeds the wait
-    /// histogram and the standing-queue rule (CoDel's sojourn time, taken when a waiter is
-    /// served: one that timed out or left says nothing of how fast the queue moves).
-    pub(super) fn served(&self, l: usize, key_hash: u64, waited_ns: u64, now: u64) {
-        self.counters.saturation().waited(l, waited_ns);
-        // Word: interval start (ns >> 20, 43 bits) | shortest wait this interval (µs, 20 bits)
-        // | standing (1 bit, decided at the end of the last interval).
-        let table = &self.tables[self.policy.limits[l].zone];
-        let wait_us = (waited_ns / 1000).min((1 << 20) - 1);
-        table.update(
-            key_hash ^ STANDING_SALT,
-            now,
-            |_, _| 1,
-            |s, now| {
-                let start = s >> 21;
-                let shortest = (s >> 1) & ((1 << 20) - 1);
-                let standing = s & 1;
-                let at = (now >> 20) & ((1 << 43) - 1);
-                if s == 0 {
-                    return ((at << 21 | wait_us << 1).max(2), ());
-                }
-                if at.wrapping_sub(start) << 20 >= STANDING_INTERVAL_NS {
-                    let now_standing = u64::from(shortest * 1000 > STANDING_TARGET_NS);
-                    return (at << 21 | wait_us << 1 | now_standing, ());
-                }
-                (start << 21 | shortest.min(wait_us) << 1 | standing, ())
-            },
-            true,
-        );
     }
 
     /// Limit `l` refused a request of `lane` (full, its queue full, or its wait over).

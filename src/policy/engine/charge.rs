@@ -38,9 +38,9 @@ impl Engine {
             let mine = ticket.as_ref().is_some_and(|t| t.limit as usize == h.limit);
             // A waiter that waited too long in a standing queue is refused (CoDel's rule).
             let dropped = mine
-                && ticket
-                    .as_ref()
-                    .is_some_and(|t| self.drop_waiter(h.limit, h.key_hash, self.waited(t, now)));
+                && ticket.as_ref().is_some_and(|t| {
+                    self.drop_waiter(h.limit, h.key_hash, self.waited(t, now), now)
+                });
             // A new arrival does not overtake the requests waiting for a slot (the freed slot
             // is theirs), unless it is critical.
             let barred = dropped

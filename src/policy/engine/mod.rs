@@ -64,7 +64,9 @@ pub use keys::KeyState;
 mod renew;
 use renew::held;
 mod capacity;
-pub use capacity::{Sample, STANDING_DEADLINE_NS, STANDING_INTERVAL_NS, STANDING_TARGET_NS};
+pub use capacity::Sample;
+mod standing;
+pub use standing::{STANDING_DEADLINE_NS, STANDING_INTERVAL_NS, STANDING_TARGET_NS};
 
 /// Concurrency limits one request can hold at once.
 pub const MAX_PERMITS: usize = 4;

@@ -45,10 +45,26 @@ pub struct RawPermit {
     pub generation: u64,
 }
 
+/// A queue: a concurrency limit and a key. A permit given back frees a slot for the tickets
+/// of its queue ([`Permits::queues`], [`QueueTicket::queue`]): hosts wake one of them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct QueueId {
+    pub limit: u16,
+    pub key_hash: u64,
+}
+
 impl QueueTicket {
     /// Index of the concurrency limit this ticket waits for.
     pub fn limit(&self) -> usize {
         self.limit as usize
+    }
+
+    /// The queue this ticket waits in.
+    pub fn queue(&self) -> QueueId {
+        QueueId {
+            limit: self.limit,
+            key_hash: self.permit.key_hash ^ super::QUEUE_SALT,
+        }
     }
 
     /// When the wait ends (the engine's clock); hosts that carry tickets across an FFI hand
@@ -97,6 +113,16 @@ pub struct Permits {
 impl Permits {
     pub fn is_empty(&self) -> bool {
         self.held[0].is_none()
+    }
+
+    /// The queues whose waiters these permits, once given back, free a slot for.
+    pub fn queues(&self) -> impl Iterator<Item = QueueId> + '_ {
+        self.held.iter().map_while(|h| {
+            h.as_ref().map(|(limit, p, _)| QueueId {
+                limit: *limit,
+                key_hash: p.key_hash,
+            })
+        })
     }
 
     /// The raw parts of each held permit, consuming them.
