@@ -2,6 +2,7 @@ package weir
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -81,6 +82,47 @@ func TestSampleIsTheUpstreamLatency(t *testing.T) {
 	}
 }
 
+// heldRequest is a request served by a next handler that holds it until leave is closed.
+type heldRequest struct {
+	entered, leave chan struct{}
+	done           chan string // "StatusText placeholder" once answered
+}
+
+func sendHeld(t *testing.T, h *Handler) *heldRequest {
+	r := &heldRequest{make(chan struct{}), make(chan struct{}), make(chan string, 1)}
+	next := caddyhttp.HandlerFunc(func(http.ResponseWriter, *http.Request) error {
+		close(r.entered)
+		<-r.leave
+		return nil
+	})
+	go func() {
+		s, ph, _ := serveZone(t, h, next)
+		r.done <- strings.Join([]string{http.StatusText(s), ph}, " ")
+	}()
+	return r
+}
+
+// reached checks that r reaches the next handler (want), or not within 100 ms.
+func (r *heldRequest) reached(t *testing.T, want bool, what string) {
+	t.Helper()
+	wait := 10 * time.Second
+	if !want {
+		wait = 100 * time.Millisecond
+	}
+	select {
+	case <-r.entered:
+		if !want {
+			t.Fatalf("%s reached the next handler", what)
+		}
+	case got := <-r.done:
+		t.Fatalf("%s answered %s", what, got)
+	case <-time.After(wait):
+		if want {
+			t.Fatalf("%s never reached the next handler", what)
+		}
+	}
+}
+
 // A queued request is woken when the slot's holder gives it back, not by polling (polls are
 // made an hour apart here): b waits behind a and is served once a ends; c, sent while b runs,
 // queues behind b and is served once b ends.
@@ -89,54 +131,18 @@ func TestQueuedRequestWokenByRelease(t *testing.T) {
 	defer func() { pollEvery = 0 }()
 	h := &Handler{RateLimits: map[string]*Zone{"c": {Key: "k", Max: 1, Queue: 2, Timeout: caddy.Duration(time.Hour)}}}
 	defer provisioned(t, h)()
-	type held struct {
-		entered, leave chan struct{}
-		done           chan string
-	}
-	send := func() *held {
-		r := &held{make(chan struct{}), make(chan struct{}), make(chan string, 1)}
-		next := caddyhttp.HandlerFunc(func(http.ResponseWriter, *http.Request) error {
-			close(r.entered)
-			<-r.leave
-			return nil
-		})
-		go func() {
-			s, ph, _ := serveZone(t, h, next)
-			r.done <- strings.Join([]string{http.StatusText(s), ph}, " ")
-		}()
-		return r
-	}
-	entered := func(r *held, want bool, what string) {
-		t.Helper()
-		wait := 10 * time.Second
-		if !want {
-			wait = 100 * time.Millisecond
-		}
-		select {
-		case <-r.entered:
-			if !want {
-				t.Fatalf("%s reached the next handler", what)
-			}
-		case got := <-r.done:
-			t.Fatalf("%s answered %s", what, got)
-		case <-time.After(wait):
-			if want {
-				t.Fatalf("%s never reached the next handler", what)
-			}
-		}
-	}
-	a := send()
-	entered(a, true, "a")
-	b := send()
-	entered(b, false, "b (queued behind a)")
+	a := sendHeld(t, h)
+	a.reached(t, true, "a")
+	b := sendHeld(t, h)
+	b.reached(t, false, "b (queued behind a)")
 	close(a.leave)
-	entered(b, true, "b, after a's release")
-	c := send()
-	entered(c, false, "c (queued behind b)")
+	b.reached(t, true, "b, after a's release")
+	c := sendHeld(t, h)
+	c.reached(t, false, "c (queued behind b)")
 	close(b.leave)
-	entered(c, true, "c, after b's release")
+	c.reached(t, true, "c, after b's release")
 	close(c.leave)
-	for i, r := range []*held{a, b, c} {
+	for i, r := range []*heldRequest{a, b, c} {
 		want := "OK queued/c"
 		if i == 0 {
 			want = "OK pass/-"
@@ -144,6 +150,60 @@ func TestQueuedRequestWokenByRelease(t *testing.T) {
 		if got := <-r.done; got != want {
 			t.Errorf("request %d: %s, want %s", i, got, want)
 		}
+	}
+}
+
+// Once the queue stands (every waiter served for more than an interval waited over 5 ms), a
+// freed slot goes to the newest waiter: of three lined up while the slot is taken, the third
+// is served first, then the second, then the first. Eight 200 ms answers first teach the
+// zone its no-load latency, so that a standing queue's waiters are refused only after 200 ms.
+func TestStandingQueueServesNewestFirst(t *testing.T) {
+	pollEvery = time.Hour
+	defer func() { pollEvery = 0 }()
+	h := &Handler{RateLimits: map[string]*Zone{"c": {Key: "k", Max: 1, Queue: 4, Timeout: caddy.Duration(time.Hour)}}}
+	defer provisioned(t, h)()
+	serveSamples(t, h, caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
+		time.Sleep(200 * time.Millisecond)
+		return nil
+	}), 8)
+	if got := capacityOf(t, h.zoneEng)["noload_latency_ms"].(float64); got < 150 {
+		t.Fatalf("no-load latency %v ms, want about 200", got)
+	}
+	queued := func(n float64) {
+		t.Helper()
+		for t0 := time.Now(); capacityOf(t, h.zoneEng)["queued"] != n; time.Sleep(time.Millisecond) {
+			if time.Since(t0) > 5*time.Second {
+				t.Fatalf("never %v queued", n)
+			}
+		}
+	}
+	// Each waiter waits 30 ms for its slot, over more than an interval (100 ms).
+	holder := sendHeld(t, h)
+	holder.reached(t, true, "the first holder")
+	for i := 0; i < 5; i++ {
+		next := sendHeld(t, h)
+		queued(1)
+		time.Sleep(30 * time.Millisecond)
+		close(holder.leave)
+		next.reached(t, true, "the waiter, after the release")
+		holder = next
+	}
+	var x []*heldRequest
+	for i := 1; i <= 3; i++ {
+		x = append(x, sendHeld(t, h))
+		queued(float64(i))
+	}
+	close(holder.leave)
+	for i := 2; i >= 0; i-- {
+		x[i].reached(t, true, fmt.Sprintf("x%d", i+1))
+		for j := 0; j < i; j++ {
+			select {
+			case <-x[j].entered:
+				t.Fatalf("x%d was served before x%d", j+1, i+1)
+			default:
+			}
+		}
+		close(x[i].leave)
 	}
 }
 

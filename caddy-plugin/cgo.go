@@ -391,6 +391,39 @@ func (v *verdict) holdsPermits() bool {
 	return false
 }
 
+// queueID names a queue: a concurrency limit and a key. A permit given back frees a slot
+// for the waiters of its queue.
+type queueID struct {
+	limit int32
+	key   uint64
+}
+
+// ticket is a copy of a queued verdict's place (read by weir_engine_queue_lifo).
+type ticket struct{ p C.weir_permit }
+
+// queue is the queue a queued verdict waits in.
+func (v *verdict) queue() queueID {
+	return queueID{int32(v.v.ticket.limit), uint64(C.weir_ticket_queue_key(&v.v.ticket))}
+}
+
+func (v *verdict) ticketCopy() ticket { return ticket{v.v.ticket} }
+
+// permitQueues are the queues v's permits, once given back, free a slot for.
+func (v *verdict) permitQueues() []queueID {
+	var qs []queueID
+	for i := range v.v.permits {
+		if p := &v.v.permits[i]; p.limit >= 0 {
+			qs = append(qs, queueID{int32(p.limit), uint64(p.key_hash)})
+		}
+	}
+	return qs
+}
+
+// queueLifo reports whether t's queue stands: a freed slot goes to its newest waiter.
+func (e *engine) queueLifo(t *ticket, now uint64) bool {
+	return C.weir_engine_queue_lifo(e.p, &t.p, C.uint64_t(now)) == 1
+}
+
 // holdsCharges reports whether the engine handed the request deferred charges (its
 // charge_on_status limits), which weir_engine_charge must hand back with the response status.
 func (v *verdict) holdsCharges() bool { return v.v.charges[0].limit >= 0 }

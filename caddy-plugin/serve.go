@@ -89,7 +89,11 @@ func (rs *reqState) reset() {
 // back with the backend's time (latency, 0: unknown) and the status, to s's engine (unless
 // the engine is gone), and wakes the requests waiting for them.
 func releaseHeld(s *engineState, v *verdict, status int, latency time.Duration, now uint64) {
-	permits := v.holdsPermits()
+	var qs []queueID
+	if v.holdsPermits() {
+		qs = v.permitQueues()
+	}
+	permits := qs != nil
 	s.mu.RLock()
 	if s.eng != nil {
 		if v.holdsCharges() {
@@ -101,7 +105,7 @@ func releaseHeld(s *engineState, v *verdict, status int, latency time.Duration, 
 	}
 	s.mu.RUnlock()
 	if permits {
-		s.waiters.released()
+		s.waiters.released(qs, s.lifo)
 	}
 }
 
@@ -491,19 +495,19 @@ func (h *Handler) passHeaders(w http.ResponseWriter, v *verdict) {
 	}
 }
 
-// waitQueued asks engine s again with the queue ticket, as soon as a request of s gives its
-// permits back and otherwise as often as the engine says, until a slot is free (true), the
-// engine rejects — the limit's timeout has passed, among others — (false), or the client
-// leaves (error).
+// waitQueued asks engine s again with the queue ticket, as soon as a request of s gives a
+// permit of its queue back and otherwise as often as the engine says, until a slot is free
+// (true), the engine rejects — the limit's timeout has passed, among others — (false), or
+// the client leaves (error).
 func (h *Handler) waitQueued(s *engineState, rv *reqView, v *verdict, r *http.Request) (bool, error) {
-	s.waiters.enter()
-	defer s.waiters.leave()
+	x := s.waiters.enter(v)
+	served := false
+	defer func() { s.waiters.leave(x, served, s.lifo) }()
 	// The first time, ask again at once: a release since the first evaluation found no
 	// waiter to wake.
 	var wait time.Duration
-	var woken <-chan struct{}
 	for {
-		if wait > 0 && !napQueued(r.Context(), wait, woken) {
+		if wait > 0 && !napQueued(r.Context(), wait, x.ch) {
 			s.mu.RLock()
 			if s.eng != nil {
 				s.eng.abandon(v, nowNS())
@@ -511,10 +515,10 @@ func (h *Handler) waitQueued(s *engineState, rv *reqView, v *verdict, r *http.Re
 			s.mu.RUnlock()
 			return false, caddyhttp.Error(499, r.Context().Err())
 		}
-		woken = s.waiters.wakeup()
 		s.mu.RLock()
 		if s.eng == nil {
 			s.mu.RUnlock()
+			served = true
 			return true, nil
 		}
 		s.eng.evaluate(rv, nowNS(), v, true)
@@ -525,6 +529,7 @@ func (h *Handler) waitQueued(s *engineState, rv *reqView, v *verdict, r *http.Re
 		}
 		switch v.action() {
 		case actQueue:
+			s.waiters.requeued(x, v)
 			wait = time.Duration(v.waitNS())
 			if pollEvery > 0 {
 				wait = pollEvery
@@ -533,6 +538,7 @@ func (h *Handler) waitQueued(s *engineState, rv *reqView, v *verdict, r *http.Re
 		case actReject:
 			return false, nil
 		default:
+			served = true
 			return true, nil
 		}
 	}

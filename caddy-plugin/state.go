@@ -32,6 +32,14 @@ type engineState struct {
 	waiters waiters
 }
 
+// lifo reports whether t's queue serves its newest waiter first (false once the engine is
+// gone).
+func (s *engineState) lifo(t *ticket) bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.eng != nil && s.eng.queueLifo(t, nowNS())
+}
+
 // newEngineState wraps eng, attached to the regions held; names are its limits' names as
 // Caddy shows them.
 func newEngineState(eng *engine, held *engineRegions, source string, names []string) *engineState {

@@ -44,7 +44,9 @@ pub unsafe extern "C" fn weir_engine_queue_lifo(
         }
         let engine = &(*e).engine;
         match held(engine, &*ticket) {
-            Ok(Some(raw)) => c_int::from(engine.queue_lifo(&QueueTicket::from_raw(raw, 0), now)),
+            Ok(Some(raw)) => {
+                c_int::from(engine.queue_lifo(QueueTicket::from_raw(raw, 0).queue(), now))
+            }
             Ok(None) => WEIR_ERR_INVALID,
             Err(code) => code,
         }

@@ -246,7 +246,7 @@ fn a_standing_queue_serves_its_newest_waiter_first() {
     let mut holder = e.evaluate(&get("/"), now).unwrap().permits;
     let mut waiter = e.evaluate(&get("/"), now).unwrap().ticket.unwrap();
     assert!(
-        !e.queue_lifo(&waiter, now),
+        !e.queue_lifo(waiter.queue(), now),
         "a new queue serves its oldest first"
     );
     // The permits given back free a slot for the waiter's queue.
@@ -260,9 +260,9 @@ fn a_standing_queue_serves_its_newest_waiter_first() {
         assert_eq!(out.action, Action::Pass);
         (holder, waiter) = (out.permits, next);
     }
-    assert!(e.queue_lifo(&waiter, now));
+    assert!(e.queue_lifo(waiter.queue(), now));
     // Nobody served or refused for a second: the old state decides nothing.
-    assert!(!e.queue_lifo(&waiter, now + 2 * S));
+    assert!(!e.queue_lifo(waiter.queue(), now + 2 * S));
     e.release(holder, now);
     e.abandon(waiter, now);
 }

@@ -8,7 +8,7 @@ use std::task::{ready, Context, Poll};
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
-use weir::policy::engine::{Charges, Outcome, Permits, QueueTicket, Sample};
+use weir::policy::engine::{Charges, Outcome, Permits, QueueTicket, Sample, MAX_PERMITS};
 
 use crate::Config;
 
@@ -78,10 +78,21 @@ impl Drop for PermitGuard {
                 .charge_response(std::mem::take(&mut self.charges), 0, now);
         }
         if !self.permits.is_empty() {
-            self.cfg
-                .engine
-                .release_sampled(std::mem::take(&mut self.permits), self.sample, now);
-            self.cfg.waiters.released();
+            let mut queues = [None; MAX_PERMITS];
+            let waiting = self.cfg.waiters.any();
+            if waiting {
+                for (slot, q) in queues.iter_mut().zip(self.permits.queues()) {
+                    *slot = Some(q);
+                }
+            }
+            let engine = &self.cfg.engine;
+            engine.release_sampled(std::mem::take(&mut self.permits), self.sample, now);
+            if waiting {
+                let clock = &self.cfg.clock;
+                self.cfg
+                    .waiters
+                    .released(&queues, &|q| engine.queue_lifo(q, clock.now_ns()));
+            }
         }
     }
 }

@@ -593,20 +593,17 @@ where
             cfg: cfg.clone(),
             ticket: out.ticket.take(),
         };
-        // A release through this layer wakes the request (wake.rs); the wake-up is created
-        // before each evaluation, so that a release after it is not missed.
-        let waiters = &cfg.waiters;
-        let mut woken = std::pin::pin!(waiters.notified());
-        let _waiting = waiters.enter();
+        // A release through this layer wakes the request (wake.rs).
+        let lifo = |q| engine.queue_lifo(q, cfg.clock.now_ns());
+        let mut waiting = (place.ticket.as_ref()).map(|t| cfg.waiters.enter(t.queue(), &lifo));
         // The first time, ask again at once: a release since the first evaluation found no
         // waiter to wake. Then the engine says when to ask again, and ends the wait at the
         // limit's timeout.
         let mut wait = Duration::ZERO;
         loop {
-            if !wait.is_zero() {
+            if let (false, Some(w)) = (wait.is_zero(), &waiting) {
                 // Real time, whatever the clock: an injected clock may stand still meanwhile.
-                wake::nap(wait, woken.as_mut()).await;
-                woken.set(waiters.notified());
+                w.nap(wait).await;
             }
             let now = cfg.clock.now_ns();
             let Some(ticket) = place.ticket.take() else {
@@ -628,12 +625,19 @@ where
                     if out.action != Action::Queue {
                         break;
                     }
+                    if let (Some(w), Some(t)) = (&waiting, &place.ticket) {
+                        w.requeued(t.queue());
+                    }
                     wait = Duration::from_nanos(out.wait_ns);
                 }
                 // The request was fine a moment ago; cannot happen, but answer as the engine does.
                 Some(Err(_)) => return Ok(bad_request(&cfg)),
             }
         }
+        if let (Some(w), Action::Pass | Action::Delay) = (&mut waiting, out.action) {
+            w.served();
+        }
+        drop(waiting);
     }
     if out.ban_started.is_some() {
         log_ban(engine, &out);

@@ -1,7 +1,8 @@
 //! Capacity through the layer: the permits go back with the inner service's time (not the
 //! time the body stays open), a learned limit (`max = "auto"`) finds the slots of a handler
-//! that serves N requests at a time, lanes keep the reserve for critical requests, and a
-//! queued request is woken by a release rather than by its next poll.
+//! that serves N requests at a time, lanes keep the reserve for critical requests, a
+//! queued request is woken by a release rather than by its next poll, and once the queue
+//! stands the newest waiter is woken first.
 
 mod common;
 
@@ -132,6 +133,83 @@ async fn a_release_wakes_the_queued_request_at_once() {
         tokio::time::Instant::now() - released,
         Duration::ZERO,
         "served at the release, not at its next poll"
+    );
+}
+
+/// Once the queue stands (every waiter served for more than an interval waited over 5 ms),
+/// a freed slot goes to the newest waiter: of three lined up while the slot is taken, the
+/// third reaches the inner service first. The inner service takes 200 ms (its no-load
+/// latency, learned from eight answers first), so a standing queue's waiters are refused only
+/// after 200 ms; the older two are served after it or refused (429, the limit's status).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standing_queue_wakes_its_newest_waiter_first() {
+    let entered = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = entered.clone();
+    let inner = tower::service_fn(move |req: http::Request<()>| {
+        log.lock().unwrap().push(req.uri().path().to_string());
+        async {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            Ok::<_, Infallible>(http::Response::new(Full::new(Bytes::from("ok"))))
+        }
+    });
+    let e = engine(QUEUE);
+    let svc = WeirLayer::new(e.clone()).layer(inner);
+    let call = |path: &str| {
+        let req = http::Request::get(path).body(()).unwrap();
+        tokio::spawn(svc.clone().oneshot(req))
+    };
+    for _ in 0..8 {
+        call("/learn").await.unwrap().unwrap();
+    }
+    let now = || weir::clock::monotonic_ns();
+    let noload = e.saturation(0, now()).unwrap().noload_ns;
+    assert!(
+        noload > 150 * MS,
+        "no-load latency {noload} ns, want about 200 ms"
+    );
+    let e = &e;
+    let queued = |n: u64| async move {
+        let t0 = Instant::now();
+        while e.saturation(0, now()).unwrap().queued != n {
+            assert!(t0.elapsed() < 5 * SECOND, "never {n} queued");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    };
+    // Each waiter waits 30 ms for its slot (the holder's response is kept), over more than
+    // an interval (100 ms).
+    let mut holder = call("/s").await.unwrap().unwrap();
+    for _ in 0..5 {
+        let next = call("/s");
+        queued(1).await;
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        drop(holder);
+        holder = next.await.unwrap().unwrap();
+        assert_eq!(holder.status(), 200);
+    }
+    let mut x = Vec::new();
+    for (n, path) in ["/x1", "/x2", "/x3"].into_iter().enumerate() {
+        x.push(call(path));
+        queued(n as u64 + 1).await;
+    }
+    drop(holder);
+    let mut statuses = Vec::new();
+    for h in x.into_iter().rev() {
+        statuses.push(h.await.unwrap().unwrap().status().as_u16());
+    }
+    let order: Vec<String> = entered.lock().unwrap().clone();
+    let xs: Vec<&str> = order
+        .iter()
+        .filter(|p| p.starts_with("/x"))
+        .map(|p| p.as_str())
+        .collect();
+    assert_eq!(
+        xs.first(),
+        Some(&"/x3"),
+        "the waiters reached the service as {xs:?}"
+    );
+    assert!(
+        statuses[0] == 200 && statuses[1..].iter().all(|s| [200, 429].contains(s)),
+        "x3, x2, x1 answered {statuses:?}"
     );
 }
 

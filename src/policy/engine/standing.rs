@@ -148,17 +148,13 @@ impl Engine {
         self.record_wait(l, key_hash, Some((waited_ns / 1000).min(WAIT_MAX_US)), now);
     }
 
-    /// Whether a slot freed for `ticket`'s queue should go to its newest waiter (the queue
-    /// stands) rather than its oldest, at `now`. Hosts that keep their waiters in order ask
-    /// this when they wake one.
-    pub fn queue_lifo(&self, ticket: &QueueTicket, now: u64) -> bool {
-        let queue = ticket.queue();
-        usize::from(queue.limit) < self.policy.limits.len()
-            && matches!(
-                self.limiters[usize::from(queue.limit)],
-                Limiter::Concurrency(_)
-            )
-            && self.stands(usize::from(queue.limit), queue.key_hash, now)
+    /// Whether a slot freed for `queue` ([`QueueTicket::queue`], [`Permits::queues`]) should
+    /// go to its newest waiter (the queue stands) rather than its oldest, at `now`. Hosts that
+    /// keep their waiters in order ask this when they wake one.
+    pub fn queue_lifo(&self, queue: QueueId, now: u64) -> bool {
+        let l = usize::from(queue.limit);
+        matches!(self.limiters.get(l), Some(Limiter::Concurrency(_)))
+            && self.stands(l, queue.key_hash, now)
     }
 }
 
