@@ -36,10 +36,11 @@
 //! future dropped before the response, gives the permits back without a sample.
 //!
 //! **Hand-over.** The engine keeps a freed slot for the requests waiting in the limit's
-//! queue (a new arrival queues behind them), and a waiter takes it when it asks again. When
-//! permits go back through a layer, every request waiting in that layer (and its clones) is
-//! woken at once and asks again, so the slot is taken right away; waiters behind other layers
-//! or in other processes sharing the zone find it at their next poll (10 ms at most).
+//! queue (a new arrival queues behind them), and a waiter takes it when it asks again. When a
+//! permit goes back through a layer, one request waiting for it in that layer (and its clones)
+//! is woken at once — the oldest, or the newest once the queue stands — and asks again, so the
+//! slot is taken right away; waiters behind other layers or in other processes sharing the
+//! zone find it at their next poll (10 ms at most).
 //!
 //! **Limits with `charge_on_status`** are charged when the inner service's response is produced,
 //! with its status (before the body's permits go back); an inner-service error, or a future
