@@ -408,15 +408,20 @@ func (v *verdict) queue() queueID {
 
 func (v *verdict) ticketCopy() ticket { return ticket{v.v.ticket} }
 
-// permitQueues are the queues v's permits, once given back, free a slot for.
-func (v *verdict) permitQueues() []queueID {
-	var qs []queueID
+// maxPermits is how many permits a verdict holds at most.
+const maxPermits = C.WEIR_MAX_PERMITS
+
+// permitQueues writes the queues v's permits, once given back, free a slot for to qs and
+// returns how many.
+func (v *verdict) permitQueues(qs *[maxPermits]queueID) int {
+	n := 0
 	for i := range v.v.permits {
 		if p := &v.v.permits[i]; p.limit >= 0 {
-			qs = append(qs, queueID{int32(p.limit), uint64(p.key_hash)})
+			qs[n] = queueID{int32(p.limit), uint64(p.key_hash)}
+			n++
 		}
 	}
-	return qs
+	return n
 }
 
 // queueLifo reports whether t's queue stands: a freed slot goes to its newest waiter.

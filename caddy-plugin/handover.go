@@ -65,13 +65,14 @@ func (w *waiters) leave(x *waiter, served bool, lifo func(*ticket) bool) {
 	w.count.Add(-1)
 }
 
+// any reports whether a request waits (a release that finds none skips the rest). Either
+// it sees a waiter that entered, or that waiter's next evaluation sees the permits given
+// back.
+func (w *waiters) any() bool { return w.count.Load() > 0 }
+
 // released wakes one waiter of each queue in qs: permits of those queues were just given
-// back to the engine. lifo tells whether a queue serves its newest waiter first. Either it
-// sees a waiter that entered, or that waiter's next evaluation sees the permits given back.
+// back to the engine. lifo tells whether a queue serves its newest waiter first.
 func (w *waiters) released(qs []queueID, lifo func(*ticket) bool) {
-	if w.count.Load() == 0 {
-		return
-	}
 	w.mu.Lock()
 	for _, q := range qs {
 		w.wake(q, lifo)

@@ -89,11 +89,13 @@ func (rs *reqState) reset() {
 // back with the backend's time (latency, 0: unknown) and the status, to s's engine (unless
 // the engine is gone), and wakes the requests waiting for them.
 func releaseHeld(s *engineState, v *verdict, status int, latency time.Duration, now uint64) {
-	var qs []queueID
-	if v.holdsPermits() {
-		qs = v.permitQueues()
+	permits := v.holdsPermits()
+	// The queues to wake, noted before the release clears the permits (none: nobody waits).
+	var qs [maxPermits]queueID
+	n := 0
+	if permits && s.waiters.any() {
+		n = v.permitQueues(&qs)
 	}
-	permits := qs != nil
 	s.mu.RLock()
 	if s.eng != nil {
 		if v.holdsCharges() {
@@ -104,8 +106,8 @@ func releaseHeld(s *engineState, v *verdict, status int, latency time.Duration, 
 		}
 	}
 	s.mu.RUnlock()
-	if permits {
-		s.waiters.released(qs, s.lifo)
+	if n > 0 {
+		s.waiters.released(qs[:n], s.lifo)
 	}
 }
 
