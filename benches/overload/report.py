@@ -84,6 +84,20 @@ def convergence(table, scenario, seconds, band=0.25, hold=3):
     return "/".join(parts)
 
 
+def drift(table, scenario):
+    """How far the limit moved from the end of the first minute to the end of the run, in %
+    (the mean over seconds 50-60 against the last 10): runs of 2 minutes or more without
+    backend changes only, else None."""
+    if len(table) < 120 or scenario.changes:
+        return None
+    first = [r["limit"] for r in table[50:60] if r["limit"] is not None]
+    last = [r["limit"] for r in table[-10:] if r["limit"] is not None]
+    if not first or not last:
+        return None
+    a, b = sum(first) / len(first), sum(last) / len(last)
+    return 100.0 * (b - a) / a
+
+
 def summary(rec, table, scenario, seconds, front):
     app = [rec.totals(name) for name in rec.lanes if name in APP_LANES]
     good = sum(r["goodput_rps"] for r in table)
@@ -113,6 +127,7 @@ def summary(rec, table, scenario, seconds, front):
         "be_max_in_flight": max(be_max) if be_max else None,
         "limit_last": limits[-1] if limits else None,
         "convergence": convergence(table, scenario, seconds),
+        "drift_pct": drift(table, scenario),
     }
 
 
@@ -127,7 +142,7 @@ COLUMNS = [
     ("reject_p50_ms", "rej p50 ms", "{:.1f}"), ("timeouts", "timeouts", "{}"),
     ("health_pct", "health %", "{:.1f}"), ("critical_pct", "crit ok %", "{:.1f}"),
     ("be_max_in_flight", "be max inflight", "{}"), ("limit_last", "limit", "{}"),
-    ("convergence", "converge", "{}"),
+    ("convergence", "converge", "{}"), ("drift_pct", "drift %", "{:+.0f}"),
 ]
 
 
