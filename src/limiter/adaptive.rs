@@ -19,7 +19,7 @@
 //!
 //! And the limit is never left above the backend's slots by a `b` learned in a queue (more
 //! clients than slots from the first window, or a backend that got faster): a cut that did
-//! bring latency down is followed by another, each twice the last (1/16 to 1/8), until
+//! bring latency down is followed by another, each twice the last (1/16 to 1/4), until
 //! latency stops falling; the busy windows on the way lower `b` to the backend's own.
 //!
 //! So `b` cannot creep up under long overload (busy windows only lower it, and a re-learned
@@ -314,11 +314,8 @@ impl Adaptive {
         let cut = std::mem::take(&mut c.cut);
         if c.base == 0 {
             // The first window: its shortest answer, the one least likely to have queued (a
-            // queue already standing at the start would make its mean a queued latency; the
-            // cuts that then bring latency down correct it), but no less than its mean within
-            // tolerance (the shortest of answers that vary, kept 12.5% low, would judge the
-            // backend's usual answers too slow).
-            c.base = unsqueeze(w.min).max(mean * 100 / TOLERANCE_PCT).max(1);
+            // queue already standing at the start would make its mean a queued latency).
+            c.base = unsqueeze(w.min).max(1);
         } else if !w.busy {
             // Unloaded: the mean is the no-load latency; follow it a quarter of the way.
             c.base = if mean > c.base {
@@ -354,9 +351,9 @@ impl Adaptive {
             } else if fell && w.full {
                 // Within tolerance, but the last cut brought latency down: requests still
                 // queue inside the backend (the no-load latency was learned in a queue). Go on
-                // down, by twice the step each time (1/16 to 1/8), until latency stops falling.
+                // down, by twice the step each time (1/16 to 1/4), until latency stops falling.
                 c.streak = 0;
-                c.cut = self.cut(&mut c.limit_fp, 64 - (cut * 2).clamp(4, 8));
+                c.cut = self.cut(&mut c.limit_fp, 64 - (cut * 2).clamp(4, 16));
             } else {
                 c.streak = 0;
                 // Grow only a limit that held requests back: room nobody asked for is no
