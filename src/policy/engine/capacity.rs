@@ -24,7 +24,8 @@ pub struct Sample {
     /// upstream duration; tower: the inner service's future), ns.
     pub latency_ns: u64,
     /// The response status (0: none). A 5xx answered faster than the no-load latency is a
-    /// failure, not a measure of the backend, and is left out.
+    /// failure, not a measure of the backend, and is left out (as is any answer four times
+    /// faster than it).
     pub status: u16,
 }
 
@@ -65,6 +66,9 @@ impl Engine {
         let limit = &self.policy.limits[l];
         let zone = &self.policy.zones[limit.zone];
         let enforced = match &zone.learn {
+            // A learned limit does not hold critical requests back: a cut below the requests
+            // already in flight would refuse health checks until they drain. Its bounds do.
+            Some(a) if lane == Lane::Critical => return a.max(),
             Some(a) => a.limit(
                 self.tables[limit.zone]
                     .peek(key_hash ^ CONTROL_SALT)
@@ -120,7 +124,10 @@ impl Engine {
         let table = &self.tables[limit.zone];
         let control = table.peek(key_hash ^ CONTROL_SALT).unwrap_or(0);
         let noload = a.noload_ns(control);
-        if sample.status >= 500 && sample.latency_ns < noload {
+        // A 5xx faster than the no-load latency is a failure, not a measure of the backend;
+        // an answer four times faster (a health check, a cached page) says nothing of how
+        // long a slot is held either.
+        if sample.latency_ns < noload / 4 || sample.status >= 500 && sample.latency_ns < noload {
             return;
         }
         // The limit holds requests back once the smallest lane's share is in use.
