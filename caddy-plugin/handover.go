@@ -31,14 +31,21 @@ type waiters struct {
 }
 
 // enter counts the request of queued verdict v among the waiters until leave. Enter before
-// evaluating again: a release after enter wakes it.
-func (w *waiters) enter(v *verdict) *waiter {
-	x := &waiter{q: v.queue(), ticket: v.ticketCopy(), ch: make(chan struct{}, 1)}
+// evaluating again: a release after enter wakes it. ahead: how many already wait in its
+// queue (a newcomer that finds some asks again only when woken or at its poll: asking at
+// once could take a slot freed for one of them before it runs).
+func (w *waiters) enter(v *verdict) (x *waiter, ahead int) {
+	x = &waiter{q: v.queue(), ticket: v.ticketCopy(), ch: make(chan struct{}, 1)}
 	w.mu.Lock()
+	for _, y := range w.list {
+		if y.q == x.q {
+			ahead++
+		}
+	}
 	w.list = append(w.list, x)
 	w.mu.Unlock()
 	w.count.Add(1)
-	return x
+	return x, ahead
 }
 
 // requeued: x asked again and still waits (v its new verdict), in the place it came.

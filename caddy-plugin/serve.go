@@ -502,12 +502,18 @@ func (h *Handler) passHeaders(w http.ResponseWriter, v *verdict) {
 // (true), the engine rejects — the limit's timeout has passed, among others — (false), or
 // the client leaves (error).
 func (h *Handler) waitQueued(s *engineState, rv *reqView, v *verdict, r *http.Request) (bool, error) {
-	x := s.waiters.enter(v)
+	x, ahead := s.waiters.enter(v)
 	served := false
 	defer func() { s.waiters.leave(x, served, s.lifo) }()
-	// The first time, ask again at once: a release since the first evaluation found no
-	// waiter to wake.
+	// Alone in the queue, ask again at once: a release since the first evaluation found no
+	// waiter to wake. Behind others, a release wakes them first.
 	var wait time.Duration
+	if ahead > 0 {
+		wait = time.Duration(v.waitNS())
+		if pollEvery > 0 {
+			wait = pollEvery
+		}
+	}
 	for {
 		if wait > 0 && !napQueued(r.Context(), wait, x.ch) {
 			s.mu.RLock()

@@ -596,11 +596,20 @@ where
         };
         // A release through this layer wakes the request (wake.rs).
         let lifo = |q| engine.queue_lifo(q, cfg.clock.now_ns());
-        let mut waiting = (place.ticket.as_ref()).map(|t| cfg.waiters.enter(t.queue(), &lifo));
-        // The first time, ask again at once: a release since the first evaluation found no
-        // waiter to wake. Then the engine says when to ask again, and ends the wait at the
-        // limit's timeout.
-        let mut wait = Duration::ZERO;
+        let (mut waiting, ahead) = match &place.ticket {
+            Some(t) => {
+                let (w, ahead) = cfg.waiters.enter(t.queue(), &lifo);
+                (Some(w), ahead)
+            }
+            None => (None, 0),
+        };
+        // Alone in the queue, ask again at once: a release since the first evaluation found
+        // no waiter to wake. Behind others, a release wakes them first. Then the engine says
+        // when to ask again, and ends the wait at the limit's timeout.
+        let mut wait = match ahead {
+            0 => Duration::ZERO,
+            _ => Duration::from_nanos(out.wait_ns),
+        };
         loop {
             if let (false, Some(w)) = (wait.is_zero(), &waiting) {
                 // Real time, whatever the clock: an injected clock may stand still meanwhile.

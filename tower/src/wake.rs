@@ -49,21 +49,28 @@ impl Waiters {
     /// Counts a request waiting in `queue` among the waiters until the guard is dropped.
     /// Enter before evaluating again: a release after entering wakes it. `lifo` serves the
     /// wake a leaving waiter passes on.
-    pub(crate) fn enter<'a>(&'a self, queue: QueueId, lifo: &'a Lifo<'a>) -> Waiting<'a> {
+    /// With it, how many of this layer's requests already wait in `queue` (a newcomer that
+    /// finds some asks again only when woken or at its poll: asking at once could take a slot
+    /// freed for one of them before it runs).
+    pub(crate) fn enter<'a>(&'a self, queue: QueueId, lifo: &'a Lifo<'a>) -> (Waiting<'a>, usize) {
         let wake = Arc::new(Notify::new());
-        self.list().push(Entry {
+        let mut list = self.list();
+        let ahead = list.iter().filter(|e| e.queue == queue).count();
+        list.push(Entry {
             queue,
             woken: false,
             wake: wake.clone(),
         });
+        drop(list);
         self.count.fetch_add(1, SeqCst);
         fence(SeqCst);
-        Waiting {
+        let waiting = Waiting {
             waiters: self,
             wake,
             served: false,
             lifo,
-        }
+        };
+        (waiting, ahead)
     }
 
     /// Whether any request waits (a release that finds none skips the rest).
