@@ -421,11 +421,13 @@ mod tests {
 
     /// Runs `secs` seconds of a saturated limiter in front of the backend.
     fn run(a: &Adaptive, control: &mut u64, now: &mut u64, secs: u64, slots: u64, service: u64) {
-        run_clients(a, control, now, secs, slots, service, u64::MAX)
+        run_clients(a, control, now, secs, slots, service, u64::MAX, 0);
     }
 
     /// Runs `secs` seconds of at most `clients` requests at once (each sending its next as
-    /// soon as its answer comes) through the limiter to the backend.
+    /// soon as its answer comes) through the limiter to the backend, whose answers vary by up
+    /// to ±`spread`% (uniformly); the mean limit over the run.
+    #[allow(clippy::too_many_arguments)]
     fn run_clients(
         a: &Adaptive,
         control: &mut u64,
@@ -434,8 +436,9 @@ mod tests {
         slots: u64,
         service: u64,
         clients: u64,
-    ) {
-        let mut sample = 0;
+        spread: u64,
+    ) -> f64 {
+        let (mut sample, mut rng, mut sum, mut rounds) = (0, 0x9E37_79B9_7F4A_7C15u64, 0, 0);
         let end = *now + secs * NS_PER_SEC;
         while *now < end {
             let l = a.limit(*control);
@@ -444,15 +447,22 @@ mod tests {
             let n = l.min(clients);
             let lat = latency(slots, service, n);
             for _ in 0..n {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                let x = lat * (100 - spread + rng % (2 * spread + 1)) / 100;
                 let span = a.span_ns(*control);
-                let (s, closed) = a.sample(sample, *now, lat, n, l, span);
+                let (s, closed) = a.sample(sample, *now, x, n, l, span);
                 sample = s;
                 if let Some(w) = closed {
                     *control = a.close(*control, w, *now).0;
                 }
                 *now += lat / n;
             }
+            sum += l;
+            rounds += 1;
         }
+        sum as f64 / rounds.max(1) as f64
     }
 
     #[test]
@@ -461,7 +471,7 @@ mod tests {
         // has no reason to grow (a burst later would otherwise walk into the backend).
         let a = Adaptive::new(1, 1000).unwrap();
         let (mut c, mut now) = (0, 1);
-        run_clients(&a, &mut c, &mut now, 60, 30, 50 * MS, 12);
+        run_clients(&a, &mut c, &mut now, 60, 30, 50 * MS, 12, 0);
         assert_eq!(a.limit(c), INITIAL_LIMIT);
     }
 
@@ -482,47 +492,13 @@ mod tests {
             }
         }
         now += 150 * MS;
-        run_clients(&a, &mut c, &mut now, 30, 4, 50 * MS, 12);
+        run_clients(&a, &mut c, &mut now, 30, 4, 50 * MS, 12, 0);
         assert!(
             a.noload_ns(c).abs_diff(50 * MS) < 5 * MS,
             "{}",
             a.noload_ns(c)
         );
         assert!((3..=6).contains(&a.limit(c)), "{}", a.limit(c));
-    }
-
-    /// Runs `secs` seconds of a saturated limiter in front of the backend whose answers vary
-    /// by up to ±`spread`% (uniformly); the mean limit over the run.
-    fn run_jittery(
-        a: &Adaptive,
-        control: &mut u64,
-        now: &mut u64,
-        secs: u64,
-        slots: u64,
-        service: u64,
-        spread: u64,
-    ) -> f64 {
-        let (mut sample, mut rng, mut sum, mut n) = (0, 0x9E37_79B9_7F4A_7C15u64, 0, 0);
-        let end = *now + secs * NS_PER_SEC;
-        while *now < end {
-            let l = a.limit(*control);
-            let lat = latency(slots, service, l);
-            for _ in 0..l {
-                rng ^= rng << 13;
-                rng ^= rng >> 7;
-                rng ^= rng << 17;
-                let x = lat * (100 - spread + rng % (2 * spread + 1)) / 100;
-                let (s, closed) = a.sample(sample, *now, x, l, l, a.span_ns(*control));
-                sample = s;
-                if let Some(w) = closed {
-                    *control = a.close(*control, w, *now).0;
-                }
-                *now += lat / l;
-            }
-            sum += l;
-            n += 1;
-        }
-        sum as f64 / n as f64
     }
 
     #[test]
@@ -535,8 +511,26 @@ mod tests {
         for (slots, service, spread) in [(30, 50, 10), (30, 75, 25), (100, 20, 10), (5, 300, 10)] {
             let a = Adaptive::new(1, 1000).unwrap();
             let (mut c, mut now) = (0, 1);
-            run_jittery(&a, &mut c, &mut now, 60, slots, service * MS, spread);
-            let mean = run_jittery(&a, &mut c, &mut now, 600, slots, service * MS, spread);
+            run_clients(
+                &a,
+                &mut c,
+                &mut now,
+                60,
+                slots,
+                service * MS,
+                u64::MAX,
+                spread,
+            );
+            let mean = run_clients(
+                &a,
+                &mut c,
+                &mut now,
+                600,
+                slots,
+                service * MS,
+                u64::MAX,
+                spread,
+            );
             let ratio = mean / slots as f64;
             assert!(
                 (0.85..=1.15).contains(&ratio),

@@ -10,11 +10,8 @@
 //! ([`weir::policy::Engine::queue_lifo`]). A woken waiter that leaves without the slot
 //! (refused, or its future dropped) wakes the next.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::atomic::{fence, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::task::Poll;
 use std::time::Duration;
 
 use tokio::sync::Notify;
@@ -132,9 +129,7 @@ impl Waiting<'_> {
     /// Waits `d` (real time) or until a release wakes the request, whichever comes first.
     /// A wake-up given while the request was not napping is kept for its next nap.
     pub(crate) async fn nap(&self, d: Duration) {
-        let woken = std::pin::pin!(self.wake.notified());
-        let mut sleep = std::pin::pin!(tokio::time::sleep(d));
-        nap_until(&mut sleep, woken).await
+        let _ = tokio::time::timeout(d, self.wake.notified()).await;
     }
 }
 
@@ -151,19 +146,4 @@ impl Drop for Waiting<'_> {
         }
         self.waiters.count.fetch_sub(1, SeqCst);
     }
-}
-
-/// Waits until `sleep` or `woken` is ready, whichever comes first.
-async fn nap_until(
-    sleep: &mut Pin<&mut tokio::time::Sleep>,
-    mut woken: Pin<&mut impl Future<Output = ()>>,
-) {
-    std::future::poll_fn(|cx| {
-        if woken.as_mut().poll(cx).is_ready() || sleep.as_mut().poll(cx).is_ready() {
-            Poll::Ready(())
-        } else {
-            Poll::Pending
-        }
-    })
-    .await
 }
