@@ -337,72 +337,78 @@ unsafe fn evaluate(
         (Some(t), Some(limits)) => engine.evaluate_selected_queued(&req, limits, now, t),
         (None, Some(limits)) => engine.evaluate_selected(&req, limits, now),
     };
-    let o = match outcome {
+    // The outcome is read in place and the verdict written in place: moving either (a few
+    // hundred bytes each) cost more than the engine's whole decision for a hot key.
+    let mut outcome = outcome;
+    let o = match &mut outcome {
         Ok(o) => o,
         Err(EvalError::BadSelection) => return WEIR_ERR_INVALID,
         Err(_) => {
-            *out = empty_verdict();
+            out.write(empty_verdict());
             (*out).action = WEIR_REJECT;
             (*out).status = 400;
             return WEIR_ERR_BAD_TARGET;
         }
     };
-    let mut v = empty_verdict();
+    out.write(empty_verdict());
+    let v = &mut *out;
     v.action = action_code(o.action);
     v.status = o.status;
     v.unmatched = o.unmatched as u8;
     v.queue_timeout = o.queue_timeout as u8;
     v.wait_ns = o.wait_ns;
-    v.retry_after_s = if o.action == Action::Reject {
-        o.retry_after_s()
-    } else {
-        0
-    };
     v.limit = o.limit.map_or(-1, i32::from);
     v.exempt = o.exempt.map_or(-1, i32::from);
     v.excess_milli = o.excess_milli;
-    v.banned = o.banned as u8;
-    if let Some(b) = o.ban_started {
-        let limit = o
-            .limit
-            .and_then(|l| engine.policy().limits.get(usize::from(l)));
-        let ns = limit.and_then(|l| l.ban).map_or(1, |b| b.duration_ns());
-        v.ban_s = ns.div_ceil(1_000_000_000);
-        v.ban_entry = b.entry.map_or(-1, i32::from);
+    if o.action == Action::Reject {
+        v.retry_after_s = o.retry_after_s();
+        v.banned = o.banned as u8;
+        if let Some(b) = o.ban_started {
+            let limit = o
+                .limit
+                .and_then(|l| engine.policy().limits.get(usize::from(l)));
+            let ns = limit.and_then(|l| l.ban).map_or(1, |b| b.duration_ns());
+            v.ban_s = ns.div_ceil(1_000_000_000);
+            v.ban_entry = b.entry.map_or(-1, i32::from);
+        }
     }
     if let Some((l, a)) = o.dry_run {
         v.dry_run_limit = l as i32;
         v.dry_run_action = action_code(a);
         v.dry_run_excess_milli = o.dry_run_excess_milli;
     }
-    // Header lines into the caller's buffer.
-    let buf: &mut [u8] = if header_cap == 0 {
-        &mut []
+    if header_cap > 0 {
+        // Header lines into the caller's buffer.
+        let buf = std::slice::from_raw_parts_mut(header_buf, header_cap.min(MAX_LEN));
+        let mut used = 0;
+        engine.headers(o, |name, value| {
+            let line_len = name.len() + 2 + value.len() + 2;
+            if used + line_len > buf.len() {
+                v.headers_truncated = 1;
+                return;
+            }
+            for part in [name.as_bytes(), b": ", value.as_bytes(), b"\r\n"] {
+                buf[used..used + part.len()].copy_from_slice(part);
+                used += part.len();
+            }
+        });
+        v.headers_len = used;
     } else {
-        std::slice::from_raw_parts_mut(header_buf, header_cap.min(MAX_LEN))
-    };
-    let mut used = 0;
-    engine.headers(&o, |name, value| {
-        let line_len = name.len() + 2 + value.len() + 2;
-        if used + line_len > buf.len() {
-            v.headers_truncated = 1;
-            return;
-        }
-        for part in [name.as_bytes(), b": ", value.as_bytes(), b"\r\n"] {
-            buf[used..used + part.len()].copy_from_slice(part);
-            used += part.len();
-        }
-    });
-    v.headers_len = used;
-    for (slot, raw) in v.permits.iter_mut().zip(o.permits.into_raw()) {
-        *slot = raw_permit(raw);
+        engine.headers(o, |_, _| v.headers_truncated = 1);
     }
-    put_charges(&mut v, o.charges);
-    if let Some(t) = o.ticket {
+    if !o.permits.is_empty() {
+        let permits = std::mem::take(&mut o.permits).into_raw();
+        for (slot, raw) in v.permits.iter_mut().zip(permits) {
+            *slot = raw_permit(raw);
+        }
+    }
+    if !o.charges.is_empty() {
+        put_charges(v, std::mem::take(&mut o.charges));
+    }
+    if let Some(t) = o.ticket.take() {
         v.ticket_deadline_ns = t.deadline_ns();
         v.ticket = raw_permit(Some(t.into_raw()));
     }
-    *out = v;
     WEIR_OK
 }
 

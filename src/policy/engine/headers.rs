@@ -12,6 +12,9 @@ impl Engine {
     /// `RateLimit` (draft-ietf-httpapi-ratelimit-headers) when the policy enables them.
     /// Formats into a stack buffer; `emit` receives each (name, value).
     pub fn headers(&self, out: &Outcome, mut emit: impl FnMut(&str, &str)) {
+        if out.action != Action::Reject && !self.policy.emit_headers {
+            return; // most passes: no buffer to set up
+        }
         let mut buf = StackStr::new();
         if out.action == Action::Reject {
             let _ = write!(buf, "{}", out.retry_after_s());
