@@ -971,9 +971,10 @@ int weir_engine_limit_counters(const struct weir_engine *e,
                                struct weir_limit_counters *out);
 
 /*
- Evaluates a request at `now` (CLOCK_MONOTONIC ns). Fills `*out`; response header lines
- ("Retry-After: 3\r\n", and RateLimit fields when the policy enables them) are written to
- `header_buf` (may be NULL when `header_cap` is 0). A target nginx would answer 400, or more
+ Evaluates a request at `now` (CLOCK_MONOTONIC ns). Fills `*out`, on errors too (a pass
+ with no limit and no permits); response header lines ("Retry-After: 3\r\n", and RateLimit
+ fields when the policy enables them) are written to `header_buf` (may be NULL when
+ `header_cap` is 0). A target nginx would answer 400, or more
  than WEIR_MAX_HEADER_VALUES values of one header the policy reads, gives
  WEIR_ERR_BAD_TARGET with `out->action = WEIR_REJECT, out->status = 400`.
  */

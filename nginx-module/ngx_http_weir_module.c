@@ -413,7 +413,7 @@ ngx_http_weir_state(ngx_http_request_t *r, ngx_uint_t create)
     }
 
     st = cln->data;
-    ngx_memzero(st, sizeof(ngx_http_weir_state_t));
+    ngx_memzero(st, offsetof(ngx_http_weir_state_t, conn_verdict));
 
     st->request = r->main;
 

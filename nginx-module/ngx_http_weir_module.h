@@ -148,13 +148,11 @@ typedef struct {
     ngx_str_t                    req_status;   /* $weir_req_status */
     ngx_str_t                    conn_status;  /* $weir_conn_status */
     weir_engine                 *conn_engine;  /* holds conn_verdict's */
-    weir_verdict                 conn_verdict; /* permits */
     uint64_t                     conn_admitted; /* ns, weir_conn passed */
     ngx_uint_t                   conn_learned; /* permits of "auto" zones */
 
     ngx_http_request_t          *request;
     weir_engine                 *engine;
-    weir_verdict                 verdict;
     unsigned                     policy_done:1;
     unsigned                     evaluated:1;
     unsigned                     bad_target:1;
@@ -177,6 +175,14 @@ typedef struct {
     ngx_str_t                    log_name;
     ngx_str_t                    log_action;
     ngx_str_t                    log_key;      /* a zone's, as it decided */
+
+    /*
+     * last, and not zeroed when the state is made (they are most of its
+     * size): each is written whole by the engine before it is read, as
+     * conn_engine and evaluated tell
+     */
+    weir_verdict                 conn_verdict; /* permits */
+    weir_verdict                 verdict;
 } ngx_http_weir_state_t;
 
 

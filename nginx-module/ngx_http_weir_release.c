@@ -100,6 +100,12 @@ ngx_http_weir_release(ngx_http_weir_state_t *st, ngx_uint_t end)
     ngx_uint_t           i, n;
     ngx_http_request_t  *r;
 
+    if (st->conn_engine == NULL && !st->evaluated) {
+        /* nothing held, nothing to charge: most weir_req requests */
+        st->ended = 1;
+        return;
+    }
+
     r = st->request;
 
     now = st->test_clock ? st->test_now : weir_now_ns();

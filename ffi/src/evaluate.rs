@@ -315,10 +315,13 @@ unsafe fn evaluate(
     header_buf: *mut u8,
     header_cap: usize,
 ) -> c_int {
-    if e.is_null() || out.is_null() {
+    if out.is_null() {
         return WEIR_ERR_NULL;
     }
-    if header_buf.is_null() && header_cap > 0 {
+    // Written whole on every path, errors included: hosts keep verdicts in memory they
+    // need not clear first.
+    out.write(empty_verdict());
+    if e.is_null() || header_buf.is_null() && header_cap > 0 {
         return WEIR_ERR_NULL;
     }
     let engine = &(*e).engine;
@@ -344,13 +347,11 @@ unsafe fn evaluate(
         Ok(o) => o,
         Err(EvalError::BadSelection) => return WEIR_ERR_INVALID,
         Err(_) => {
-            out.write(empty_verdict());
             (*out).action = WEIR_REJECT;
             (*out).status = 400;
             return WEIR_ERR_BAD_TARGET;
         }
     };
-    out.write(empty_verdict());
     let v = &mut *out;
     v.action = action_code(o.action);
     v.status = o.status;
@@ -412,9 +413,10 @@ unsafe fn evaluate(
     WEIR_OK
 }
 
-/// Evaluates a request at `now` (CLOCK_MONOTONIC ns). Fills `*out`; response header lines
-/// ("Retry-After: 3\r\n", and RateLimit fields when the policy enables them) are written to
-/// `header_buf` (may be NULL when `header_cap` is 0). A target nginx would answer 400, or more
+/// Evaluates a request at `now` (CLOCK_MONOTONIC ns). Fills `*out`, on errors too (a pass
+/// with no limit and no permits); response header lines ("Retry-After: 3\r\n", and RateLimit
+/// fields when the policy enables them) are written to `header_buf` (may be NULL when
+/// `header_cap` is 0). A target nginx would answer 400, or more
 /// than WEIR_MAX_HEADER_VALUES values of one header the policy reads, gives
 /// WEIR_ERR_BAD_TARGET with `out->action = WEIR_REJECT, out->status = 400`.
 #[no_mangle]
