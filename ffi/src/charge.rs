@@ -82,6 +82,9 @@ pub unsafe extern "C" fn weir_engine_charge(
         if e.is_null() || v.is_null() {
             return WEIR_ERR_NULL;
         }
+        if (*v).charges.iter().all(|c| c.limit < 0) {
+            return WEIR_OK; // nothing deferred: most requests
+        }
         match take_charges(&(*e).engine, &mut *v) {
             Ok(charges) => {
                 (*e).engine.charge_response(charges, status, now);

@@ -203,12 +203,7 @@ pub(crate) unsafe fn request<'a>(r: *const weir_request) -> Result<CRequest<'a>,
     let r = &*r;
     let peer = match bytes(r.peer, r.peer_len)? {
         p if p.is_empty() || p.starts_with(b"unix:") => None,
-        p => Some(
-            std::str::from_utf8(p)
-                .ok()
-                .and_then(|s| s.parse::<IpAddr>().ok())
-                .ok_or(WEIR_ERR_INVALID)?,
-        ),
+        p => Some(crate::peer::parse(p).ok_or(WEIR_ERR_INVALID)?),
     };
     Ok(CRequest {
         method: bytes(r.method, r.method_len)?,

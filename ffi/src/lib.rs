@@ -33,6 +33,7 @@ mod log_zone;
 mod metrics;
 mod outcome;
 mod parse;
+mod peer;
 mod policy;
 mod queue;
 mod reload;
