@@ -275,7 +275,8 @@ typedef struct weir_verdict {
    */
   uint8_t headers_truncated;
   /*
-   Concurrency permits held by an admitted request: release with `weir_engine_release`.
+   Concurrency permits held by an admitted request, the held ones first (`limit < 0`
+   after them): release with `weir_engine_release`.
    */
   struct weir_permit permits[WEIR_MAX_PERMITS];
   /*
@@ -313,9 +314,9 @@ typedef struct weir_verdict {
    */
   int32_t ban_entry;
   /*
-   The deferred charges of the `charge_on_status` limits a WEIR_PASS or WEIR_DELAY passed:
-   hand them back with the response status through `weir_engine_charge` (before
-   `weir_engine_release`). Copies are harmless, as for permits.
+   The deferred charges of the `charge_on_status` limits a WEIR_PASS or WEIR_DELAY passed,
+   the used ones first: hand them back with the response status through
+   `weir_engine_charge` (before `weir_engine_release`). Copies are harmless, as for permits.
    */
   struct weir_charge charges[WEIR_MAX_CHARGES];
   /*
@@ -401,6 +402,13 @@ typedef struct weir_request {
    May be NULL: the request then has no variables (`var:` key parts).
    */
   weir_var_fn var;
+  /*
+   The peer in binary, network byte order, read instead of `peer` when `peer_ip_len` is 4
+   (IPv4) or 16 (IPv6): a host holding the address in binary skips formatting and parsing
+   it. 0: `peer` is read; any other length is WEIR_ERR_INVALID.
+   */
+  uint8_t peer_ip[16];
+  size_t peer_ip_len;
 } weir_request;
 
 /*

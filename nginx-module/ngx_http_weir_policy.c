@@ -141,7 +141,11 @@ ngx_http_weir_header_lookup(void *data, const uint8_t *lname, size_t len,
 void
 ngx_http_weir_request(ngx_http_request_t *r, weir_request *wr)
 {
-    ngx_http_request_t  *m;
+    ngx_http_request_t   *m;
+    struct sockaddr_in   *sin;
+#if (NGX_HAVE_INET6)
+    struct sockaddr_in6  *sin6;
+#endif
 
     m = r->main;
 
@@ -161,6 +165,28 @@ ngx_http_weir_request(ngx_http_request_t *r, weir_request *wr)
 
     wr->peer = m->connection->addr_text.data;
     wr->peer_len = m->connection->addr_text.len;
+
+    /* the same address in binary: the engine need not parse the text */
+
+    switch (m->connection->sockaddr->sa_family) {
+
+    case AF_INET:
+        sin = (struct sockaddr_in *) m->connection->sockaddr;
+        ngx_memcpy(wr->peer_ip, &sin->sin_addr, 4);
+        wr->peer_ip_len = 4;
+        break;
+
+#if (NGX_HAVE_INET6)
+    case AF_INET6:
+        sin6 = (struct sockaddr_in6 *) m->connection->sockaddr;
+        ngx_memcpy(wr->peer_ip, &sin6->sin6_addr, 16);
+        wr->peer_ip_len = 16;
+        break;
+#endif
+
+    default: /* a unix-domain socket: its text says so */
+        break;
+    }
 
 #if (WEIR_TEST_HOOKS)
     ngx_http_weir_test_peer(r, wr);
@@ -391,7 +417,10 @@ ngx_http_weir_charge_filter(ngx_http_request_t *r)
     st = ngx_http_weir_state(r, 0);
     status = r->headers_out.status;
 
-    if (st == NULL || !st->evaluated || status == 0 || status > 999) {
+    if (st == NULL || !st->evaluated || status == 0 || status > 999
+        || st->verdict.charges[0].limit < 0)
+    {
+        /* nothing deferred (the used charges come first) */
         return rc;
     }
 

@@ -100,8 +100,16 @@ ngx_http_weir_release(ngx_http_weir_state_t *st, ngx_uint_t end)
     ngx_uint_t           i, n;
     ngx_http_request_t  *r;
 
-    if (st->conn_engine == NULL && !st->evaluated) {
-        /* nothing held, nothing to charge: most weir_req requests */
+    if (st->conn_engine == NULL
+        && (!st->evaluated
+            || (st->verdict.permits[0].limit < 0
+                && st->verdict.charges[0].limit < 0
+                && st->verdict.action != WEIR_QUEUE && !st->waiting)))
+    {
+        /*
+         * nothing held, queued or to charge (the used permits and charges
+         * come first): most requests
+         */
         st->ended = 1;
         return;
     }

@@ -77,6 +77,7 @@ ngx_http_weir_test_peer(ngx_http_request_t *r, weir_request *wr)
     {
         wr->peer = peer.data;
         wr->peer_len = peer.len;
+        wr->peer_ip_len = 0;
     }
 }
 

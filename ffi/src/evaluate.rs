@@ -63,6 +63,11 @@ pub struct weir_request {
     pub header_ctx: *mut c_void,
     /// May be NULL: the request then has no variables (`var:` key parts).
     pub var: weir_var_fn,
+    /// The peer in binary, network byte order, read instead of `peer` when `peer_ip_len` is 4
+    /// (IPv4) or 16 (IPv6): a host holding the address in binary skips formatting and parsing
+    /// it. 0: `peer` is read; any other length is WEIR_ERR_INVALID.
+    pub peer_ip: [u8; 16],
+    pub peer_ip_len: usize,
 }
 
 /// A concurrency permit or queue place. `limit < 0` means empty. Copies are harmless: once
@@ -121,7 +126,8 @@ pub struct weir_verdict {
     pub headers_len: usize,
     /// Set when the header buffer was too small and lines were left out.
     pub headers_truncated: u8,
-    /// Concurrency permits held by an admitted request: release with `weir_engine_release`.
+    /// Concurrency permits held by an admitted request, the held ones first (`limit < 0`
+    /// after them): release with `weir_engine_release`.
     pub permits: [weir_permit; WEIR_MAX_PERMITS],
     /// For WEIR_QUEUE: the queue place (pass the verdict back to `weir_engine_evaluate_queued`
     /// or `weir_engine_abandon`).
@@ -143,9 +149,9 @@ pub struct weir_verdict {
     pub ban_s: u64,
     /// The started ban's entry in the engine's list of bans (for its key), or -1.
     pub ban_entry: i32,
-    /// The deferred charges of the `charge_on_status` limits a WEIR_PASS or WEIR_DELAY passed:
-    /// hand them back with the response status through `weir_engine_charge` (before
-    /// `weir_engine_release`). Copies are harmless, as for permits.
+    /// The deferred charges of the `charge_on_status` limits a WEIR_PASS or WEIR_DELAY passed,
+    /// the used ones first: hand them back with the response status through
+    /// `weir_engine_charge` (before `weir_engine_release`). Copies are harmless, as for permits.
     pub charges: [weir_charge; WEIR_MAX_CHARGES],
     /// The charges' entry in the engine's record of what is handed out (as a permit's).
     pub charges_generation: u64,
@@ -201,9 +207,19 @@ pub(crate) unsafe fn request<'a>(r: *const weir_request) -> Result<CRequest<'a>,
         return Err(WEIR_ERR_NULL);
     }
     let r = &*r;
-    let peer = match bytes(r.peer, r.peer_len)? {
-        p if p.is_empty() || p.starts_with(b"unix:") => None,
-        p => Some(crate::peer::parse(p).ok_or(WEIR_ERR_INVALID)?),
+    let peer = match r.peer_ip_len {
+        0 => match bytes(r.peer, r.peer_len)? {
+            p if p.is_empty() || p.starts_with(b"unix:") => None,
+            p => Some(crate::peer::parse(p).ok_or(WEIR_ERR_INVALID)?),
+        },
+        4 => Some(IpAddr::from([
+            r.peer_ip[0],
+            r.peer_ip[1],
+            r.peer_ip[2],
+            r.peer_ip[3],
+        ])),
+        16 => Some(IpAddr::from(r.peer_ip)),
+        _ => return Err(WEIR_ERR_INVALID),
     };
     Ok(CRequest {
         method: bytes(r.method, r.method_len)?,

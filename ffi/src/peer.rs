@@ -16,24 +16,27 @@ pub(crate) fn parse(text: &[u8]) -> Option<IpAddr> {
 /// anything else (which the standard parser then reads). Accepts only what it accepts.
 fn dotted_quad(text: &[u8]) -> Option<Ipv4Addr> {
     let mut octets = [0u8; 4];
-    let mut parts = text.split(|&b| b == b'.');
-    for octet in &mut octets {
-        let part = parts.next()?;
-        if part.is_empty() || part.len() > 3 || part.len() > 1 && part[0] == b'0' {
-            return None;
-        }
-        let mut n = 0u16;
-        for &d in part {
-            if !d.is_ascii_digit() {
-                return None;
+    let (mut i, mut n, mut digits) = (0, 0u32, 0);
+    for &b in text {
+        match b {
+            b'0'..=b'9' if !(digits == 1 && n == 0) => {
+                n = n * 10 + u32::from(b - b'0');
+                digits += 1;
+                if n > 255 {
+                    return None;
+                }
             }
-            n = n * 10 + u16::from(d - b'0');
+            b'.' if digits > 0 && i < 3 => {
+                octets[i] = n as u8;
+                (i, n, digits) = (i + 1, 0, 0);
+            }
+            _ => return None, // a leading zero, an empty or fifth octet, another byte
         }
-        *octet = u8::try_from(n).ok()?;
     }
-    if parts.next().is_some() {
+    if digits == 0 || i != 3 {
         return None;
     }
+    octets[3] = n as u8;
     Some(Ipv4Addr::from(octets))
 }
 

@@ -7,6 +7,7 @@
  */
 
 #define _GNU_SOURCE
+#include <arpa/inet.h>
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <limits.h>
@@ -251,6 +252,9 @@ check_expect(const char *vname, int step, const cJSON *expect, const weir_engine
     }
 }
 
+/* Every other vector passes its peers in binary too (weir_request.peer_ip). */
+static int binary_peers;
+
 static void
 fill_request(weir_request *r, const cJSON *step)
 {
@@ -265,6 +269,14 @@ fill_request(weir_request *r, const cJSON *step)
     r->target_len = strlen((const char *) r->target);
     r->peer = (const uint8_t *) (cJSON_IsString(p) ? p->valuestring : "127.0.0.1");
     r->peer_len = strlen((const char *) r->peer);
+    if (binary_peers) {
+        /* as nginx passes it: the text and the same address in binary */
+        if (inet_pton(AF_INET, (const char *) r->peer, r->peer_ip) == 1) {
+            r->peer_ip_len = 4;
+        } else if (inet_pton(AF_INET6, (const char *) r->peer, r->peer_ip) == 1) {
+            r->peer_ip_len = 16;
+        }
+    }
     r->header = json_header;
     r->var = json_var;
     r->header_ctx = (void *) step;
@@ -292,6 +304,7 @@ run_vector(const cJSON *vec)
         goto done;
     }
     asking = engine;
+    binary_peers = !binary_peers;
     listed_headers += weir_engine_header_count(engine);
     cJSON_ArrayForEach(step, steps) {
         const cJSON *t = cJSON_GetObjectItem(step, "t_ms");
@@ -557,6 +570,19 @@ test_bad_inputs(void)
     r.peer = (const uint8_t *) "unix:";
     r.peer_len = 5;
     CHECK(weir_engine_evaluate(e, &r, 0, &v, NULL, 0) == WEIR_OK, "unix: peer");
+    /* A binary peer is read instead of the text; only 4 and 16 bytes are addresses. */
+    r.peer = (const uint8_t *) "not-an-ip";
+    r.peer_len = 9;
+    r.peer_ip_len = 4;
+    CHECK(weir_engine_evaluate(e, &r, 0, &v, NULL, 0) == WEIR_OK, "binary IPv4 peer");
+    r.peer_ip_len = 16;
+    CHECK(weir_engine_evaluate(e, &r, 0, &v, NULL, 0) == WEIR_OK, "binary IPv6 peer");
+    r.peer_ip_len = 5;
+    memset(&v, 0xab, sizeof(v));
+    CHECK(weir_engine_evaluate(e, &r, 0, &v, NULL, 0) == WEIR_ERR_INVALID, "peer_ip_len 5");
+    CHECK(v.action == WEIR_PASS && v.limit == -1 && v.permits[0].limit == -1
+          && v.charges[0].limit == -1, "a verdict is written on errors too");
+    r.peer_ip_len = 0;
     r.peer = (const uint8_t *) "2001:db8::1";
     r.peer_len = 11;
     {
