@@ -358,7 +358,12 @@ def test_hand_over(module, promcheck, backend, env):
             status = read_response(sock)[0]
             check(status == 200, f"{w} answered {status}")
         order = sorted(["W0"] + waiters, key=backend.arrived.get)
-        check(order == ["W0"] + waiters, f"the waiters reached the backend as {order}")
+        if order != ["W0"] + waiters:
+            # Only a hand-over slower than the standing interval (100 ms: a loaded machine,
+            # ASan) lets the queue stand, which then serves the newest first.
+            gap = backend.arrived[order[2]] - backend.arrived["W1"]
+            check(gap > 0.1 and order == ["W0", "W1", "W3", "W2"],
+                  f"the waiters reached the backend as {order} ({gap * 1000:.0f} ms apart)")
         ngx.check_log()
     finally:
         ngx.cleanup()
