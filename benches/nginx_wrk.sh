@@ -48,7 +48,13 @@ pid=
 stop() {
     if [ -n "$pid" ]; then
         kill "$pid" 2>/dev/null || true
-        for _ in $(seq 100); do [ -d "/proc/$pid" ] && grep -qv '^Z' <(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null) || break; sleep 0.05; done
+        for _ in $(seq 100); do
+            if [ -d "/proc/$pid" ] && grep -qv '^Z' <(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null); then
+                sleep 0.05
+            else
+                break
+            fi
+        done
         pid=
     fi
 }
@@ -135,6 +141,7 @@ http {
     $2
     server {
         listen 127.0.0.1:$port;
+        server_name bench; # the hot key (\$server_name): an empty key is never limited
         root $dir/html;
         location / {
             $3
@@ -162,7 +169,7 @@ CONF
         exit 1
     fi
     reqs=$(awk '/requests in/ {print $1}' "$dir/wrk.out")
-    echo "$1|$4|$(awk '/Requests\/sec/ {print $2}' "$dir/wrk.out")|$(( (t1 - t0) * 1000000 / $(getconf CLK_TCK) * 100 / reqs ))" >> "$dir/results"
+    echo "$1|$4|$(awk '/Requests\/sec/ {print $2}' "$dir/wrk.out")|$(( (t1 - t0) * 100000000 / $(getconf CLK_TCK) / reqs ))" >> "$dir/results"
 }
 
 instr() { # as run, under callgrind: instructions per request, in the CPU column (×100)
@@ -205,7 +212,7 @@ worker_ticks() { # utime + stime of the workers, in clock ticks
     echo $sum
 }
 
-for round in $(seq "$rounds"); do
+for _ in $(seq "$rounds"); do
     for keys in hot churn; do
         run "plain (no limit)" "" "" $keys
         run "stock limit_req" "" "limit_req zone=stock_$keys burst=1000000 nodelay;" $keys
