@@ -11,7 +11,8 @@
 #   tower   tower/benches/layer_instructions.rs: inner service alone, tower_governor, weir,
 #           weir + concurrency (per request; subtract `inner` for a layer's own cost)
 #
-# Needs valgrind. Builds the bench binaries (cargo bench --no-run) first.
+# Needs valgrind. Builds the bench binaries (cargo bench --no-run) first. TSV=FILE also writes
+# "GROUP/CASE<TAB>instructions" lines to FILE.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v valgrind >/dev/null || { echo "instructions.sh: valgrind missing (apt-get install valgrind)" >&2; exit 1; }
@@ -25,13 +26,14 @@ refs() { # $1 = binary, $2 = case, $3 = iterations; prints total instructions
 		sed -n 's/.*refs: *//p' | tr -d ,
 }
 
-per() { # $1 = binary, $2 = N1, $3 = N2, $4… = cases
+per() { # $1 = binary, $2 = N1, $3 = N2, $4… = cases (of group $g)
 	local b=$1 n1=$2 n2=$3 c lo hi
 	shift 3
 	for c in "$@"; do
 		lo=$(refs "$b" "$c" "$n1")
 		hi=$(refs "$b" "$c" "$n2")
 		printf '  %-18s %8d\n' "$c" $(((hi - lo) / (n2 - n1)))
+		[ -z "${TSV:-}" ] || printf '%s/%s\t%d\n' "$g" "$c" $(((hi - lo) / (n2 - n1))) >>"$TSV"
 	done
 }
 
