@@ -118,13 +118,13 @@ check = mode == "check" or (mode == "table" and budget)
 
 print("user-space instructions per request (table: per check), callgrind")
 print("nginx and tower rows: over plain nginx / the inner service; ratios to the peer's figure")
-head = f"{'case':<50} {'instructions':>12} {'over base':>10}  {'ratio to the peer':<38}"
+head = f"{'case':<50} {'instructions':>12} {'over base':>10}  {'ratio to the peer':<46}"
 if check:
     head += f" {'budget':>8} {'vs budget':>9}"
 print(head)
 over_budget, missing = [], []
 for case, label, n, over, ratio, b in rows:
-    line = f"{label:<50} {n:>12,} {'' if over is None else f'{over:+,}':>10}  {ratio:<38}"
+    line = f"{label:<50} {n:>12,} {'' if over is None else f'{over:+,}':>10}  {ratio:<46}"
     if check and b is not None:
         if case in budget:
             d = (b - budget[case]) / budget[case] * 100
