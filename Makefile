@@ -4,8 +4,11 @@
 #   make dist    the Caddy plugin tarball (linux/amd64; make dist-arm64: linux/arm64)
 #   make install libweir.a, libweir.so, weir.h, weir.pc under PREFIX (docs/C-API.md)
 #   make test    everything CI runs (formatting, lints, unit/integration/multi-process tests,
-#                the nginx differential test, loom models, bounded fuzzing, benchmark builds)
+#                the nginx differential test, loom models, bounded fuzzing, benchmark builds,
+#                instruction budgets)
 #   make bench   criterion benchmarks (figures go to docs/PERFORMANCE.md)
+#   make perf-table  weir beside its peers in instructions (callgrind); make perf-check holds
+#                them to benches/budget.tsv, make perf-budget rewrites it
 #   make contrib-check  the Prometheus alerts and Grafana dashboard in contrib/, checked
 
 CARGO ?= cargo
@@ -35,7 +38,8 @@ demo: setup nginx-module
 demo-engine:
 	$(CARGO) run --release --example demo -- examples/wiki.toml
 
-test: setup lint contrib-check unit crate-outside c-test install-test nginx-test overload-smoke nginx-versions deb-test caddy-test loom fuzz bench-build
+test: setup lint contrib-check unit crate-outside c-test install-test nginx-test overload-smoke nginx-versions deb-test caddy-test loom fuzz bench-build \
+	perf-check
 	@echo "make test: all passed"
 
 lint:
@@ -118,6 +122,19 @@ bench-build:
 
 bench:
 	$(CARGO) bench
+
+# Instructions per request under callgrind (exact, so fit for CI) for nginx (plain, limit_req,
+# weir_req, policy mode; hot key, churn, every request refused), tower (vs tower_governor),
+# the policy engine and the table, as one table with ratios to the peers (about 3 minutes).
+# perf-check also fails when one of weir's cases is more than 10 % over benches/budget.tsv;
+# perf-budget rewrites that file from today's figures (commit it saying why).
+.PHONY: perf-table perf-check perf-budget
+perf-table: nginx-module bench-build
+	MODULE=$(NGX_OUT)/ngx_http_weir_module.so bash benches/compare.sh
+perf-check: setup nginx-module bench-build
+	MODULE=$(NGX_OUT)/ngx_http_weir_module.so bash benches/compare.sh --check
+perf-budget: nginx-module bench-build
+	MODULE=$(NGX_OUT)/ngx_http_weir_module.so bash benches/compare.sh --update
 
 # The overload harness (benches/overload/README.md): a backend with N slots behind no limiter,
 # nginx + weir with a hand-set max, and max = "auto" (also tower's overload_proxy, and Caddy

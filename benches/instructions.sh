@@ -11,7 +11,8 @@
 #   tower   tower/benches/layer_instructions.rs: inner service alone, tower_governor, weir,
 #           weir + concurrency (per request; subtract `inner` for a layer's own cost)
 #
-# Needs valgrind. Builds the bench binaries (cargo bench --no-run) first.
+# Needs valgrind. Builds the bench binaries (cargo bench --no-run) first. TSV=FILE also writes
+# "GROUP/CASE<TAB>instructions" lines to FILE.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v valgrind >/dev/null || { echo "instructions.sh: valgrind missing (apt-get install valgrind)" >&2; exit 1; }
@@ -21,17 +22,30 @@ bin() { # $@ = cargo bench arguments; prints the bench binary's path
 }
 
 refs() { # $1 = binary, $2 = case, $3 = iterations; prints total instructions
-	valgrind --tool=callgrind --callgrind-out-file=/dev/null "$1" "$2" "$3" 2>&1 |
-		sed -n 's/.*refs: *//p' | tr -d ,
+	if [ -z "${setup_fn:-}" ]; then
+		valgrind --tool=callgrind --callgrind-out-file=/dev/null "$1" "$2" "$3" 2>&1 |
+			sed -n 's/.*refs: *//p' | tr -d ,
+		return
+	fi
+	# minus $setup_fn's inclusive count: set-up that spins for a wall-clock time (quanta's TSC
+	# calibration, tower_governor's clock) would not cancel out between N1 and N2
+	local out total setup
+	out=$(mktemp)
+	valgrind --tool=callgrind --callgrind-out-file="$out" "$1" "$2" "$3" >/dev/null 2>&1
+	total=$(sed -n 's/^summary: *//p' "$out")
+	setup=$(callgrind_annotate --inclusive=yes "$out" | grep -F "$setup_fn [" | awk '{print $1}' | tr -d ,)
+	rm -f "$out"
+	echo $((total - setup))
 }
 
-per() { # $1 = binary, $2 = N1, $3 = N2, $4… = cases
+per() { # $1 = binary, $2 = N1, $3 = N2, $4… = cases (of group $g)
 	local b=$1 n1=$2 n2=$3 c lo hi
 	shift 3
 	for c in "$@"; do
 		lo=$(refs "$b" "$c" "$n1")
 		hi=$(refs "$b" "$c" "$n2")
 		printf '  %-18s %8d\n' "$c" $(((hi - lo) / (n2 - n1)))
+		[ -z "${TSV:-}" ] || printf '%s/%s\t%d\n' "$g" "$c" $(((hi - lo) / (n2 - n1))) >>"$TSV"
 	done
 }
 
@@ -49,7 +63,8 @@ for g in "${groups[@]}"; do
 		;;
 	tower)
 		echo "tower: instructions per request (request construction and inner service included)"
-		per "$(bin -p weir-tower --bench layer_instructions)" 1000 11000 inner governor weir weir-concurrency
+		setup_fn=layer_instructions::setup::services \
+			per "$(bin -p weir-tower --bench layer_instructions)" 1000 11000 inner governor weir weir-concurrency
 		;;
 	*)
 		echo "instructions.sh: unknown group $g (table, policy, tower)" >&2
