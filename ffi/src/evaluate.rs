@@ -1,5 +1,6 @@
 //! Evaluating requests: the request view, verdicts, queue tickets and permits.
 
+use std::cell::Cell;
 use std::ffi::{c_int, c_void};
 use std::net::IpAddr;
 use std::ptr;
@@ -165,6 +166,10 @@ pub(crate) struct CRequest<'a> {
     header: weir_header_fn,
     var: weir_var_fn,
     ctx: *mut c_void,
+    /// The last variable asked for and its answer (`index`, pointer, length, found): a key
+    /// is read again to name it (a rejection's top keys), and a host's variable can cost as
+    /// much as the engine's decision (nginx evaluates a complex value each time).
+    last_var: Cell<(usize, *const u8, usize, bool)>,
 }
 
 impl RequestView for CRequest<'_> {
@@ -191,14 +196,15 @@ impl RequestView for CRequest<'_> {
     }
     fn var(&self, index: usize) -> Option<&[u8]> {
         let f = self.var?;
-        let (mut v, mut len) = (ptr::null::<u8>(), 0usize);
-        // SAFETY: as for `header_nth`: the callback's value outlives this borrow.
-        unsafe {
-            if f(self.ctx, index, &mut v, &mut len) != 1 {
-                return None;
-            }
-            bytes(v, len).ok()
+        let (last, mut v, mut len, mut found) = self.last_var.get();
+        if last != index {
+            (v, len) = (ptr::null::<u8>(), 0usize);
+            // SAFETY: as for `header_nth`: the callback's value outlives this borrow.
+            found = unsafe { f(self.ctx, index, &mut v, &mut len) == 1 };
+            self.last_var.set((index, v, len, found));
         }
+        // SAFETY: as above; a remembered answer is the same call's.
+        found.then(|| unsafe { bytes(v, len).ok() }).flatten()
     }
 }
 
@@ -228,6 +234,7 @@ pub(crate) unsafe fn request<'a>(r: *const weir_request) -> Result<CRequest<'a>,
         header: r.header,
         var: r.var,
         ctx: r.header_ctx,
+        last_var: Cell::new((usize::MAX, ptr::null(), 0, false)),
     })
 }
 

@@ -106,18 +106,39 @@ impl weir_outcome {
         self.lines += 1;
     }
 
+    /// A line of `pieces` (cut at the buffer's end) without `core::fmt`, whose machinery cost
+    /// a refused request more than the engine's whole decision (a flood's hot path).
+    fn log_pieces(&mut self, level: c_int, pieces: &[&str]) {
+        let Some(line) = self.line.get_mut(self.lines) else {
+            return;
+        };
+        let mut len = 0;
+        for p in pieces {
+            let n = p.len().min(WEIR_LOG_LINE_MAX - len);
+            line.text[len..len + n].copy_from_slice(&p.as_bytes()[..n]);
+            len += n;
+        }
+        line.len = len;
+        line.level = level;
+        self.lines += 1;
+    }
+
     fn state(&mut self, word: &'static str) {
         self.state = word.as_ptr();
         self.state_len = word.len();
     }
 }
 
-struct Excess(u64);
-
-impl std::fmt::Display for Excess {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}.{:03}", self.0 / 1000, self.0 % 1000)
-    }
+/// `milli` thousandths as nginx logs an excess ("1.500"), written into `buf`.
+fn excess(buf: &mut [u8; 24], milli: u64) -> &str {
+    let mut ints = itoa::Buffer::new();
+    let int = ints.format(milli / 1000).as_bytes();
+    let r = milli % 1000;
+    let digit = |d: u64| b'0' + d as u8; // d < 10
+    let frac = [b'.', digit(r / 100), digit(r / 10 % 10), digit(r % 10)];
+    buf[..int.len()].copy_from_slice(int);
+    buf[int.len()..int.len() + 4].copy_from_slice(&frac);
+    std::str::from_utf8(&buf[..int.len() + 4]).unwrap_or("")
 }
 
 fn policy_outcome(e: &Engine, v: &weir_verdict, o: &mut weir_outcome) {
@@ -159,9 +180,9 @@ fn policy_outcome(e: &Engine, v: &weir_verdict, o: &mut weir_outcome) {
             };
             let why = if v.banned != 0 { ", banned key," } else { why };
             let level = policy_level(e, v.limit, false);
-            o.log(
+            o.log_pieces(
                 level,
-                format_args!("limiting requests{why} by weir limit \"{name}\""),
+                &["limiting requests", why, " by weir limit \"", name, "\""],
             );
             if v.ban_s > 0 {
                 let listed = usize::try_from(v.ban_entry)
@@ -195,12 +216,21 @@ fn req_outcome(e: &Engine, v: &weir_verdict, o: &mut weir_outcome) {
         (v.action, v.limit, v.excess_milli, "")
     };
     let zone = limit_word(e, limit, WEIR_STYLE_REQ);
-    let excess = Excess(excess);
+    let mut buf = [0; 24];
+    let excess = self::excess(&mut buf, excess);
     match action {
         WEIR_REJECT => {
-            o.log(
+            o.log_pieces(
                 WEIR_LOG_HOST_REJECT,
-                format_args!("limiting requests{dry}, excess: {excess} by zone \"{zone}\""),
+                &[
+                    "limiting requests",
+                    dry,
+                    ", excess: ",
+                    excess,
+                    " by zone \"",
+                    zone,
+                    "\"",
+                ],
             );
             if dry.is_empty() {
                 o.action = WEIR_REJECT;
@@ -211,9 +241,17 @@ fn req_outcome(e: &Engine, v: &weir_verdict, o: &mut weir_outcome) {
             }
         }
         WEIR_DELAY => {
-            o.log(
+            o.log_pieces(
                 WEIR_LOG_HOST_DELAY,
-                format_args!("delaying request{dry}, excess: {excess}, by zone \"{zone}\""),
+                &[
+                    "delaying request",
+                    dry,
+                    ", excess: ",
+                    excess,
+                    ", by zone \"",
+                    zone,
+                    "\"",
+                ],
             );
             if dry.is_empty() {
                 o.action = WEIR_DELAY;
@@ -486,6 +524,22 @@ mod tests {
             lines,
             ["2 limiting requests, banned key, by weir limit \"login\""]
         );
+    }
+
+    #[test]
+    fn excess_is_written_as_nginx_logs_it() {
+        let mut buf = [0; 24];
+        for (milli, text) in [
+            (0, "0.000"),
+            (7, "0.007"),
+            (90, "0.090"),
+            (999, "0.999"),
+            (1000, "1.000"),
+            (2500, "2.500"),
+            (u64::MAX, "18446744073709551.615"),
+        ] {
+            assert_eq!(excess(&mut buf, milli), text);
+        }
     }
 
     #[test]

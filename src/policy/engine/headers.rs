@@ -15,17 +15,19 @@ impl Engine {
         if out.action != Action::Reject && !self.policy.emit_headers {
             return; // most passes: no buffer to set up
         }
-        let mut buf = StackStr::new();
         if out.action == Action::Reject {
-            let _ = write!(buf, "{}", out.retry_after_s());
-            emit("Retry-After", buf.as_str());
+            // itoa, not `write!`: a flood of refusals formats one per request.
+            emit(
+                "Retry-After",
+                itoa::Buffer::new().format(out.retry_after_s()),
+            );
         }
         if !self.policy.emit_headers {
             return;
         }
         if let Some(q) = out.quota {
             let name = self.limit_name(q.limit as usize);
-            buf.clear();
+            let mut buf = StackStr::new();
             let _ = write!(buf, "\"{}\";q={};w={}", name, q.quota, q.window_s);
             emit("RateLimit-Policy", buf.as_str());
             buf.clear();
