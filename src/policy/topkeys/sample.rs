@@ -1,5 +1,5 @@
 //! Which rejections name their key and client, and with what weight: naming costs about
-//! 1,800 instructions, so under a flood only a sample is named, each with the weight of the
+//! 2,200 instructions, so under a flood only a sample is named, each with the weight of the
 //! rejections it stands for.
 //!
 //! Rule, per limit and second (its rejection count in the per-second history, which every
