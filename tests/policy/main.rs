@@ -39,6 +39,7 @@ mod policy_iglob;
 mod reload_rate;
 mod renew;
 mod topkeys;
+mod topkeys_flood;
 mod vectors;
 mod wiki_example;
 mod zone_rules;

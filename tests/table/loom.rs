@@ -177,9 +177,10 @@ fn two_rejections_restamp_one_second_and_both_count() {
                 thread::spawn(move || Ring { words: &words[..] }.rejected(5))
             })
             .collect();
-        for h in handles {
-            h.join().unwrap();
-        }
+        // Each gets its own number in the second (the sampling of names relies on it).
+        let mut numbers: Vec<u64> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        numbers.sort_unstable();
+        assert_eq!(numbers, [1, 2]);
         let p = Ring { words: &words[..] }.read(5, 0);
         assert_eq!(p.rejected[p.rejected.len() - 1], 2);
         assert_eq!(
@@ -215,7 +216,7 @@ fn summary_writers_race_for_one_entry_and_readers_see_no_torn_name() {
                         words: &words[..],
                         width: 4,
                     };
-                    s.record(9, tag, name.as_bytes());
+                    s.record(9, tag, name.as_bytes(), 1);
                 })
             })
             .collect();

@@ -5,7 +5,8 @@
 //! Per limit: [`BUCKETS`] one-minute buckets (bucket `minute % BUCKETS`), each two
 //! Space-Saving summaries ([`summary`]) of [`TOP`] entries, the rejected keys (entries of
 //! [`KEY_WORDS`] words) and the rejected clients ([`CLIENT_WORDS`]); then the per-second
-//! [`ring`]. Only delays and rejections write here; a pass costs nothing.
+//! [`ring`]. Only delays and rejections write here; a pass costs nothing. Under a flood only
+//! a weighted sample of rejections is named ([`sample`]).
 //!
 //! "Last minute" is the current and the previous minute bucket; "last 15 minutes" every
 //! bucket of the last 15 minutes, merged by adding counts (Space-Saving summaries merge so).
@@ -14,6 +15,7 @@ mod atom;
 mod bans;
 mod display;
 mod ring;
+mod sample;
 mod summary;
 
 use std::net::IpAddr;
@@ -23,6 +25,7 @@ pub use crate::policy::key_text::Exposure;
 pub(crate) use bans::WORDS as BAN_WORDS;
 pub use bans::{ActiveBan, SLOTS as BAN_SLOTS};
 pub use ring::{PerSecond, SECONDS};
+pub use sample::{EVERY as SAMPLE_EVERY, FULL as NAMED_IN_FULL};
 pub use summary::Counted;
 /// The summary and history over any atomic words, for the loom models.
 #[doc(hidden)]
@@ -72,7 +75,8 @@ pub struct Window {
     pub passed: u64,
     pub delayed: u64,
     pub rejected: u64,
-    /// Rejected keys, most first (counts may over-estimate, see `summary`).
+    /// Rejected keys, most first (counts are estimates under a flood, see `sample` and
+    /// `summary`).
     pub keys: Vec<Counted>,
     /// Rejected clients, most first.
     pub clients: Vec<Counted>,
@@ -131,8 +135,8 @@ impl TopArea<'_> {
     }
 
     /// Records a rejection by limit `i` of key `spec` for `req` (whose reference is
-    /// `reference`) at `now` (ns); `passed` reads the limit's passed total (called at most
-    /// once a second).
+    /// `reference`) at `now` (ns), naming it when [`sample::weight`] says so; `passed` reads
+    /// the limit's passed total (called at most once a second).
     #[cold]
     #[inline(never)]
     pub fn rejected(
@@ -144,25 +148,32 @@ impl TopArea<'_> {
         now: u64,
         passed: impl FnOnce() -> u64,
     ) {
-        self.rejected_unnamed(i, now, passed);
         let second = (now / NS_PER_S) as u32;
+        let ring = self.ring(i);
+        ring.sample(second, passed);
+        let weight = sample::weight(ring.rejected(second), second, i);
+        if weight == 0 {
+            return;
+        }
         let (keys, clients) = self.summaries(i, second / 60);
         // Longer than any stored name (truncated to the entry).
         let mut buf = [0u8; 128];
         let style = self.style(reference, KEY_NAME);
         let key = Text::write(&mut buf, |t| write_key(t, &spec.parts, req, true, &style));
-        keys.record(second / 60, tag(0, key), key);
+        keys.record(second / 60, tag(0, key), key, weight);
         let client = Text::write(&mut buf, |t| {
             write_ip(t, req.client, None, self.exposure, self.seed);
         });
-        clients.record(second / 60, tag(0, client), client);
+        clients.record(second / 60, tag(0, client), client, weight);
     }
 
     /// Records a rejection by limit `i` at `now` (ns) in its history only.
     #[cold]
     #[inline(never)]
     pub fn rejected_unnamed(&self, i: usize, now: u64, passed: impl FnOnce() -> u64) {
-        self.history(i, now, passed, |r, s| r.rejected(s));
+        self.history(i, now, passed, |r, s| {
+            r.rejected(s);
+        });
     }
 
     /// Records a delay by limit `i` at `now` (ns).

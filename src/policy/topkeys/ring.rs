@@ -23,16 +23,16 @@ pub struct Ring<'a, A> {
     pub words: &'a [A],
 }
 
-/// Adds one to a `second << 32 | count` word for `second`.
-fn bump(w: &impl Atom, second: u32) {
+/// Adds one to a `second << 32 | count` word for `second`; the count after it (each caller
+/// of a second gets its own).
+fn bump(w: &impl Atom, second: u32) -> u64 {
     let mut cur = w.load(Relaxed);
     loop {
         if (cur >> 32) as u32 == second {
-            w.fetch_add(1, Relaxed);
-            return;
+            return (w.fetch_add(1, Relaxed) & 0xffff_ffff) + 1;
         }
         match w.compare_exchange(cur, u64::from(second) << 32 | 1, Relaxed, Relaxed) {
-            Ok(_) => return,
+            Ok(_) => return 1,
             Err(now) => cur = now,
         }
     }
@@ -77,8 +77,9 @@ impl<A: Atom> Ring<'_, A> {
         bump(&self.slot(second)[2], second);
     }
 
-    pub fn rejected(&self, second: u32) {
-        bump(&self.slot(second)[3], second);
+    /// Counts a rejection in `second`; its number in that second (1 for the first).
+    pub fn rejected(&self, second: u32) -> u64 {
+        bump(&self.slot(second)[3], second)
     }
 
     /// Rejections counted in `second` (0 once its slot holds another second).

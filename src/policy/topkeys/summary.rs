@@ -6,18 +6,18 @@
 //! entry). An entry whose minute is not the summary's current minute counts as empty, so a
 //! new minute needs no reset.
 //!
-//! Recording a name: an entry of this minute with its tag gets `fetch_add(1)` on its count;
-//! otherwise the entry with the smallest count (an empty one first) is claimed by one
-//! compare-exchange of its meta word to busy, rewritten (count = the smallest count + 1, as
-//! Space-Saving does), and released by storing meta not busy with the next `seq`. A writer
+//! Recording a name with weight `w` (the rejections it stands for, `sample`): an entry of
+//! this minute with its tag gets `fetch_add(w)` on its count; otherwise the entry with the
+//! smallest count (an empty one first) is claimed by one compare-exchange of its meta word to
+//! busy, rewritten (count = the smallest count + `w`, as weighted Space-Saving does), and released by storing meta not busy with the next `seq`. A writer
 //! that loses the claim drops its sample; nobody ever waits. A claim left busy by a killed
 //! process is claimable again from the next minute on.
 //!
-//! Bounds: without concurrency this is Space-Saving: a name seen more than `n / k` times in
-//! `n` records of the minute is present, and each count over-estimates by at most the
-//! smallest count. Under contention a record may be dropped (a lost claim) or, when a name is
-//! replaced between a writer's tag match and its add, added to the name that replaced it: an
-//! error of one count per such race. Readers use the meta word as a sequence lock and skip
+//! Bounds: without concurrency this is Space-Saving: a name whose weights sum to more than
+//! `W / k`, of the minute's total weight `W`, is present, and each count over-estimates by at
+//! most the smallest count (≤ `W / k`). Under contention a record may be dropped (a lost
+//! claim) or, when a name is replaced between a writer's tag match and its add, added to the
+//! name that replaced it: an error of one record's weight per such race. Readers use the meta word as a sequence lock and skip
 //! entries being rewritten.
 
 use std::sync::atomic::Ordering::*;
@@ -59,14 +59,14 @@ impl<A: Atom> Summary<'_, A> {
         self.words.chunks_exact(self.width)
     }
 
-    /// Counts one occurrence of `name` (hash `tag`, non-zero) in `minute`.
-    pub fn record(&self, minute: u32, tag: u64, name: &[u8]) {
+    /// Counts `weight` occurrences of `name` (hash `tag`, non-zero) in `minute`.
+    pub fn record(&self, minute: u32, tag: u64, name: &[u8], weight: u64) {
         let mut victim: Option<(&[A], u64, u64)> = None;
         for e in self.entries() {
             let meta = e[0].load(Acquire);
             let current = minute_of(meta) == minute;
             if current && meta & BUSY == 0 && e[2].load(Relaxed) == tag {
-                e[1].fetch_add(1, Relaxed);
+                e[1].fetch_add(weight, Relaxed);
                 return;
             }
             let count = if current { e[1].load(Relaxed) } else { 0 };
@@ -85,7 +85,7 @@ impl<A: Atom> Summary<'_, A> {
         }
         // The meta word says busy before any other word changes (sequence lock).
         A::fence(Release);
-        e[1].store(count + 1, Relaxed);
+        e[1].store(count + weight, Relaxed);
         e[2].store(tag, Relaxed);
         for (i, w) in e[NAME_AT..].iter().enumerate() {
             let mut b = [0u8; 8];
@@ -160,9 +160,9 @@ mod tests {
         // 10,000 distinct names once each, and one name every fifth record.
         let mut hot = 0;
         for i in 0..10_000u64 {
-            s.record(7, i + 2, format!("crawler-{i}").as_bytes());
+            s.record(7, i + 2, format!("crawler-{i}").as_bytes(), 1);
             if i % 5 == 0 {
-                s.record(7, 1, b"hot");
+                s.record(7, 1, b"hot", 1);
                 hot += 1;
             }
         }
@@ -186,14 +186,14 @@ mod tests {
             words: &w,
             width: 4,
         };
-        s.record(1, 9, b"abcdefghijkl");
-        s.record(1, 9, b"abcdefghijkl");
+        s.record(1, 9, b"abcdefghijkl", 1);
+        s.record(1, 9, b"abcdefghijkl", 1);
         let (mut a, mut b, mut c) = (Vec::new(), Vec::new(), Vec::new());
         s.read(1, &mut a);
         assert_eq!(a.len(), 1);
         assert_eq!((a[0].name.as_str(), a[0].count), ("abcdefgh", 2));
         // Entries of another minute are empty: the first is taken over.
-        s.record(2, 5, b"x");
+        s.record(2, 5, b"x", 1);
         s.read(2, &mut b);
         assert_eq!(b.len(), 1);
         assert_eq!((b[0].name.as_str(), b[0].count), ("x", 1));
@@ -212,8 +212,8 @@ mod tests {
             for t in 0..4u64 {
                 sc.spawn(move || {
                     for i in 0..20_000u64 {
-                        s.record(3, 100 + t * 1_000_000 + i, b"cold");
-                        s.record(3, 1, b"hot");
+                        s.record(3, 100 + t * 1_000_000 + i, b"cold", 1);
+                        s.record(3, 1, b"hot", 1);
                     }
                 });
             }
