@@ -217,9 +217,9 @@ fn req_outcome(e: &Engine, v: &weir_verdict, o: &mut weir_outcome) {
     };
     let zone = limit_word(e, limit, WEIR_STYLE_REQ);
     let mut buf = [0; 24];
-    let excess = self::excess(&mut buf, excess);
     match action {
         WEIR_REJECT => {
+            let excess = self::excess(&mut buf, excess);
             o.log_pieces(
                 WEIR_LOG_HOST_REJECT,
                 &[
@@ -241,6 +241,7 @@ fn req_outcome(e: &Engine, v: &weir_verdict, o: &mut weir_outcome) {
             }
         }
         WEIR_DELAY => {
+            let excess = self::excess(&mut buf, excess);
             o.log_pieces(
                 WEIR_LOG_HOST_DELAY,
                 &[
