@@ -21,7 +21,7 @@ bin() { # $@ = cargo bench arguments; prints the bench binary's path
 }
 
 refs() { # $1 = binary, $2 = case, $3 = iterations; prints total instructions
-	valgrind --tool=callgrind --callgrind-out-file=/dev/null "$1" "$2" "$3" 2>&1 |
+	valgrind --tool=callgrind --callgrind-out-file=/dev/null ${TOGGLE:+--toggle-collect="$TOGGLE"} "$1" "$2" "$3" 2>&1 |
 		sed -n 's/.*refs: *//p' | tr -d ,
 }
 
@@ -49,7 +49,7 @@ for g in "${groups[@]}"; do
 		;;
 	tower)
 		echo "tower: instructions per request (request construction and inner service included)"
-		per "$(bin -p weir-tower --bench layer_instructions)" 1000 11000 inner governor weir weir-concurrency
+		TOGGLE='layer_instructions::measure*' per "$(bin -p weir-tower --bench layer_instructions)" 1000 11000 inner governor weir weir-concurrency
 		;;
 	*)
 		echo "instructions.sh: unknown group $g (table, policy, tower)" >&2
