@@ -22,20 +22,8 @@ bin() { # $@ = cargo bench arguments; prints the bench binary's path
 }
 
 refs() { # $1 = binary, $2 = case, $3 = iterations; prints total instructions
-	if [ -z "${setup_fn:-}" ]; then
-		valgrind --tool=callgrind --callgrind-out-file=/dev/null "$1" "$2" "$3" 2>&1 |
-			sed -n 's/.*refs: *//p' | tr -d ,
-		return
-	fi
-	# minus $setup_fn's inclusive count: set-up that spins for a wall-clock time (quanta's TSC
-	# calibration, tower_governor's clock) would not cancel out between N1 and N2
-	local out total setup
-	out=$(mktemp)
-	valgrind --tool=callgrind --callgrind-out-file="$out" "$1" "$2" "$3" >/dev/null 2>&1
-	total=$(sed -n 's/^summary: *//p' "$out")
-	setup=$(callgrind_annotate --inclusive=yes "$out" | grep -F "$setup_fn [" | awk '{print $1}' | tr -d ,)
-	rm -f "$out"
-	echo $((total - setup))
+	valgrind --tool=callgrind --callgrind-out-file=/dev/null ${TOGGLE:+--toggle-collect="$TOGGLE"} "$1" "$2" "$3" 2>&1 |
+		sed -n 's/.*refs: *//p' | tr -d ,
 }
 
 per() { # $1 = binary, $2 = N1, $3 = N2, $4… = cases (of group $g)
@@ -63,8 +51,7 @@ for g in "${groups[@]}"; do
 		;;
 	tower)
 		echo "tower: instructions per request (request construction and inner service included)"
-		setup_fn=layer_instructions::setup::services \
-			per "$(bin -p weir-tower --bench layer_instructions)" 1000 11000 inner governor weir weir-concurrency
+		TOGGLE='layer_instructions::measure*' per "$(bin -p weir-tower --bench layer_instructions)" 1000 11000 inner governor weir weir-concurrency
 		;;
 	*)
 		echo "instructions.sh: unknown group $g (table, policy, tower)" >&2

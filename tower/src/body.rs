@@ -16,7 +16,8 @@ use crate::Config;
 /// dropped (with the backend's time, once the inner service answered), and its deferred
 /// charges (`charge_on_status`), charged with the response status by
 /// [`PermitGuard::answered`] — or, when no response came (an inner-service error, a dropped
-/// future), handed back on drop uncharged.
+/// future), handed back on drop uncharged. Boxed ([`PermitGuard::new`]): the futures and
+/// bodies of requests that hold nothing stay small.
 pub(crate) struct PermitGuard {
     cfg: Arc<Config>,
     permits: Permits,
@@ -28,17 +29,19 @@ pub(crate) struct PermitGuard {
 }
 
 impl PermitGuard {
-    pub(crate) fn new(cfg: &Arc<Config>, out: &mut Outcome) -> Option<PermitGuard> {
+    /// `None` when `out` holds neither permits nor charges (no allocation).
+    #[inline]
+    pub(crate) fn new(cfg: &Arc<Config>, out: &mut Outcome) -> Option<Box<PermitGuard>> {
         if out.permits.is_empty() && out.charges.is_empty() {
             return None;
         }
-        Some(PermitGuard {
+        Some(Box::new(PermitGuard {
             cfg: cfg.clone(),
             permits: std::mem::take(&mut out.permits),
             charges: std::mem::take(&mut out.charges),
             called_ns: 0,
             sample: None,
-        })
+        }))
     }
 
     /// The inner service is being called: the backend's time starts now.
@@ -51,7 +54,7 @@ impl PermitGuard {
     /// The inner service answered `status`: charges the deferred charges (before any permit
     /// goes back) and keeps the inner service's time for the release; the guard, if it still
     /// holds permits.
-    pub(crate) fn answered(mut self, status: u16) -> Option<PermitGuard> {
+    pub(crate) fn answered(mut self: Box<Self>, status: u16) -> Option<Box<PermitGuard>> {
         let now = self.cfg.clock.now_ns();
         if !self.charges.is_empty() {
             let charges = std::mem::take(&mut self.charges);
@@ -123,13 +126,13 @@ pin_project! {
 pin_project! {
     #[project = KindProj]
     enum Kind<B> {
-        Inner { #[pin] body: B, guard: Option<PermitGuard> },
+        Inner { #[pin] body: B, guard: Option<Box<PermitGuard>> },
         Full { data: Option<Bytes> },
     }
 }
 
 impl<B> WeirBody<B> {
-    pub(crate) fn inner(body: B, guard: Option<PermitGuard>) -> WeirBody<B> {
+    pub(crate) fn inner(body: B, guard: Option<Box<PermitGuard>>) -> WeirBody<B> {
         WeirBody {
             kind: Kind::Inner { body, guard },
         }

@@ -407,26 +407,52 @@ fn bad_request<B>(cfg: &Config) -> Response<WeirBody<B>> {
     resp
 }
 
+/// What a pass carries to its response besides the permits: the `RateLimit` fields and the
+/// verdict. Boxed, and absent (no allocation) when there are neither.
+struct Extra {
+    fields: Option<Fields>,
+    verdict: Option<Verdict>,
+}
+
+impl Extra {
+    fn boxed(fields: Option<Fields>, verdict: Option<Verdict>) -> Option<Box<Extra>> {
+        (fields.is_some() || verdict.is_some()).then(|| Box::new(Extra { fields, verdict }))
+    }
+}
+
 /// Wraps the inner response: its status charges the deferred charges, permits ride on the
 /// body, fields and verdict are added.
 fn finish<B>(
     resp: Response<B>,
-    guard: Option<PermitGuard>,
-    fields: Option<Fields>,
-    verdict: Option<Verdict>,
+    guard: Option<Box<PermitGuard>>,
+    extra: Option<Box<Extra>>,
 ) -> Response<WeirBody<B>> {
     let guard = guard.and_then(|g| g.answered(resp.status().as_u16()));
     let mut resp = resp.map(|b| WeirBody::inner(b, guard));
-    if let Some(fields) = fields {
-        let h = resp.headers_mut();
-        for (n, v) in fields {
-            h.insert(n, v);
+    if let Some(extra) = extra {
+        let Extra { fields, verdict } = *extra;
+        if let Some(fields) = fields {
+            let h = resp.headers_mut();
+            for (n, v) in fields {
+                h.insert(n, v);
+            }
+        }
+        if let Some(v) = verdict {
+            resp.extensions_mut().insert(v);
         }
     }
-    if let Some(v) = verdict {
-        resp.extensions_mut().insert(v);
-    }
     resp
+}
+
+/// An evaluation reduced to what the layer acts on, inside the guarded evaluation: a pass
+/// moves two words, not the engine's whole [`Outcome`].
+enum Plan {
+    Pass {
+        guard: Option<Box<PermitGuard>>,
+        extra: Option<Box<Extra>>,
+    },
+    /// Reject, delay or queue.
+    Other(Box<Outcome>),
 }
 
 type SlowFuture<RB, E> = Pin<Box<dyn Future<Output = Result<Response<WeirBody<RB>>, E>> + Send>>;
@@ -446,9 +472,8 @@ pin_project! {
         Inner {
             #[pin]
             fut: F,
-            guard: Option<PermitGuard>,
-            fields: Option<Fields>,
-            verdict: Option<Verdict>,
+            guard: Option<Box<PermitGuard>>,
+            extra: Option<Box<Extra>>,
         },
         Ready { resp: Option<Response<WeirBody<RB>>> },
         Slow { fut: SlowFuture<RB, E> },
@@ -463,21 +488,11 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project().state.project() {
-            StateProj::Inner {
-                fut,
-                guard,
-                fields,
-                verdict,
-            } => {
+            StateProj::Inner { fut, guard, extra } => {
                 // An error drops the guard with this future: the permits come back, the
                 // deferred charges charge nothing.
                 let resp = ready!(fut.poll(cx))?;
-                Poll::Ready(Ok(finish(
-                    resp,
-                    guard.take(),
-                    fields.take(),
-                    verdict.take(),
-                )))
+                Poll::Ready(Ok(finish(resp, guard.take(), extra.take())))
             }
             StateProj::Ready { resp } => Poll::Ready(Ok(resp
                 .take()
@@ -508,13 +523,39 @@ where
         renew::ensure(cfg);
         let engine = &cfg.engine;
         let res = guarded(cfg, || {
-            engine.evaluate(
-                &View::new(&req, cfg.fallback_peer, engine),
-                cfg.clock.now_ns(),
-            )
+            let view = View::new(&req, cfg.fallback_peer, engine);
+            // Read in place: moving the outcome out of the result copies all of it.
+            let mut res = engine.evaluate(&view, cfg.clock.now_ns());
+            let out = match &mut res {
+                Ok(out) if out.action == Action::Pass => out,
+                _ => {
+                    return res.map(|out| {
+                        if out.ban_started.is_some() {
+                            log_ban(engine, &out);
+                        }
+                        Plan::Other(Box::new(out))
+                    })
+                }
+            };
+            if out.ban_started.is_some() {
+                log_ban(engine, out);
+            }
+            let wants = wants_fields(engine, out);
+            let extra = (wants || cfg.expose_verdict).then(|| {
+                Box::new(Extra {
+                    fields: wants.then(|| fields(engine, out)),
+                    verdict: cfg
+                        .expose_verdict
+                        .then(|| Verdict::of(cfg, &req, out, None)),
+                })
+            });
+            Ok(Plan::Pass {
+                guard: PermitGuard::new(cfg, out),
+                extra,
+            })
         });
-        let mut out = match res {
-            Some(Ok(out)) => out,
+        let plan = match res {
+            Some(Ok(plan)) => plan,
             None if fails_closed(cfg) => {
                 return ResponseFuture {
                     state: State::Ready {
@@ -522,16 +563,10 @@ where
                     },
                 }
             }
-            None => {
-                return ResponseFuture {
-                    state: State::Inner {
-                        fut: self.inner.call(req),
-                        guard: None,
-                        fields: None,
-                        verdict: None,
-                    },
-                }
-            }
+            None => Plan::Pass {
+                guard: None,
+                extra: None,
+            },
             // A target nginx refuses, or too many values of one header the policy reads.
             Some(Err(_)) => {
                 return ResponseFuture {
@@ -541,35 +576,27 @@ where
                 }
             }
         };
-        if out.ban_started.is_some() {
-            log_ban(engine, &out);
-        }
-        let state = match out.action {
-            Action::Pass => {
-                let fields = wants_fields(engine, &out).then(|| fields(engine, &out));
-                let mut guard = PermitGuard::new(cfg, &mut out);
-                let verdict = cfg.expose_verdict.then(|| {
-                    let verdict = Verdict::of(cfg, &req, &out, None);
-                    req.extensions_mut().insert(verdict.clone());
-                    verdict
-                });
+        let state = match plan {
+            Plan::Pass { mut guard, extra } => {
+                if let Some(v) = extra.as_ref().and_then(|e| e.verdict.as_ref()) {
+                    req.extensions_mut().insert(v.clone());
+                }
                 if let Some(g) = &mut guard {
                     g.calling();
                 }
                 State::Inner {
                     fut: self.inner.call(req),
                     guard,
-                    fields,
-                    verdict,
+                    extra,
                 }
             }
-            Action::Reject => State::Ready {
+            Plan::Other(out) if out.action == Action::Reject => State::Ready {
                 resp: Some(reject_response(cfg, &out, || {
                     Verdict::of(cfg, &req, &out, None)
                 })),
             },
-            Action::Delay | Action::Queue => State::Slow {
-                fut: Box::pin(slow(cfg.clone(), self.inner.clone(), req, out)),
+            Plan::Other(out) => State::Slow {
+                fut: Box::pin(slow(cfg.clone(), self.inner.clone(), req, *out)),
             },
         };
         ResponseFuture { state }
@@ -672,5 +699,5 @@ where
         g.calling();
     }
     let resp = svc.call(req).await?;
-    Ok(finish(resp, guard, fields, verdict))
+    Ok(finish(resp, guard, Extra::boxed(fields, verdict)))
 }

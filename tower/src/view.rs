@@ -65,6 +65,14 @@ impl<'a, B> View<'a, B> {
 
 pub(crate) fn peer_of<B>(req: &Request<B>, fallback: Option<IpAddr>) -> Option<IpAddr> {
     let ext = req.extensions();
+    // The usual request carries one extension, the connection's address: when it is the
+    // only one, the overrides before it cannot be there (one lookup instead of three).
+    #[cfg(feature = "axum")]
+    if ext.len() == 1 {
+        if let Some(ci) = ext.get::<axum::extract::ConnectInfo<SocketAddr>>() {
+            return Some(ci.0.ip());
+        }
+    }
     if let Some(p) = ext.get::<PeerOverride>() {
         return Some(p.0);
     }
