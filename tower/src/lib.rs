@@ -135,6 +135,7 @@
 
 mod body;
 mod renew;
+mod response;
 mod status;
 mod verdict;
 mod view;
@@ -148,8 +149,7 @@ use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
-use http::header::{HeaderName, HeaderValue, CONTENT_TYPE};
-use http::{Request, Response, StatusCode};
+use http::{Request, Response};
 use pin_project_lite::pin_project;
 use tower_layer::Layer;
 use tower_service::Service;
@@ -159,6 +159,7 @@ use weir::policy::{Action, Engine, Outcome};
 
 pub use body::WeirBody;
 use body::{PermitGuard, TicketGuard};
+use response::{bad_request, fields, finish, reject_response, unavailable, wants_fields, Extra};
 pub use status::{status_response, StatusService};
 use verdict::log_ban;
 pub use verdict::Verdict;
@@ -317,50 +318,6 @@ pub struct WeirService<S> {
     cfg: Arc<Config>,
 }
 
-/// `RateLimit` / `Retry-After` fields of an outcome.
-type Fields = Vec<(HeaderName, HeaderValue)>;
-
-fn fields(engine: &Engine, out: &Outcome) -> Fields {
-    let mut v = Fields::new();
-    engine.headers(out, |name, value| {
-        if let (Ok(n), Ok(val)) = (
-            HeaderName::from_bytes(name.as_bytes()),
-            HeaderValue::from_str(value),
-        ) {
-            v.push((n, val));
-        }
-    });
-    v
-}
-
-fn wants_fields(engine: &Engine, out: &Outcome) -> bool {
-    engine.policy().emit_headers && out.quota.is_some()
-}
-
-fn reject_response<B>(
-    cfg: &Config,
-    out: &Outcome,
-    verdict: impl FnOnce() -> Verdict,
-) -> Response<WeirBody<B>> {
-    let status = StatusCode::from_u16(out.status).unwrap_or(StatusCode::TOO_MANY_REQUESTS);
-    let mut resp = Response::new(WeirBody::full(
-        status.canonical_reason().unwrap_or("Limited"),
-    ));
-    *resp.status_mut() = status;
-    let h = resp.headers_mut();
-    h.insert(
-        CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
-    for (n, v) in fields(&cfg.engine, out) {
-        h.insert(n, v);
-    }
-    if cfg.expose_verdict {
-        resp.extensions_mut().insert(verdict());
-    }
-    resp
-}
-
 /// Runs one evaluation, catching a panic inside weir (or the clock): `None` when weir could not
 /// decide, logged with what `failure_mode` makes of it.
 fn guarded<T>(cfg: &Config, eval: impl FnOnce() -> T) -> Option<T> {
@@ -381,67 +338,6 @@ fn guarded<T>(cfg: &Config, eval: impl FnOnce() -> T) -> Option<T> {
 
 fn fails_closed(cfg: &Config) -> bool {
     cfg.engine.policy().failure_mode == FailureMode::Closed
-}
-
-/// A short text answer of the layer's own: the status and its reason phrase.
-fn plain<B>(status: StatusCode) -> Response<WeirBody<B>> {
-    let mut resp = Response::new(WeirBody::full(status.canonical_reason().unwrap_or("")));
-    *resp.status_mut() = status;
-    resp.headers_mut().insert(
-        CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
-    resp
-}
-
-/// The answer when weir could not decide and the policy fails closed.
-fn unavailable<B>() -> Response<WeirBody<B>> {
-    plain(StatusCode::SERVICE_UNAVAILABLE)
-}
-
-fn bad_request<B>(cfg: &Config) -> Response<WeirBody<B>> {
-    let mut resp = plain(StatusCode::BAD_REQUEST);
-    if cfg.expose_verdict {
-        resp.extensions_mut().insert(Verdict::bad_target());
-    }
-    resp
-}
-
-/// What a pass carries to its response besides the permits: the `RateLimit` fields and the
-/// verdict. Boxed, and absent (no allocation) when there are neither.
-struct Extra {
-    fields: Option<Fields>,
-    verdict: Option<Verdict>,
-}
-
-impl Extra {
-    fn boxed(fields: Option<Fields>, verdict: Option<Verdict>) -> Option<Box<Extra>> {
-        (fields.is_some() || verdict.is_some()).then(|| Box::new(Extra { fields, verdict }))
-    }
-}
-
-/// Wraps the inner response: its status charges the deferred charges, permits ride on the
-/// body, fields and verdict are added.
-fn finish<B>(
-    resp: Response<B>,
-    guard: Option<Box<PermitGuard>>,
-    extra: Option<Box<Extra>>,
-) -> Response<WeirBody<B>> {
-    let guard = guard.and_then(|g| g.answered(resp.status().as_u16()));
-    let mut resp = resp.map(|b| WeirBody::inner(b, guard));
-    if let Some(extra) = extra {
-        let Extra { fields, verdict } = *extra;
-        if let Some(fields) = fields {
-            let h = resp.headers_mut();
-            for (n, v) in fields {
-                h.insert(n, v);
-            }
-        }
-        if let Some(v) = verdict {
-            resp.extensions_mut().insert(v);
-        }
-    }
-    resp
 }
 
 /// An evaluation reduced to what the layer acts on, inside the guarded evaluation: a pass
