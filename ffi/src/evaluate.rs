@@ -352,15 +352,14 @@ unsafe fn evaluate(
             return code;
         }
     };
-    let outcome = match (ticket, limits) {
+    // The outcome is read in place and the verdict written in place: moving either (a few
+    // hundred bytes each) cost more than the engine's whole decision for a hot key.
+    let mut outcome = match (ticket, limits) {
         (Some(t), None) => engine.evaluate_queued(&req, now, t),
         (None, None) => engine.evaluate(&req, now),
         (Some(t), Some(limits)) => engine.evaluate_selected_queued(&req, limits, now, t),
         (None, Some(limits)) => engine.evaluate_selected(&req, limits, now),
     };
-    // The outcome is read in place and the verdict written in place: moving either (a few
-    // hundred bytes each) cost more than the engine's whole decision for a hot key.
-    let mut outcome = outcome;
     let o = match &mut outcome {
         Ok(o) => o,
         Err(EvalError::BadSelection) => return WEIR_ERR_INVALID,
