@@ -72,6 +72,38 @@ impl Pipe {
     pub(super) fn get(&mut self, k: &str) {
         both!(self, p => p.cmd("GET").arg(k));
     }
+
+    /// `EVALSHA sha 1 k args…`, or `EVAL script 1 k args…` when `load` (the server does not
+    /// know the script yet: a first sync, a restart, a flush, a failover).
+    pub(super) fn eval(&mut self, script: &Lua, load: bool, k: &str, args: &[u64]) {
+        both!(self, p => {
+            let c = if load {
+                p.cmd("EVAL").arg(script.code)
+            } else {
+                p.cmd("EVALSHA").arg(script.get_hash())
+            };
+            c.arg(1).arg(k).arg(args)
+        });
+    }
+}
+
+/// A Lua script and its SHA1 (`EVALSHA` sends the hash, not the code).
+pub(super) struct Lua {
+    pub(super) code: &'static str,
+    pub(super) script: redis::Script,
+}
+
+impl Lua {
+    pub(super) fn new(code: &'static str) -> Lua {
+        Lua {
+            code,
+            script: redis::Script::new(code),
+        }
+    }
+
+    fn get_hash(&self) -> &str {
+        self.script.get_hash()
+    }
 }
 
 impl Conn {
@@ -83,7 +115,7 @@ impl Conn {
     }
 
     /// The replies of `pipe`'s kept commands, in order.
-    pub(super) fn query(&mut self, pipe: &Pipe) -> RedisResult<Vec<Option<u64>>> {
+    pub(super) fn query<T: redis::FromRedisValue>(&mut self, pipe: &Pipe) -> RedisResult<Vec<T>> {
         match (pipe, self) {
             (Pipe::One(p), Conn::One(c)) => p.query(c),
             (Pipe::Cluster(p), Conn::Cluster(c)) => p.query(c),

@@ -15,6 +15,7 @@
 //! docs/CLUSTER.md derives the over-admission bound and describes the host hooks.
 
 mod connect;
+pub mod pool;
 mod sync;
 
 pub(crate) use connect::check_spec;
@@ -116,16 +117,27 @@ crate::region::atomic_words! {
         pub leader,
         /// Process id of the syncer that synced last (any process sharing the zone).
         pub leader_pid,
+        /// This node's id in a pool's Redis entries (random, set by the first syncer; kept
+        /// across reloads with the region, so that a reload is no new node).
+        pub node,
+        /// A pool at the last sync: units this node may hold over its keys (floors and grants).
+        pub share,
+        /// A pool at the last sync: units in flight and queued here over its keys.
+        pub demand,
+        /// A pool at the last sync: units in flight here over its keys.
+        pub in_flight,
+        /// A pool at the last sync: keys reported.
+        pub keys,
     }
 }
 
-const _: () = assert!(std::mem::size_of::<ClusterStats>() == 64);
+const _: () = assert!(std::mem::size_of::<ClusterStats>() <= 128);
 
 /// "WEIRCLS" + layout version byte: the head of a cluster zone's shared region.
 #[cfg(not(loom))]
-const SHARED_MAGIC: u64 = crate::region::header::magic(b"WEIRCLS", 1);
+const SHARED_MAGIC: u64 = crate::region::header::magic(b"WEIRCLS", 2);
 /// Identity words, then [`ClusterStats`], then the two tables.
-const SHARED_HEAD: usize = 128;
+const SHARED_HEAD: usize = 192;
 
 /// Bytes of one table of the shared region, rounded so the next one stays 64-byte aligned.
 fn shared_table_bytes(capacity: usize) -> usize {
@@ -142,9 +154,10 @@ pub fn shared_bytes(capacity: usize) -> usize {
 /// (nginx: a shared-memory zone per cluster zone), position-independent:
 ///
 /// ```text
-/// [0, 64)     magic "WEIRCLS\x01", region length, schema, capacity, reserved (zero)
-/// [64, 128)   ClusterStats: last successful sync (the health word), counters, leader pid
-/// [128, …)    remote table: the other nodes' counts per key (a weir table)
+/// [0, 64)     magic "WEIRCLS\x02", region length, schema, capacity, reserved (zero)
+/// [64, 192)   ClusterStats: last successful sync (the health word), counters, leader pid,
+///             a pool's node id and figures
+/// [192, …)    remote table: the other nodes' counts per key (a weir table); a pool's grants
 /// […, end)    pushed table: what this node has already pushed per key, for the current and
 ///             previous window (packed like a sliding state), so that a newly elected syncer
 ///             continues where the previous one stopped
@@ -267,8 +280,15 @@ pub(crate) fn log(msg: &str) {
 pub struct ClusterZone {
     name: String,
     spec: ClusterSpec,
+    /// A sliding zone's window (cluster-wide events); a pool's `max` per grant lease, unused.
     sw: SlidingWindow,
+    /// A sliding zone's share per node while Redis is away.
     fallback: SlidingWindow,
+    /// A concurrency zone's pool (its remote table holds the grants, [`pool`]).
+    pool: Option<pool::Pool>,
+    /// CLOCK_MONOTONIC ns when this side was made: a pool waits for its first sync this long
+    /// on its floors before it falls back.
+    born: u64,
     remote: Table,
     pushed: Table,
     /// True when remote, pushed and stats live in a region shared with other processes.
@@ -340,6 +360,36 @@ impl ClusterZone {
         let sw = SlidingWindow::new(events, window_ns).map_err(|e| e.0)?;
         let share = (events / spec.expected_nodes.max(1)).max(1);
         let fallback = SlidingWindow::new(share, window_ns).map_err(|e| e.0)?;
+        ClusterZone::build(name, spec, (sw, fallback), None, local, shared)
+    }
+
+    /// The cluster side of concurrency zone `name` (`permits`: its cluster-wide `max` and
+    /// permit lease) over `local`, its grants, stats and health in `shared` when given.
+    pub fn pool(
+        name: &str,
+        spec: ClusterSpec,
+        permits: crate::limiter::Concurrency,
+        local: &Table,
+        shared: Option<ClusterShared>,
+    ) -> Result<ClusterZone, String> {
+        let p = pool::Pool::new(
+            permits,
+            spec.expected_nodes,
+            spec.sync_interval.as_nanos() as u64,
+        );
+        let sw = SlidingWindow::new(permits.max(), p.grant_lease_ns).map_err(|e| e.0)?;
+        let fallback = SlidingWindow::new(p.fallback, p.grant_lease_ns).map_err(|e| e.0)?;
+        ClusterZone::build(name, spec, (sw, fallback), Some(p), local, shared)
+    }
+
+    fn build(
+        name: &str,
+        spec: ClusterSpec,
+        (sw, fallback): (SlidingWindow, SlidingWindow),
+        pool: Option<pool::Pool>,
+        local: &Table,
+        shared: Option<ClusterShared>,
+    ) -> Result<ClusterZone, String> {
         let is_shared = shared.is_some();
         let (remote, pushed, stats) = match shared {
             Some(s) => (s.remote, s.pushed, s.stats),
@@ -366,6 +416,8 @@ impl ClusterZone {
             spec,
             sw,
             fallback,
+            pool,
+            born: crate::clock::monotonic_ns(),
             remote,
             pushed,
             shared: is_shared,
@@ -433,9 +485,14 @@ impl ClusterZone {
         &self.sw
     }
 
-    /// Events each node admits per window while Redis is away.
+    /// Events (a pool: units per key) each node admits per window while Redis is away.
     pub fn fallback_events(&self) -> u64 {
         self.fallback.events()
+    }
+
+    /// A concurrency zone's pool.
+    pub fn pool_params(&self) -> Option<&pool::Pool> {
+        self.pool.as_ref()
     }
 
     /// The stable keyed hash a cluster zone's keys are stored under, on every node alike.
@@ -562,6 +619,16 @@ pub struct ClusterCounts {
     pub leader_pid: u64,
     /// 1 while the zone decides on the local fallback share (not [`ClusterZone::healthy`]).
     pub fallback_active: u64,
+    /// Milliseconds since the last successful sync (0 before the first).
+    pub sync_age_ms: u64,
+    /// A pool, at the last sync: units this node may hold over its keys (floors and grants).
+    pub share: u64,
+    /// A pool, at the last sync: units in flight and queued here over its keys.
+    pub demand: u64,
+    /// A pool, at the last sync: units in flight here over its keys.
+    pub in_flight: u64,
+    /// A pool, at the last sync: keys this node holds or wants a grant for.
+    pub leased_keys: u64,
 }
 
 impl ClusterZone {
@@ -577,6 +644,14 @@ impl ClusterZone {
             leader: u64::from(self.is_leader()),
             leader_pid: s.leader_pid.load(Relaxed),
             fallback_active: u64::from(!self.healthy(now)),
+            sync_age_ms: match s.last_ok_ns.load(Relaxed) {
+                0 => 0,
+                ok => now.saturating_sub(ok) / 1_000_000,
+            },
+            share: s.share.load(Relaxed),
+            demand: s.demand.load(Relaxed),
+            in_flight: s.in_flight.load(Relaxed),
+            leased_keys: s.keys.load(Relaxed),
         }
     }
 }

@@ -14,8 +14,8 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::connect::{Conn, Source};
-use super::{log, ClusterZone};
+use super::connect::{Conn, Lua, Source};
+use super::{log, pool, ClusterZone};
 use crate::clock::monotonic_ns;
 use crate::limiter::packed::{self, Counts};
 use crate::limiter::MAX_COUNT;
@@ -159,8 +159,11 @@ impl Syncer {
         Ok(self.conn.as_mut().expect("just connected"))
     }
 
-    /// One push + pull; returns the number of keys synced.
+    /// One push + pull (a pool: one allocation per key); returns the number of keys synced.
     fn sync_once(&mut self) -> redis::RedisResult<usize> {
+        if self.zone.pool.is_some() {
+            return self.sync_pool();
+        }
         self.connection()?;
         let zone = Arc::clone(&self.zone);
         let w = zone.sw.window_ns();
@@ -201,7 +204,7 @@ impl Syncer {
                     plan.push((tag, p + d, d));
                 }
             }
-            let totals = self.connection()?.query(&pipe)?;
+            let totals: Vec<Option<u64>> = self.connection()?.query(&pipe)?;
             let mut remote = [0u64; 2];
             let mut mine_now = [0u64; 2];
             for (i, (&(tag, mine, d), total)) in plan.iter().zip(totals).enumerate() {
@@ -232,6 +235,87 @@ impl Syncer {
             }
         }
         Ok(keys.len())
+    }
+}
+
+impl Syncer {
+    /// A pool's sync: for every key this node holds a grant for or wants one for, report its
+    /// demand and run the allocator ([`pool::ALLOCATE`]); store the grants it answers, each a
+    /// lease from the time the request was sent (so it ends before Redis forgets it).
+    fn sync_pool(&mut self) -> redis::RedisResult<usize> {
+        let zone = Arc::clone(&self.zone);
+        let p = zone.pool.expect("a pool zone");
+        let node = self.node_id();
+        let sent = monotonic_ns();
+        let rel = sent.saturating_sub(self.local.clock_base());
+        let in_flight = |h: u64| p.permits.in_flight(self.local.peek(h).unwrap_or(0), rel);
+        let mut keys: Vec<(u64, [u64; 3])> = Vec::new();
+        zone.remote.for_each(|tag, e| keys.push((tag, [0, 0, e])));
+        for (tag, [demand, held, e]) in &mut keys {
+            *held = in_flight(*tag);
+            let queued = in_flight(*tag ^ crate::limiter::QUEUE_SALT);
+            let refused = zone.pool_refused(&self.local, *tag, sent);
+            *demand = (*held + queued + refused).min(p.permits.max());
+            *e = pool::granted(*e, sent).unwrap_or(0);
+        }
+        if keys.is_empty() {
+            self.connection()?.ping()?;
+        }
+        let lease_ms = p.grant_lease_ns / 1_000_000;
+        let (mut share, mut demand, mut held) = (0, 0, 0);
+        for chunk in keys.chunks(BATCH) {
+            let replies = self.allocate(chunk, node, &p, lease_ms)?;
+            for (&(tag, [d, h, _]), r) in chunk.iter().zip(replies) {
+                let grant = u64::try_from(r).ok().and_then(|r| r.checked_sub(1));
+                zone.pool_store(tag, grant, sent + p.grant_lease_ns, monotonic_ns());
+                share += grant.map_or(0, |g| g + pool::FLOOR);
+                (demand, held) = (demand + d, held + h);
+            }
+        }
+        let z = &zone.stats;
+        z.share.store(share, Relaxed);
+        z.demand.store(demand, Relaxed);
+        z.in_flight.store(held, Relaxed);
+        z.keys.store(keys.len() as u64, Relaxed);
+        Ok(keys.len())
+    }
+
+    /// One pipeline of allocations; sends the scripts' code when Redis does not know it.
+    fn allocate(
+        &mut self,
+        chunk: &[(u64, [u64; 3])],
+        node: u64,
+        p: &pool::Pool,
+        lease_ms: u64,
+    ) -> redis::RedisResult<Vec<i64>> {
+        static SCRIPT: std::sync::OnceLock<Lua> = std::sync::OnceLock::new();
+        let script = SCRIPT.get_or_init(|| Lua::new(pool::ALLOCATE));
+        let max = p.permits.max();
+        let mut load = false;
+        loop {
+            let mut pipe = self.connection()?.pipe();
+            for &(tag, [d, h, using]) in chunk {
+                let k = format!("weir:{}:pool:{:016x}", self.zone.name, tag);
+                let args = [node, d, h, max, p.expected, lease_ms, using];
+                pipe.eval(script, load, &k, &args);
+            }
+            match self.connection()?.query(&pipe) {
+                Err(e) if e.kind() == redis::ErrorKind::NoScriptError && !load => load = true,
+                r => return r,
+            }
+        }
+    }
+
+    /// This node's id in the pool's entries: one for every process over the zone's region.
+    fn node_id(&self) -> u64 {
+        let id = &self.zone.stats.node;
+        if id.load(Relaxed) == 0 {
+            let seed =
+                (u64::from(std::process::id()) << 40) ^ super::realtime_ns() ^ monotonic_ns();
+            let (fresh, _) = super::key_seed(&self.zone.name, Some(&seed.to_string()));
+            let _ = id.compare_exchange(0, fresh.max(1), Relaxed, Relaxed);
+        }
+        id.load(Relaxed)
     }
 }
 

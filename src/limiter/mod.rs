@@ -24,6 +24,10 @@ pub use sliding::SlidingWindow;
 /// Nanoseconds per second.
 pub const NS_PER_SEC: u64 = 1_000_000_000;
 
+/// Salt that turns a concurrency key into the key of its wait queue (same table; a cluster
+/// pool's syncer reads it to report the queue).
+pub const QUEUE_SALT: u64 = 0x5157_4555_4520_5131;
+
 /// What a check decided.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Decision {

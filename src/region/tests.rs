@@ -253,11 +253,11 @@ fn identity_words_keep_their_byte_layout() {
     let m = Mapping::new(shared_bytes(64)).unwrap();
     let r = m.region();
     ClusterShared::create_or_attach_in(r, 64, 5, Fresh::Zeroed).unwrap();
-    assert_eq!(&le(&r, 0), b"WEIRCLS\x01");
+    assert_eq!(&le(&r, 0), b"WEIRCLS\x02");
     let words: Vec<u64> = (1..5).map(|i| u64::from_le_bytes(le(&r, 8 * i))).collect();
     assert_eq!(words, [shared_bytes(64) as u64, 5, 64, 0]);
     assert_eq!(
-        &le(&r, 128),
+        &le(&r, 192),
         b"WEIRTBL\x03",
         "the remote table follows the head"
     );

@@ -4,9 +4,7 @@
 //! fallback; Redis restarted → sync resumes; `requirepass` honoured. Plus validation errors.
 //! A plain `main` (no harness): the node processes are this binary with WEIR_CLUSTER_NODE set.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::path::PathBuf;
+use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
@@ -22,6 +20,9 @@ use weir::table::Table;
 
 #[path = "../common/mod.rs"]
 mod common;
+#[path = "redis_server.rs"]
+mod redis_server;
+use redis_server::{free_port, Redis};
 
 const S: u64 = 1_000_000_000;
 const NODES: usize = 3;
@@ -75,73 +76,6 @@ fn policy(url: &str, extra: &str, events: u64) -> String {
 
 fn engine(src: &str) -> Engine {
     Engine::new(CompiledPolicy::parse(src, None).unwrap()).unwrap()
-}
-
-// ---------------------------------------------------------------------------------------------
-// redis-server
-
-struct Redis {
-    child: Child,
-    port: u16,
-    _dir: PathBuf,
-}
-
-fn free_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().port()
-}
-
-impl Redis {
-    fn start(port: u16, pass: Option<&str>) -> Redis {
-        let dir = std::env::temp_dir().join(format!("weir-redis-{}-{port}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let mut cmd = Command::new("redis-server");
-        cmd.args([
-            "--port",
-            &port.to_string(),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-        ])
-        .args(["--appendonly", "no", "--daemonize", "no", "--dir"])
-        .arg(&dir)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-        if let Some(p) = pass {
-            cmd.args(["--requirepass", p]);
-        }
-        let child = cmd
-            .spawn()
-            .expect("redis-server not found: run `make setup` (scripts/setup.sh installs it)");
-        let r = Redis {
-            child,
-            port,
-            _dir: dir,
-        };
-        let t0 = Instant::now();
-        loop {
-            if let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) {
-                let mut buf = [0u8; 64];
-                s.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
-                if s.write_all(b"PING\r\n").is_ok() && s.read(&mut buf).unwrap_or(0) > 0 {
-                    return r;
-                }
-            }
-            assert!(
-                t0.elapsed() < Duration::from_secs(10),
-                "redis-server did not start"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    /// SIGKILL by pid (no shutdown: like a crash).
-    fn kill(mut self) {
-        // SAFETY: signalling our own child by its pid.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGKILL) };
-        let _ = self.child.wait();
-    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -724,6 +658,17 @@ fn validation() {
         e.starts_with("9:17: ") && e.contains("quarter of the window"),
         "{e}"
     );
+    let pool = "algorithm = \"concurrency\"\nmax = 4\nscope = \"cluster\"\nredis = \"redis://x\"\n";
+    let e = err(&format!("{pool}expected_nodes = 5\n"));
+    assert!(
+        e.starts_with("7:18: ") && e.contains("exceeds max (4)"),
+        "{e}"
+    );
+    let e = err(&format!("{pool}expected_nodes = 2\nsync_interval = \"6s\"\n"));
+    assert!(e.starts_with("8:17: ") && e.contains("at most 5s"), "{e}");
+    let ok = format!("{base}{pool}expected_nodes = 2\n{limit}");
+    let p = check_policy(&ok, None).unwrap();
+    assert_eq!(p.zones[0].cluster.as_ref().unwrap().expected_nodes, 2);
     let ok = format!("{base}{sliding}scope = \"cluster\"\nredis = \"redis://127.0.0.1:1/0\"\nexpected_nodes = 2\nfallback = \"local\"\n{limit}");
     let p = check_policy(&ok, None).unwrap();
     let c = p.zones[0].cluster.as_ref().unwrap();

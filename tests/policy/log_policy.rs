@@ -71,7 +71,7 @@ fn log_zones_parse_and_refuse_bad_parameters_with_positions() {
     assert!(m.contains("`max` is a concurrency parameter"), "{m}");
 
     let (_, _, m) = err("[zones.z]\nsize = \"1m\"\nalgorithm = \"log\"\nevents = 5\nwindow = \"1s\"\nscope = \"cluster\"\nredis = \"redis://x\"\n");
-    assert!(m.contains("sliding zones only"), "{m}");
+    assert!(m.contains("per-key event times are not shared"), "{m}");
 
     // A region too small for one record is refused when the policy is parsed, at its size.
     let (l, c, m) = err(

@@ -283,11 +283,12 @@ fn compile_lease(cx: &mut Cx<'_>, name: &str, zs: &ZoneSpec, alg: &str) -> Optio
     Some(lease)
 }
 
-/// `scope = "cluster"` and its settings. Only sliding windows: their state is a pair of
-/// counters, which sum across nodes exactly (Redis `INCRBY` on one counter per window). A GCRA
-/// state is one theoretical arrival time; there is no sum of arrival times, and converting it
-/// into a window approximation would silently change the limit's meaning. Concurrency would
-/// need distributed leases. Both are refused with a pointer to `sliding`.
+/// `scope = "cluster"` and its settings. Sliding windows: their state is a pair of counters,
+/// which sum across nodes exactly (Redis `INCRBY` on one counter per window). Concurrency:
+/// shares of `max` leased per node (src/cluster/pool.rs). A GCRA state is one theoretical
+/// arrival time; there is no sum of arrival times, and converting it into a window
+/// approximation would silently change the limit's meaning: refused with a pointer to
+/// `sliding`.
 pub(super) fn compile_cluster(
     cx: &mut Cx<'_>,
     name: &str,
@@ -333,26 +334,22 @@ pub(super) fn compile_cluster(
         }
         return if ok { Ok(None) } else { Err(()) };
     };
+    // A sliding zone syncs counts of `events` per `window`; a concurrency zone leases shares
+    // of `max` (src/cluster/pool.rs), so its interval only has to be short against a request.
     let (events, window) = match *algorithm {
         Algorithm::Sliding { events, window } => (events, window),
+        Algorithm::Concurrency { max } => (max, Duration::from_secs(20)),
         Algorithm::Gcra { .. } => {
             cx.err(
                 &scope,
-                format!("zone {name:?}: scope = \"cluster\" needs algorithm = \"sliding\" (events per window): a gcra state is one arrival time, which cannot be summed across nodes"),
-            );
-            return Err(());
-        }
-        Algorithm::Concurrency { .. } => {
-            cx.err(
-                &scope,
-                format!("zone {name:?}: scope = \"cluster\" supports sliding zones only; concurrency across nodes would need distributed leases"),
+                format!("zone {name:?}: scope = \"cluster\" needs algorithm = \"sliding\" (events per window) or \"concurrency\": a gcra state is one arrival time, which cannot be summed across nodes"),
             );
             return Err(());
         }
         Algorithm::SlidingLog { .. } => {
             cx.err(
                 &scope,
-                format!("zone {name:?}: scope = \"cluster\" supports sliding zones only; a sliding_log zone's per-key event times are not shared across nodes"),
+                format!("zone {name:?}: scope = \"cluster\" supports sliding and concurrency zones; a sliding_log zone's per-key event times are not shared across nodes"),
             );
             return Err(());
         }
@@ -367,7 +364,11 @@ pub(super) fn compile_cluster(
             Some(_) => {
                 cx.err(
                     &v.span(),
-                    "sync_interval must be at least 10ms and at most a quarter of the window",
+                    if matches!(algorithm, Algorithm::Concurrency { .. }) {
+                        "sync_interval must be at least 10ms and at most 5s"
+                    } else {
+                        "sync_interval must be at least 10ms and at most a quarter of the window"
+                    },
                 );
                 ok = false;
                 Duration::ZERO
@@ -389,9 +390,13 @@ pub(super) fn compile_cluster(
         }
         Some(v) => match positive(cx, v, "expected_nodes", 1, 1024) {
             Some(n) if n > events => {
+                let what = match algorithm {
+                    Algorithm::Concurrency { .. } => "max",
+                    _ => "events",
+                };
                 cx.err(
                     &v.span(),
-                    format!("expected_nodes ({n}) exceeds events ({events}): the fallback share events ÷ expected_nodes would be 0"),
+                    format!("expected_nodes ({n}) exceeds {what} ({events}): the fallback share {what} ÷ expected_nodes would be 0"),
                 );
                 ok = false;
                 n

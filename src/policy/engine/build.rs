@@ -88,6 +88,10 @@ pub(super) fn zone_schema(z: &config::Zone) -> u64 {
             (4, window.as_nanos() as u64)
         }
         config::Algorithm::Sliding { window, .. } => (2, window.as_nanos() as u64),
+        // A cluster pool's keys are cluster key hashes.
+        config::Algorithm::Concurrency { .. } if z.cluster.is_some() => {
+            (6, z.lease.as_nanos() as u64)
+        }
         config::Algorithm::Concurrency { .. } => (3, z.lease.as_nanos() as u64),
         // The log's record size depends on `events`: both are part of the layout.
         config::Algorithm::SlidingLog { events, window } => {
@@ -112,7 +116,7 @@ pub(super) fn limiter_for(
     if let Some(l) = log {
         return Ok(Limiter::Rate(RateAlg::Log(Arc::clone(l))));
     }
-    if let Some(c) = cluster {
+    if let Some(c) = cluster.filter(|c| c.pool_params().is_none()) {
         if limit.cost > c.fallback_events() {
             return Err(format!(
                 "limit {}: cost {} exceeds zone {}'s fallback share of {} events per node",
@@ -187,19 +191,22 @@ pub(super) fn cluster_for(
     shared: Option<ClusterShared>,
     start: bool,
 ) -> Result<Option<Arc<ClusterZone>>, String> {
-    let (Some(spec), config::Algorithm::Sliding { events, window }) =
-        (&zone.cluster, zone.algorithm)
-    else {
+    let Some(spec) = &zone.cluster else {
         return Ok(None);
     };
-    let c = Arc::new(ClusterZone::with_shared(
-        &zone.name,
-        spec.clone(),
-        events,
-        window.as_nanos() as u64,
-        table,
-        shared,
-    )?);
+    let (name, spec) = (&zone.name, spec.clone());
+    let c = Arc::new(match zone.algorithm {
+        config::Algorithm::Sliding { events, window } => {
+            let w = window.as_nanos() as u64;
+            ClusterZone::with_shared(name, spec, events, w, table, shared)?
+        }
+        config::Algorithm::Concurrency { max } => {
+            let permits = Concurrency::new(max, zone.lease.as_nanos() as u64)
+                .map_err(|e| format!("zone {name}: {e}"))?;
+            ClusterZone::pool(name, spec, permits, table, shared)?
+        }
+        _ => return Ok(None),
+    });
     if start {
         c.start(table.alias())?;
     }

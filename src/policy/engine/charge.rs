@@ -48,13 +48,26 @@ impl Engine {
                     && limit.queue > 0
                     && lane != Lane::Critical
                     && self.waiting(h.limit, c, h.key_hash, now) > 0;
+            let pool = self.clusters[limit.zone].as_deref();
             let acquired = if barred {
                 (Verdict::refused(c.max()), None)
-            } else if zone.learn.is_none() && zone.reserve == 0 && lane == Lane::Normal {
+            } else if zone.learn.is_none()
+                && zone.reserve == 0
+                && lane == Lane::Normal
+                && pool.is_none()
+            {
                 table.acquire_units(c, h.key_hash, limit.cost, now)
             } else {
-                let cap = self.lane_cap(h.limit, c, h.key_hash, lane);
-                table.acquire_capped(c, h.key_hash, limit.cost, cap, now)
+                let mut cap = self.lane_cap(h.limit, c, h.key_hash, lane);
+                if let Some(p) = pool {
+                    // A cluster pool: no more than this node's share of the key.
+                    cap = cap.min(p.pool_cap(h.key_hash, now));
+                }
+                let got = table.acquire_capped(c, h.key_hash, limit.cost, cap, now);
+                if let (Some(p), None) = (pool, &got.1) {
+                    p.pool_want(table, h.key_hash, now);
+                }
+                got
             };
             match acquired {
                 (_, Some(p)) => {

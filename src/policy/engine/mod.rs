@@ -74,8 +74,7 @@ pub const MAX_PERMITS: usize = 4;
 pub const MAX_CHARGES: usize = 4;
 /// Targets up to this length are normalized in a stack buffer; longer ones use the heap.
 const STACK_TARGET: usize = 2048;
-/// Salt that turns a concurrency key into the key of its wait queue (same table).
-const QUEUE_SALT: u64 = 0x5157_4555_4520_5131;
+use crate::limiter::QUEUE_SALT;
 
 /// A compiled policy with its zones' tables: evaluates requests.
 pub struct Engine {

@@ -163,6 +163,31 @@ impl Fields for ClusterCounts {
             "1 while the zone decides on the local fallback share.",
             |c| c.fallback_active,
         ),
+        gauge(
+            "sync_age_ms",
+            "Milliseconds since the last successful sync (0 before the first).",
+            |c| c.sync_age_ms,
+        ),
+        gauge(
+            "share",
+            "Concurrency pool: units this node may hold over its keys (floors and grants).",
+            |c| c.share,
+        ),
+        gauge(
+            "demand",
+            "Concurrency pool: units in flight and queued on this node.",
+            |c| c.demand,
+        ),
+        gauge(
+            "in_flight",
+            "Concurrency pool: units in flight on this node.",
+            |c| c.in_flight,
+        ),
+        gauge(
+            "leased_keys",
+            "Concurrency pool: keys this node holds or wants a grant for.",
+            |c| c.leased_keys,
+        ),
     ];
 }
 

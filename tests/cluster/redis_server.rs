@@ -1,0 +1,72 @@
+//! A real redis-server on 127.0.0.1 for the cluster tests (Debian's; `make setup` installs
+//! it): started on a free port with no persistence, stopped by SIGKILL like a crash.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub struct Redis {
+    child: Child,
+    pub port: u16,
+    _dir: PathBuf,
+}
+
+pub fn free_port() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
+impl Redis {
+    pub fn start(port: u16, pass: Option<&str>) -> Redis {
+        let dir = std::env::temp_dir().join(format!("weir-redis-{}-{port}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut cmd = Command::new("redis-server");
+        cmd.args([
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+        ])
+        .args(["--appendonly", "no", "--daemonize", "no", "--dir"])
+        .arg(&dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+        if let Some(p) = pass {
+            cmd.args(["--requirepass", p]);
+        }
+        let child = cmd
+            .spawn()
+            .expect("redis-server not found: run `make setup` (scripts/setup.sh installs it)");
+        let r = Redis {
+            child,
+            port,
+            _dir: dir,
+        };
+        let t0 = Instant::now();
+        loop {
+            if let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) {
+                let mut buf = [0u8; 64];
+                s.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+                if s.write_all(b"PING\r\n").is_ok() && s.read(&mut buf).unwrap_or(0) > 0 {
+                    return r;
+                }
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "redis-server did not start"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// SIGKILL by pid (no shutdown: like a crash).
+    pub fn kill(mut self) {
+        // SAFETY: signalling our own child by its pid.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGKILL) };
+        let _ = self.child.wait();
+    }
+}
