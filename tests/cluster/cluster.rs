@@ -664,7 +664,9 @@ fn validation() {
         e.starts_with("7:18: ") && e.contains("exceeds max (4)"),
         "{e}"
     );
-    let e = err(&format!("{pool}expected_nodes = 2\nsync_interval = \"6s\"\n"));
+    let e = err(&format!(
+        "{pool}expected_nodes = 2\nsync_interval = \"6s\"\n"
+    ));
     assert!(e.starts_with("8:17: ") && e.contains("at most 5s"), "{e}");
     let ok = format!("{base}{pool}expected_nodes = 2\n{limit}");
     let p = check_policy(&ok, None).unwrap();

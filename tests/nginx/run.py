@@ -1370,6 +1370,7 @@ def main():
     import big_policy
     import capacity
     import charge_on_status
+    import cluster_pool
     import fail2ban
     import hosts
     import incident
@@ -1415,6 +1416,7 @@ def main():
         ("redirects-waits", lambda: test_redirects_and_waits(args.module)),
         ("directive-extras", lambda: test_directive_extras(args.module)),
         ("cluster", lambda: test_cluster(args.module)),
+        ("cluster-pool", lambda: cluster_pool.test_cluster_pool(args.module)),
         ("reload-edits", lambda: reload_edits.test_reload_edits(args.module)),
         ("reload-rates", lambda: reload_edits.test_reload_rates(args.module)),
         ("metrics", lambda: test_metrics(args.module, args.promcheck)),
