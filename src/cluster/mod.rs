@@ -15,6 +15,7 @@
 //! docs/CLUSTER.md derives the over-admission bound and describes the host hooks.
 
 mod connect;
+pub mod gcra;
 pub mod pool;
 mod sync;
 
@@ -276,16 +277,26 @@ pub(crate) fn log(msg: &str) {
     }
 }
 
+/// What a cluster zone shares, by algorithm.
+enum Shape {
+    /// A sliding zone: its window (cluster-wide events) and each node's share while Redis is
+    /// away; the remote table holds the others' counts.
+    Window {
+        sw: SlidingWindow,
+        fallback: SlidingWindow,
+    },
+    /// A concurrency zone: its pool; the remote table holds this node's grants ([`pool`]).
+    Pool(pool::Pool),
+    /// A GCRA zone: its emission interval; the others' admissions are folded into the local
+    /// states ([`gcra`]), the remote table is unused.
+    Gcra { interval_ns: u64 },
+}
+
 /// The cluster side of one zone: the remote table, the syncer's health and the fallback.
 pub struct ClusterZone {
     name: String,
     spec: ClusterSpec,
-    /// A sliding zone's window (cluster-wide events); a pool's `max` per grant lease, unused.
-    sw: SlidingWindow,
-    /// A sliding zone's share per node while Redis is away.
-    fallback: SlidingWindow,
-    /// A concurrency zone's pool (its remote table holds the grants, [`pool`]).
-    pool: Option<pool::Pool>,
+    shape: Shape,
     /// CLOCK_MONOTONIC ns when this side was made: a pool waits for its first sync this long
     /// on its floors before it falls back.
     born: u64,
@@ -360,7 +371,19 @@ impl ClusterZone {
         let sw = SlidingWindow::new(events, window_ns).map_err(|e| e.0)?;
         let share = (events / spec.expected_nodes.max(1)).max(1);
         let fallback = SlidingWindow::new(share, window_ns).map_err(|e| e.0)?;
-        ClusterZone::build(name, spec, (sw, fallback), None, local, shared)
+        ClusterZone::build(name, spec, Shape::Window { sw, fallback }, local, shared)
+    }
+
+    /// The cluster side of GCRA zone `name` (emission interval `interval_ns`) over `local`,
+    /// its stats and health in `shared` when given.
+    pub fn gcra(
+        name: &str,
+        spec: ClusterSpec,
+        interval_ns: u64,
+        local: &Table,
+        shared: Option<ClusterShared>,
+    ) -> Result<ClusterZone, String> {
+        ClusterZone::build(name, spec, Shape::Gcra { interval_ns }, local, shared)
     }
 
     /// The cluster side of concurrency zone `name` (`permits`: its cluster-wide `max` and
@@ -377,16 +400,13 @@ impl ClusterZone {
             spec.expected_nodes,
             spec.sync_interval.as_nanos() as u64,
         );
-        let sw = SlidingWindow::new(permits.max(), p.grant_lease_ns).map_err(|e| e.0)?;
-        let fallback = SlidingWindow::new(p.fallback, p.grant_lease_ns).map_err(|e| e.0)?;
-        ClusterZone::build(name, spec, (sw, fallback), Some(p), local, shared)
+        ClusterZone::build(name, spec, Shape::Pool(p), local, shared)
     }
 
     fn build(
         name: &str,
         spec: ClusterSpec,
-        (sw, fallback): (SlidingWindow, SlidingWindow),
-        pool: Option<pool::Pool>,
+        shape: Shape,
         local: &Table,
         shared: Option<ClusterShared>,
     ) -> Result<ClusterZone, String> {
@@ -414,9 +434,7 @@ impl ClusterZone {
         Ok(ClusterZone {
             name: name.to_owned(),
             spec,
-            sw,
-            fallback,
-            pool,
+            shape,
             born: crate::clock::monotonic_ns(),
             remote,
             pushed,
@@ -480,19 +498,48 @@ impl ClusterZone {
         self.shared
     }
 
-    /// The sliding-window parameters (cluster-wide `events`).
-    pub fn window(&self) -> &SlidingWindow {
-        &self.sw
+    /// A sliding zone's window (cluster-wide `events`).
+    pub fn window(&self) -> Option<&SlidingWindow> {
+        match &self.shape {
+            Shape::Window { sw, .. } => Some(sw),
+            _ => None,
+        }
     }
 
-    /// Events (a pool: units per key) each node admits per window while Redis is away.
+    /// What each node admits while Redis is away: a sliding zone's events per window, a
+    /// pool's units per key; 0 for a GCRA zone (each limit's rate ÷ expected_nodes).
     pub fn fallback_events(&self) -> u64 {
-        self.fallback.events()
+        match &self.shape {
+            Shape::Window { fallback, .. } => fallback.events(),
+            Shape::Pool(p) => p.fallback,
+            Shape::Gcra { .. } => 0,
+        }
+    }
+
+    /// What each node admits while Redis is away, for the log.
+    pub(crate) fn fallback_text(&self) -> String {
+        let n = self.spec.expected_nodes;
+        match &self.shape {
+            Shape::Window { fallback, .. } => format!("{} per node", fallback.events()),
+            Shape::Pool(p) => format!("{} per key and node once grants end", p.fallback),
+            Shape::Gcra { .. } => format!("each limit's rate and burst ÷ {n} per node"),
+        }
     }
 
     /// A concurrency zone's pool.
     pub fn pool_params(&self) -> Option<&pool::Pool> {
-        self.pool.as_ref()
+        match &self.shape {
+            Shape::Pool(p) => Some(p),
+            _ => None,
+        }
+    }
+
+    /// A GCRA zone's emission interval.
+    pub fn gcra_interval(&self) -> Option<u64> {
+        match self.shape {
+            Shape::Gcra { interval_ns } => Some(interval_ns),
+            _ => None,
+        }
     }
 
     /// The stable keyed hash a cluster zone's keys are stored under, on every node alike.
@@ -520,18 +567,21 @@ impl ClusterZone {
     }
 
     /// [`Table::predict`] on the local table with the remote counts added (or on the fallback
-    /// share when Redis is away). Lock-free, allocation-free, no I/O.
+    /// share when Redis is away). Lock-free, allocation-free, no I/O. A sliding zone's.
     #[inline]
     pub fn predict(&self, t: &Table, h: u64, cost: u64, now: u64) -> Verdict {
+        let Shape::Window { sw, fallback } = &self.shape else {
+            return Verdict::refused(0);
+        };
         let zn = self.zone_now(now);
         if self.healthy(now) {
             let alg = WithRemote {
-                sw: &self.sw,
+                sw,
                 remote: self.remote_state(h),
             };
             t.predict(&alg, h, cost, zn)
         } else {
-            t.predict(&self.fallback, h, cost, zn)
+            t.predict(fallback, h, cost, zn)
         }
     }
 
@@ -539,23 +589,28 @@ impl ClusterZone {
     /// charges each matched rate limit once per request).
     #[inline]
     pub fn check(&self, t: &Table, h: u64, cost: u64, now: u64) -> Verdict {
+        let Shape::Window { sw, fallback } = &self.shape else {
+            return Verdict::refused(0);
+        };
         let zn = self.zone_now(now);
         if self.healthy(now) {
             let alg = WithRemote {
-                sw: &self.sw,
+                sw,
                 remote: self.remote_state(h),
             };
             t.check(&alg, h, cost, zn)
         } else {
             self.stats.fallback_decisions.fetch_add(1, Relaxed);
-            t.check(&self.fallback, h, cost, zn)
+            t.check(fallback, h, cost, zn)
         }
     }
 
     /// [`Table::refund`] (the local counts only; the syncer pushes no more than it sees).
     #[inline]
     pub fn refund(&self, t: &Table, h: u64, cost: u64, now: u64) {
-        t.refund(&self.sw, h, cost, self.zone_now(now));
+        if let Shape::Window { sw, .. } = &self.shape {
+            t.refund(sw, h, cost, self.zone_now(now));
+        }
     }
 }
 

@@ -102,7 +102,7 @@ impl ClusterZone {
     /// Lock-free, allocation-free, no I/O.
     #[inline]
     pub fn pool_cap(&self, key_hash: u64, now: u64) -> u64 {
-        let Some(p) = &self.pool else {
+        let Some(p) = self.pool_params() else {
             return u64::MAX;
         };
         let e = self.remote.peek(key_hash).unwrap_or(0);
@@ -123,7 +123,7 @@ impl ClusterZone {
     /// this node holds none for yet.
     #[inline]
     pub fn pool_want(&self, local: &Table, key_hash: u64, now: u64) {
-        if self.pool.is_none() {
+        if self.pool_params().is_none() {
             return;
         }
         local.update(

@@ -15,13 +15,16 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::connect::{Conn, Lua, Source};
-use super::{log, pool, ClusterZone};
+use super::gcra::{self, COUNT_MASK};
+use super::{log, pool, ClusterZone, Shape};
 use crate::clock::monotonic_ns;
 use crate::limiter::packed::{self, Counts};
-use crate::limiter::MAX_COUNT;
+use crate::limiter::{SlidingWindow, MAX_COUNT};
 use crate::table::Table;
 
 const BATCH: usize = 512;
+/// How long Redis keeps a GCRA key's counter after its last push.
+const GCRA_TTL_MS: u64 = 600_000;
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
 
 pub(super) struct Syncer {
@@ -109,10 +112,7 @@ impl Syncer {
                         self.zone.name,
                         reason(&e, self.io_timeout()),
                         if fallback {
-                            format!(
-                                "deciding locally on {} per node",
-                                self.zone.fallback_events()
-                            )
+                            format!("deciding locally on {}", self.zone.fallback_text())
                         } else {
                             "still on the last remote counts".to_owned()
                         },
@@ -159,14 +159,21 @@ impl Syncer {
         Ok(self.conn.as_mut().expect("just connected"))
     }
 
-    /// One push + pull (a pool: one allocation per key); returns the number of keys synced.
+    /// One sync; returns the number of keys synced.
     fn sync_once(&mut self) -> redis::RedisResult<usize> {
-        if self.zone.pool.is_some() {
-            return self.sync_pool();
+        let zone = Arc::clone(&self.zone);
+        match &zone.shape {
+            Shape::Window { sw, .. } => self.sync_window(sw),
+            Shape::Pool(p) => self.sync_pool(p),
+            Shape::Gcra { interval_ns } => self.sync_gcra(*interval_ns),
         }
+    }
+
+    /// A sliding zone's push + pull.
+    fn sync_window(&mut self, sw: &SlidingWindow) -> redis::RedisResult<usize> {
         self.connection()?;
         let zone = Arc::clone(&self.zone);
-        let w = zone.sw.window_ns();
+        let w = sw.window_ns();
         let now = monotonic_ns()
             .wrapping_add(zone.offset)
             .saturating_sub(self.local.clock_base());
@@ -222,7 +229,7 @@ impl Syncer {
                             cur: remote[1],
                         },
                     );
-                    zone.remote.store(&zone.sw, tag, state, now);
+                    zone.remote.store(sw, tag, state, now);
                     let mine = packed::write(
                         id,
                         Counts {
@@ -230,7 +237,7 @@ impl Syncer {
                             cur: mine_now[1].min(MAX_COUNT),
                         },
                     );
-                    pushed.store(&zone.sw, tag, mine, now);
+                    pushed.store(sw, tag, mine, now);
                 }
             }
         }
@@ -242,9 +249,8 @@ impl Syncer {
     /// A pool's sync: for every key this node holds a grant for or wants one for, report its
     /// demand and run the allocator ([`pool::ALLOCATE`]); store the grants it answers, each a
     /// lease from the time the request was sent (so it ends before Redis forgets it).
-    fn sync_pool(&mut self) -> redis::RedisResult<usize> {
+    fn sync_pool(&mut self, p: &pool::Pool) -> redis::RedisResult<usize> {
         let zone = Arc::clone(&self.zone);
-        let p = zone.pool.expect("a pool zone");
         let node = self.node_id();
         let sent = monotonic_ns();
         let rel = sent.saturating_sub(self.local.clock_base());
@@ -264,7 +270,7 @@ impl Syncer {
         let lease_ms = p.grant_lease_ns / 1_000_000;
         let (mut share, mut demand, mut held) = (0, 0, 0);
         for chunk in keys.chunks(BATCH) {
-            let replies = self.allocate(chunk, node, &p, lease_ms)?;
+            let replies = self.allocate(chunk, node, p, lease_ms)?;
             for (&(tag, [d, h, _]), r) in chunk.iter().zip(replies) {
                 let grant = u64::try_from(r).ok().and_then(|r| r.checked_sub(1));
                 zone.pool_store(tag, grant, sent + p.grant_lease_ns, monotonic_ns());
@@ -306,6 +312,81 @@ impl Syncer {
         }
     }
 
+    /// A GCRA zone's sync: for every key that admitted here since the last push or whose
+    /// bucket is not empty, push the units admitted here (`INCRBY` + `PEXPIRE`, or `GET`) and
+    /// fold what the others admitted since the last sync into the local state. The pushed
+    /// table keeps, per key synced at the last sync, `count : 18 | total seen : 46` (this
+    /// node's count at the last push, the key's cluster-wide total then); a key idle here is
+    /// dropped from it, so that others' admissions while it was idle (drained since) are never
+    /// folded in: a key synced for the first time (or again) takes none.
+    fn sync_gcra(&mut self, interval_ns: u64) -> redis::RedisResult<usize> {
+        self.connection()?;
+        let zone = Arc::clone(&self.zone);
+        let now = monotonic_ns();
+        let rel = now.saturating_sub(self.local.clock_base());
+        // (key, count, last push when it continues from one, units to push)
+        let mut keys: Vec<(u64, u64, Option<u64>, u64)> = Vec::new();
+        let mut idle: Vec<u64> = Vec::new();
+        self.local.for_each(|tag, state| {
+            let (tat, count) = gcra::unpack(state, rel);
+            let pushed = zone.pushed.peek(tag).filter(|&p| p != 0);
+            let (from, delta) = match pushed.map(|p| unpushed(count, p)) {
+                Some(Some(d)) => (pushed, d),
+                // A count below the one pushed: the key was reset or evicted here.
+                Some(None) => (None, 0),
+                None => (None, count),
+            };
+            if delta > 0 || tat > rel {
+                keys.push((tag, count, from, delta));
+            } else if pushed.is_some() {
+                idle.push(tag);
+            }
+        });
+        for tag in idle {
+            zone.pushed
+                .update(tag, now, |_, _| 0, |_, _| (0, ()), false);
+        }
+        if keys.is_empty() {
+            self.connection()?.ping()?;
+        }
+        const TOTAL: u64 = (1 << 46) - 1;
+        for chunk in keys.chunks(BATCH) {
+            let mut pipe = self.connection()?.pipe();
+            for &(tag, _, _, delta) in chunk {
+                let k = format!("weir:{}:gcra:{:016x}", zone.name, tag);
+                if delta > 0 {
+                    pipe.incr(&k, delta, GCRA_TTL_MS);
+                } else {
+                    pipe.get(&k);
+                }
+            }
+            let totals: Vec<Option<u64>> = self.connection()?.query(&pipe)?;
+            let at = monotonic_ns();
+            for (&(tag, count, from, delta), total) in chunk.iter().zip(totals) {
+                let total = total.unwrap_or(0) & TOTAL;
+                zone.stats.pushed_units.fetch_add(delta, Relaxed);
+                // Others' units since the last sync; a total below what was seen means Redis
+                // lost the counter: start over from it.
+                let m = from.map_or(0, |p| {
+                    total.wrapping_sub(p >> 18).wrapping_sub(delta) & TOTAL
+                });
+                if m > 0 && m < 1 << 45 {
+                    self.local.update(
+                        tag,
+                        at,
+                        |s, now| gcra::unpack(s, now).0.saturating_sub(now),
+                        |s, now| (gcra::fold(s, now, m, interval_ns), ()),
+                        false,
+                    );
+                }
+                let mine = (count & COUNT_MASK) | (total << 18);
+                zone.pushed
+                    .update(tag, at, |p, _| u64::from(p != 0), |_, _| (mine, ()), true);
+            }
+        }
+        Ok(keys.len())
+    }
+
     /// This node's id in the pool's entries: one for every process over the zone's region.
     fn node_id(&self) -> u64 {
         let id = &self.zone.stats.node;
@@ -317,6 +398,14 @@ impl Syncer {
         }
         id.load(Relaxed)
     }
+}
+
+/// Units a GCRA key admitted since its last push (`pushed`: the pushed table's entry): its
+/// count less the count pushed, modulo the count's width; `None` for a count below the one
+/// pushed (the key was reset, or evicted and seen again).
+fn unpushed(count: u64, pushed: u64) -> Option<u64> {
+    let d = count.wrapping_sub(pushed & COUNT_MASK) & COUNT_MASK;
+    (d <= COUNT_MASK / 2).then_some(d)
 }
 
 /// What went wrong, for the log: an I/O timeout (whose error reads "Resource temporarily

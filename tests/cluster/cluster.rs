@@ -619,11 +619,13 @@ fn validation() {
         let e = check_policy(&src, Some("p.toml")).expect_err("an error");
         format!("{}:{}: {}", e[0].line, e[0].column, e[0].message)
     };
-    let e = err("algorithm = \"gcra\"\nrate = \"1r/s\"\nscope = \"cluster\"\nredis = \"redis://x\"\nexpected_nodes = 2\n");
+    let e = err("algorithm = \"log\"\nevents = 5\nwindow = \"1s\"\nscope = \"cluster\"\nredis = \"redis://x\"\nexpected_nodes = 2\n");
     assert!(
-        e.starts_with("5:9: ") && e.contains("needs algorithm = \"sliding\""),
+        e.starts_with("6:9: ") && e.contains("event times are not shared"),
         "{e}"
     );
+    let gcra = format!("{base}algorithm = \"gcra\"\nrate = \"10r/s\"\nscope = \"cluster\"\nredis = \"redis://x\"\nexpected_nodes = 2\n{limit}");
+    check_policy(&gcra, None).expect("a cluster gcra zone");
     let sliding = "algorithm = \"sliding\"\nevents = 10\nwindow = \"1s\"\n";
     let e = err(&format!(
         "{sliding}scope = \"cluster\"\nredis = \"redis://x\"\n"

@@ -285,10 +285,8 @@ fn compile_lease(cx: &mut Cx<'_>, name: &str, zs: &ZoneSpec, alg: &str) -> Optio
 
 /// `scope = "cluster"` and its settings. Sliding windows: their state is a pair of counters,
 /// which sum across nodes exactly (Redis `INCRBY` on one counter per window). Concurrency:
-/// shares of `max` leased per node (src/cluster/pool.rs). A GCRA state is one theoretical
-/// arrival time; there is no sum of arrival times, and converting it into a window
-/// approximation would silently change the limit's meaning: refused with a pointer to
-/// `sliding`.
+/// shares of `max` leased per node (src/cluster/pool.rs). GCRA: each node's state counts what
+/// it admitted, and the others' admissions are folded into it (src/cluster/gcra.rs).
 pub(super) fn compile_cluster(
     cx: &mut Cx<'_>,
     name: &str,
@@ -335,17 +333,12 @@ pub(super) fn compile_cluster(
         return if ok { Ok(None) } else { Err(()) };
     };
     // A sliding zone syncs counts of `events` per `window`; a concurrency zone leases shares
-    // of `max` (src/cluster/pool.rs), so its interval only has to be short against a request.
+    // of `max` (src/cluster/pool.rs) and a GCRA zone exchanges counts of admissions
+    // (src/cluster/gcra.rs), so their interval only has to be short against a request.
     let (events, window) = match *algorithm {
         Algorithm::Sliding { events, window } => (events, window),
         Algorithm::Concurrency { max } => (max, Duration::from_secs(20)),
-        Algorithm::Gcra { .. } => {
-            cx.err(
-                &scope,
-                format!("zone {name:?}: scope = \"cluster\" needs algorithm = \"sliding\" (events per window) or \"concurrency\": a gcra state is one arrival time, which cannot be summed across nodes"),
-            );
-            return Err(());
-        }
+        Algorithm::Gcra { rate } => (rate.count, Duration::from_secs(20)),
         Algorithm::SlidingLog { .. } => {
             cx.err(
                 &scope,
@@ -364,7 +357,7 @@ pub(super) fn compile_cluster(
             Some(_) => {
                 cx.err(
                     &v.span(),
-                    if matches!(algorithm, Algorithm::Concurrency { .. }) {
+                    if !matches!(algorithm, Algorithm::Sliding { .. }) {
                         "sync_interval must be at least 10ms and at most 5s"
                     } else {
                         "sync_interval must be at least 10ms and at most a quarter of the window"
@@ -392,6 +385,7 @@ pub(super) fn compile_cluster(
             Some(n) if n > events => {
                 let what = match algorithm {
                     Algorithm::Concurrency { .. } => "max",
+                    Algorithm::Gcra { .. } => "the rate's count",
                     _ => "events",
                 };
                 cx.err(

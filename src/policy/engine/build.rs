@@ -82,6 +82,11 @@ pub struct ZoneLayout {
 /// states their meaning; a changed GCRA rate keeps its states usable, as nginx allows).
 pub(super) fn zone_schema(z: &config::Zone) -> u64 {
     let (kind, param) = match z.algorithm {
+        // A cluster GCRA zone's states also count admissions (src/cluster/gcra.rs); its rate
+        // is part of their meaning (no rescaling on reload).
+        config::Algorithm::Gcra { rate } if z.cluster.is_some() => {
+            (7, rate.interval_ns().unwrap_or(0))
+        }
         config::Algorithm::Gcra { .. } => (1u64, 0u64),
         // Cluster zones keep wall-clock window ids and cluster key hashes: another meaning.
         config::Algorithm::Sliding { window, .. } if z.cluster.is_some() => {
@@ -116,7 +121,26 @@ pub(super) fn limiter_for(
     if let Some(l) = log {
         return Ok(Limiter::Rate(RateAlg::Log(Arc::clone(l))));
     }
-    if let Some(c) = cluster.filter(|c| c.pool_params().is_none()) {
+    if let (Some(c), config::Algorithm::Gcra { rate }) = (cluster, zone.algorithm) {
+        // Each node's share while Redis is away: rate and burst ÷ expected_nodes.
+        let n = c.spec().expected_nodes.max(1);
+        let share = crate::limiter::Rate {
+            count: rate.count,
+            period_ns: rate.period_ns.saturating_mul(n),
+        };
+        let burst = limit.burst / n;
+        let delay = match limit.delay {
+            crate::limiter::Delay::After(d) => crate::limiter::Delay::After(d.min(burst)),
+            d => d,
+        };
+        let main = Gcra::new(rate, limit.burst, limit.delay).map_err(err)?;
+        let fallback = Gcra::new(share, burst, delay).map_err(err)?;
+        return Ok(Limiter::Rate(RateAlg::ClusterGcra(
+            Arc::clone(c),
+            [main, fallback],
+        )));
+    }
+    if let Some(c) = cluster.filter(|c| c.window().is_some()) {
         if limit.cost > c.fallback_events() {
             return Err(format!(
                 "limit {}: cost {} exceeds zone {}'s fallback share of {} events per node",
@@ -204,6 +228,12 @@ pub(super) fn cluster_for(
             let permits = Concurrency::new(max, zone.lease.as_nanos() as u64)
                 .map_err(|e| format!("zone {name}: {e}"))?;
             ClusterZone::pool(name, spec, permits, table, shared)?
+        }
+        config::Algorithm::Gcra { rate } => {
+            let t = rate
+                .interval_ns()
+                .map_err(|e| format!("zone {name}: {e}"))?;
+            ClusterZone::gcra(name, spec, t, table, shared)?
         }
         _ => return Ok(None),
     });
@@ -305,7 +335,7 @@ impl Engine {
         let now = crate::clock::monotonic_ns();
         for (z, t) in policy.zones.iter().zip(&tables) {
             // A parsed rate always has an interval (count 1..=MAX_RATE_COUNT per second or more).
-            if let config::Algorithm::Gcra { rate } = z.algorithm {
+            if let (config::Algorithm::Gcra { rate }, None) = (z.algorithm, &z.cluster) {
                 if let Ok(interval) = rate.interval_ns() {
                     t.set_gcra_interval(interval, now);
                 }

@@ -82,7 +82,7 @@ impl Engine {
                 };
                 KeyState {
                     algorithm: match alg {
-                        RateAlg::Gcra(_) => "gcra",
+                        RateAlg::Gcra(_) | RateAlg::ClusterGcra(..) => "gcra",
                         RateAlg::Sliding(_) | RateAlg::Cluster(_) => "sliding_window",
                         RateAlg::Log(_) => "sliding_log",
                     },

@@ -1,0 +1,154 @@
+//! Cluster GCRA: `algorithm = "gcra"` with `scope = "cluster"`, by counter exchange. Each node
+//! runs nginx's `limit_req` GCRA on its own state, which also counts the units this node
+//! admitted; the syncer pushes that count to one Redis counter per key (`INCRBY`, as the
+//! sliding zones do) and folds what the other nodes admitted since its last sync into the local
+//! state: `TAT := max(TAT, now) + m·T`. So every node's state is the cluster's bucket, late by
+//! at most the sync lag; rate, burst, `delay` and `nodelay` keep their meaning, and what the
+//! nodes admitted unseen during a lag is paid back (the folded TAT runs ahead until it drains).
+//!
+//! State of a cluster GCRA key: `tat : 46 | count : 18`, the TAT in units of 256 ns modulo
+//! 2^46 (read relative to now: a TAT more than 2^45 units, 104 days, behind now reads as past)
+//! and the units admitted modulo 2^18 (the syncer takes differences; a node admits far fewer
+//! than 2^18 units of one key between two syncs).
+
+use super::ClusterZone;
+use crate::limiter::{Gcra, RateStep, Verdict};
+use crate::table::Table;
+
+const UNIT_SHIFT: u32 = 8;
+const COUNT_BITS: u32 = 18;
+pub(super) const COUNT_MASK: u64 = (1 << COUNT_BITS) - 1;
+const TAT_BITS: u32 = 64 - COUNT_BITS;
+const TAT_MASK: u64 = (1 << TAT_BITS) - 1;
+
+/// The TAT (ns on the table's clock, 0 when past) and count of `state` at `now`.
+#[inline]
+pub(super) fn unpack(state: u64, now: u64) -> (u64, u64) {
+    let count = state & COUNT_MASK;
+    let now_u = now >> UNIT_SHIFT;
+    let ahead = (state >> COUNT_BITS).wrapping_sub(now_u) & TAT_MASK;
+    let tat = if state == 0 || ahead >= 1 << (TAT_BITS - 1) {
+        0
+    } else {
+        (now_u + ahead) << UNIT_SHIFT
+    };
+    (tat, count)
+}
+
+/// Packs a TAT (rounded up: never earlier than computed) and a count; never 0 for a key that
+/// admitted something.
+#[inline]
+pub(super) fn pack(tat: u64, count: u64) -> u64 {
+    let tat_u = tat.div_ceil(1 << UNIT_SHIFT) & TAT_MASK;
+    let s = (tat_u << COUNT_BITS) | (count & COUNT_MASK);
+    if s == 0 {
+        1 << COUNT_BITS
+    } else {
+        s
+    }
+}
+
+/// `state` with the other nodes' `m` units folded in (`interval_ns`: the zone's `T`).
+pub(super) fn fold(state: u64, now: u64, m: u64, interval_ns: u64) -> u64 {
+    let (tat, count) = unpack(state, now);
+    pack(
+        tat.max(now).saturating_add(m.saturating_mul(interval_ns)),
+        count,
+    )
+}
+
+/// A limit's GCRA over the packed state, counting the units it admits.
+pub(crate) struct Counted<'a>(pub(crate) &'a Gcra);
+
+impl RateStep for Counted<'_> {
+    #[inline]
+    fn step(&self, state: u64, now: u64, cost: u64) -> (u64, Verdict) {
+        let (tat, count) = unpack(state, now);
+        let (next, v) = self.0.step(tat, now, cost);
+        if !v.admitted() {
+            return (state, v);
+        }
+        (pack(next, count.wrapping_add(cost)), v)
+    }
+
+    #[inline]
+    fn residual(&self, state: u64, now: u64) -> u64 {
+        // A key with unpushed units still matters a little.
+        let (tat, count) = unpack(state, now);
+        tat.saturating_sub(now).max(u64::from(count != 0))
+    }
+
+    #[inline]
+    fn refund(&self, state: u64, now: u64, cost: u64) -> u64 {
+        let (tat, count) = unpack(state, now);
+        pack(self.0.refund(tat, now, cost), count.wrapping_sub(cost))
+    }
+}
+
+impl ClusterZone {
+    /// [`Table::check`] of a limit's GCRA (`fallback`: its share while Redis is away) on a
+    /// cluster GCRA zone. Lock-free, allocation-free, no I/O.
+    #[inline]
+    pub fn gcra_check(&self, t: &Table, g: [&Gcra; 2], h: u64, cost: u64, now: u64) -> Verdict {
+        if self.healthy(now) {
+            t.check(&Counted(g[0]), h, cost, now)
+        } else {
+            self.stats
+                .fallback_decisions
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            t.check(&Counted(g[1]), h, cost, now)
+        }
+    }
+
+    /// [`Table::predict`] likewise.
+    #[inline]
+    pub fn gcra_predict(&self, t: &Table, g: [&Gcra; 2], h: u64, cost: u64, now: u64) -> Verdict {
+        let g = if self.healthy(now) { g[0] } else { g[1] };
+        t.predict(&Counted(g), h, cost, now)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::limiter::{Delay, Rate, NS_PER_SEC};
+
+    #[test]
+    fn packed_states_keep_tat_and_count() {
+        let now = 1_000 * NS_PER_SEC;
+        let s = pack(now + 5_000, 7);
+        let (tat, n) = unpack(s, now);
+        assert_eq!(n, 7);
+        assert!((now + 5_000..now + 5_000 + 256).contains(&tat), "{tat}");
+        assert_eq!(unpack(s, now + 10_000).0, 0, "past reads as 0");
+        assert_eq!(unpack(0, now), (0, 0));
+        // The count wraps; differences stay right.
+        let s = pack(now, COUNT_MASK);
+        assert_eq!(
+            unpack(pack(now, unpack(s, now).1.wrapping_add(2)), now).1,
+            1
+        );
+    }
+
+    #[test]
+    fn counted_gcra_is_limit_req_and_counts_admissions() {
+        let g = Gcra::new(Rate::per_second(10), 2, Delay::NoDelay).unwrap();
+        let c = Counted(&g);
+        let now = 50 * NS_PER_SEC;
+        let (mut s, mut passed) = (0, 0);
+        for _ in 0..5 {
+            let (n, v) = c.step(s, now, 1);
+            s = n;
+            passed += u64::from(v.admitted());
+        }
+        assert_eq!(passed, 3, "1 + burst back to back");
+        assert_eq!(unpack(s, now).1, 3);
+        // 100 ms later one more conforms.
+        assert!(c.step(s, now + NS_PER_SEC / 10, 1).1.admitted());
+        // Others' 2 units folded in: the bucket is fuller by 2·T.
+        let f = fold(s, now, 2, g.interval_ns());
+        assert!(!c.step(f, now + NS_PER_SEC / 10, 1).1.admitted());
+        assert_eq!(unpack(f, now).1, 3, "folding keeps this node's count");
+        assert_eq!(unpack(c.refund(s, now, 1), now).1, 2);
+    }
+}
