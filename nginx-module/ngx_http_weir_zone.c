@@ -411,31 +411,52 @@ static ngx_uint_t   ngx_http_weir_syncing;
 ngx_int_t
 ngx_http_weir_init_process(ngx_cycle_t *cycle)
 {
+    ngx_uint_t                  i, any;
     weir_error                 *err;
+    weir_engine                *engines[2];
     ngx_http_weir_main_conf_t  *wmcf;
 
     ngx_http_weir_renew_init(cycle);
 
     wmcf = ngx_http_cycle_get_module_main_conf(cycle, ngx_http_weir_module);
 
-    if (wmcf == NULL || !weir_engine_has_cluster(wmcf->pol.engine)) {
+    if (wmcf == NULL) {
         return NGX_OK;
     }
 
-    weir_cluster_log_queue();
+    /* the policy's engine and the directives' */
 
-    /* the syncer threads must not take the worker's signals */
+    engines[0] = wmcf->pol.engine;
+    engines[1] = wmcf->dir.engine;
+    any = 0;
 
-    err = NULL;
+    for (i = 0; i < 2; i++) {
+        if (engines[i] == NULL || !weir_engine_has_cluster(engines[i])) {
+            continue;
+        }
 
-    if (weir_engine_start_sync_masked(wmcf->pol.engine, &err) != WEIR_OK) {
-        /* the worker still serves requests, on the fallback share */
-        ngx_log_error(NGX_LOG_ALERT, cycle->log, 0,
-                      "weir: cannot start the cluster syncers: %s",
-                      weir_error_message(err));
-        weir_error_free(err);
+        if (!any) {
+            weir_cluster_log_queue();
+            any = 1;
+        }
 
-        /* those that started are stopped at exit and their messages drained */
+        /* the syncer threads must not take the worker's signals */
+
+        err = NULL;
+
+        if (weir_engine_start_sync_masked(engines[i], &err) != WEIR_OK) {
+            /* the worker still serves requests, on the fallback share */
+            ngx_log_error(NGX_LOG_ALERT, cycle->log, 0,
+                          "weir: cannot start the cluster syncers: %s",
+                          weir_error_message(err));
+            weir_error_free(err);
+
+            /* those that started are stopped at exit, their messages drained */
+        }
+    }
+
+    if (!any) {
+        return NGX_OK;
     }
 
     ngx_http_weir_syncing = 1;
@@ -462,9 +483,14 @@ ngx_http_weir_exit_process(ngx_cycle_t *cycle)
 
     wmcf = ngx_http_cycle_get_module_main_conf(cycle, ngx_http_weir_module);
 
+    /* the leaders resign: another worker takes over at once */
+
     if (wmcf && wmcf->pol.engine) {
-        /* the leader resigns: another worker takes over at once */
         weir_engine_stop_sync(wmcf->pol.engine);
+    }
+
+    if (wmcf && wmcf->dir.engine) {
+        weir_engine_stop_sync(wmcf->dir.engine);
     }
 
     ngx_http_weir_syncing = 0;

@@ -11,6 +11,7 @@ use std::ptr;
 use std::time::Duration;
 
 use weir::limiter::Delay;
+use weir::policy::config::HostCluster;
 use weir::policy::config::{parse_duration, parse_rate, parse_size, LogLevel};
 use weir::policy::HostLimit;
 
@@ -108,6 +109,8 @@ struct ZoneArgs<'a> {
     bounds: Option<(u64, u64)>,
     /// conn: `reserve=N`, slots for critical requests (0: none).
     reserve: u64,
+    /// `scope=cluster`, `redis=URL` (repeatable) … `expected_nodes=N`: shared across nodes.
+    cluster: Option<HostCluster>,
 }
 
 fn zone_args<'a>(args: &[&'a [u8]], conn: bool, min_size: u64) -> Result<ZoneArgs<'a>, Msg> {
@@ -120,8 +123,12 @@ fn zone_args<'a>(args: &[&'a [u8]], conn: bool, min_size: u64) -> Result<ZoneArg
         learn: false,
         bounds: None,
         reserve: 0,
+        cluster: None,
     };
     for &a in args.iter().skip(2) {
+        if cluster_arg(&mut z.cluster, a)? {
+            continue;
+        }
         if let Some(v) = a.strip_prefix(b"zone=") {
             let colon = v
                 .iter()
@@ -185,6 +192,45 @@ fn zone_args<'a>(args: &[&'a [u8]], conn: bool, min_size: u64) -> Result<ZoneArg
         return Err(b"\"bounds\" needs \"max=auto\"".to_vec());
     }
     Ok(z)
+}
+
+/// Reads one of a zone directive's cluster settings (`scope=`, `redis=` …, the policy zone's
+/// names) into `cluster`; false when `a` is none of them.
+fn cluster_arg(cluster: &mut Option<HostCluster>, a: &[u8]) -> Result<bool, Msg> {
+    const KEYS: [&[u8]; 10] = [
+        b"scope",
+        b"redis",
+        b"redis_mode",
+        b"sentinel_master",
+        b"password",
+        b"tls_ca_file",
+        b"tls_cert_file",
+        b"tls_key_file",
+        b"sync_interval",
+        b"expected_nodes",
+    ];
+    let Some(eq) = a.iter().position(|&c| c == b'=') else {
+        return Ok(false);
+    };
+    let (key, v) = (&a[..eq], lossy(&a[eq + 1..]));
+    if !KEYS.contains(&key) {
+        return Ok(false);
+    }
+    let c = cluster.get_or_insert_with(HostCluster::default);
+    let text = Some(v.clone());
+    match key {
+        b"scope" => c.scope = text,
+        b"redis" => c.redis.push(v),
+        b"redis_mode" => c.redis_mode = text,
+        b"sentinel_master" => c.sentinel_master = text,
+        b"password" => c.password = text,
+        b"tls_ca_file" => c.tls_ca_file = text,
+        b"tls_cert_file" => c.tls_cert_file = text,
+        b"tls_key_file" => c.tls_key_file = text,
+        b"sync_interval" => c.sync_interval = text,
+        _ => c.expected_nodes = Some(positive(&a[eq + 1..], "invalid expected_nodes", a)?),
+    }
+    Ok(true)
 }
 
 fn zone_spec(z: &mut ZoneArgs, conn: bool) -> Result<(), Msg> {
@@ -336,6 +382,9 @@ pub unsafe extern "C" fn weir_host_limits_zone_args(
             if z.learn || z.reserve > 0 {
                 (*b).b
                     .capacity(&name, z.learn.then_some(z.bounds), z.reserve);
+            }
+            if let Some(c) = z.cluster.take() {
+                (*b).b.cluster(&name, c);
             }
             Ok(z.name)
         });

@@ -1,10 +1,12 @@
-//! Cluster GCRA: `algorithm = "gcra"` with `scope = "cluster"`, by counter exchange. Each node
-//! runs nginx's `limit_req` GCRA on its own state, which also counts the units this node
-//! admitted; the syncer pushes that count to one Redis counter per key (`INCRBY`, as the
-//! sliding zones do) and folds what the other nodes admitted since its last sync into the local
-//! state: `TAT := max(TAT, now) + m·T`. So every node's state is the cluster's bucket, late by
-//! at most the sync lag; rate, burst, `delay` and `nodelay` keep their meaning, and what the
-//! nodes admitted unseen during a lag is paid back (the folded TAT runs ahead until it drains).
+//! Cluster GCRA: `algorithm = "gcra"` with `scope = "cluster"`, by TAT exchange. Each node runs
+//! nginx's `limit_req` GCRA on its own state, which also counts the units this node admitted.
+//! Redis keeps one cluster-wide TAT per key; every sync, the syncer adds the units admitted
+//! here since its last push to it (as GCRA does: `max(TAT, now) + n·T`, one script per key,
+//! [`EXCHANGE`]) and merges the result into the local state (`TAT := max(TAT, Redis's)`). So
+//! every node's state is the cluster's bucket, late by at most the sync lag; rate, burst,
+//! `delay` and `nodelay` keep their meaning, and what the nodes admitted unseen during a lag is
+//! paid back (the shared TAT runs ahead until it drains). Redis's TAT is relative to its own
+//! clock and handed out as "ahead of now", so the nodes' clocks need not agree.
 //!
 //! State of a cluster GCRA key: `tat : 46 | count : 18`, the TAT in units of 256 ns modulo
 //! 2^46 (read relative to now: a TAT more than 2^45 units, 104 days, behind now reads as past)
@@ -48,14 +50,32 @@ pub(super) fn pack(tat: u64, count: u64) -> u64 {
     }
 }
 
-/// `state` with the other nodes' `m` units folded in (`interval_ns`: the zone's `T`).
-pub(super) fn fold(state: u64, now: u64, m: u64, interval_ns: u64) -> u64 {
+/// `state` with the cluster-wide TAT, `ahead_ns` ahead of `now`, merged in: the later of
+/// the two (the local one has this node's units since its push; Redis's has everybody's
+/// pushed units).
+pub(super) fn merge(state: u64, now: u64, ahead_ns: u64) -> u64 {
     let (tat, count) = unpack(state, now);
-    pack(
-        tat.max(now).saturating_add(m.saturating_mul(interval_ns)),
-        count,
-    )
+    pack(tat.max(now.saturating_add(ahead_ns)), count)
 }
+
+/// The exchange, run by Redis for one key (atomic). `KEYS[1]`: the key's cluster-wide TAT, µs
+/// of Redis time. `ARGV`: units this node admitted since its last push, `T` in µs, how long to
+/// keep a TAT once past (ms), µs since this node's last push. The units move the TAT as GCRA
+/// does, as if they had come at the last push (they came since: an empty bucket is not
+/// charged for the time they have drained, so a node's units pushed after an outage do not
+/// lock the key): `max(TAT, now − since) + n·T`. Returns how far ahead of now the TAT is, µs
+/// (0: an empty bucket).
+pub(super) const EXCHANGE: &str = r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local g = tonumber(redis.call('GET', KEYS[1]) or '0')
+local n, step, keep = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+if n > 0 then
+  g = math.max(g, now - tonumber(ARGV[4])) + n * step
+  redis.call('SET', KEYS[1], string.format('%d', g), 'PX', math.floor((g - now) / 1000) + keep)
+end
+return math.max(g - now, 0)
+";
 
 /// A limit's GCRA over the packed state, counting the units it admits.
 pub(crate) struct Counted<'a>(pub(crate) &'a Gcra);
@@ -145,10 +165,11 @@ mod tests {
         assert_eq!(unpack(s, now).1, 3);
         // 100 ms later one more conforms.
         assert!(c.step(s, now + NS_PER_SEC / 10, 1).1.admitted());
-        // Others' 2 units folded in: the bucket is fuller by 2·T.
-        let f = fold(s, now, 2, g.interval_ns());
+        // The cluster's TAT, further ahead, is taken; a nearer one changes nothing.
+        let f = merge(s, now, 5 * g.interval_ns());
         assert!(!c.step(f, now + NS_PER_SEC / 10, 1).1.admitted());
-        assert_eq!(unpack(f, now).1, 3, "folding keeps this node's count");
+        assert_eq!(unpack(f, now).1, 3, "merging keeps this node's count");
+        assert_eq!(merge(s, now, g.interval_ns()), s);
         assert_eq!(unpack(c.refund(s, now, 1), now).1, 2);
     }
 }

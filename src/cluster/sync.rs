@@ -23,8 +23,8 @@ use crate::limiter::{SlidingWindow, MAX_COUNT};
 use crate::table::Table;
 
 const BATCH: usize = 512;
-/// How long Redis keeps a GCRA key's counter after its last push.
-const GCRA_TTL_MS: u64 = 600_000;
+/// How long Redis keeps a GCRA key's TAT once it is past (it then means an empty bucket).
+const GCRA_TTL_MS: u64 = 10_000;
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
 
 pub(super) struct Syncer {
@@ -34,6 +34,8 @@ pub(super) struct Syncer {
     conn: Option<Conn>,
     backoff: Duration,
     failing: bool,
+    /// xorshift64 state for a GCRA zone's jittered interval.
+    jitter: u64,
 }
 
 impl Syncer {
@@ -56,6 +58,7 @@ impl Syncer {
             conn: None,
             backoff,
             failing: false,
+            jitter: crate::table::random_seed()[0] | 1,
         }
     }
 
@@ -101,7 +104,7 @@ impl Syncer {
                         self.failing = false;
                     }
                     self.backoff = interval;
-                    interval
+                    self.next_interval(interval)
                 }
                 Err(e) => {
                     self.conn = None;
@@ -127,6 +130,22 @@ impl Syncer {
             self.pause(started + wait, owner, true);
         }
         self.local.resign(owner);
+    }
+
+    /// The wait before the next sync: `interval`, or for a GCRA zone a random one between half
+    /// and one and a half of it. With fixed phases, the node that syncs just after another
+    /// always sees that one's admissions fresh while the other sees its own late, and the node
+    /// with the staler view takes more of the slots; jittered, the phases average out.
+    fn next_interval(&mut self, interval: Duration) -> Duration {
+        if !matches!(self.zone.shape, Shape::Gcra { .. }) {
+            return interval;
+        }
+        let mut x = self.jitter;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.jitter = x;
+        interval / 2 + interval.mul_f64((x >> 11) as f64 / (1u64 << 53) as f64)
     }
 
     /// Sleeps until `deadline` or a stop; a leader keeps its heartbeat fresh meanwhile (backoff
@@ -270,7 +289,17 @@ impl Syncer {
         let lease_ms = p.grant_lease_ns / 1_000_000;
         let (mut share, mut demand, mut held) = (0, 0, 0);
         for chunk in keys.chunks(BATCH) {
-            let replies = self.allocate(chunk, node, p, lease_ms)?;
+            static SCRIPT: std::sync::OnceLock<Lua> = std::sync::OnceLock::new();
+            let script = SCRIPT.get_or_init(|| Lua::new(pool::ALLOCATE));
+            let calls: Vec<(String, [u64; 7])> = chunk
+                .iter()
+                .map(|&(tag, [d, h, using])| {
+                    let k = format!("weir:{}:pool:{:016x}", zone.name, tag);
+                    let max = p.permits.max();
+                    (k, [node, d, h, max, p.expected, lease_ms, using])
+                })
+                .collect();
+            let replies = self.eval(script, &calls)?;
             for (&(tag, [d, h, _]), r) in chunk.iter().zip(replies) {
                 let grant = u64::try_from(r).ok().and_then(|r| r.checked_sub(1));
                 zone.pool_store(tag, grant, sent + p.grant_lease_ns, monotonic_ns());
@@ -286,105 +315,85 @@ impl Syncer {
         Ok(keys.len())
     }
 
-    /// One pipeline of allocations; sends the scripts' code when Redis does not know it.
-    fn allocate(
-        &mut self,
-        chunk: &[(u64, [u64; 3])],
-        node: u64,
-        p: &pool::Pool,
-        lease_ms: u64,
-    ) -> redis::RedisResult<Vec<i64>> {
+    /// A GCRA zone's sync: for every key that admitted here since the last push or whose
+    /// bucket is not empty, push the units admitted here into the key's cluster-wide TAT in
+    /// Redis ([`gcra::EXCHANGE`]) and merge that TAT into the local state
+    /// (`TAT := max(TAT, now + ahead)`). The pushed table keeps each key's count at its last
+    /// push.
+    fn sync_gcra(&mut self, interval_ns: u64) -> redis::RedisResult<usize> {
+        let zone = Arc::clone(&self.zone);
+        let now = monotonic_ns();
+        let rel = now.saturating_sub(self.local.clock_base());
+        // (key, count, units to push)
+        let mut keys: Vec<(u64, u64, u64)> = Vec::new();
+        self.local.for_each(|tag, state| {
+            let (tat, count) = gcra::unpack(state, rel);
+            let pushed = zone.pushed.peek(tag).unwrap_or(0);
+            // A count below the one pushed: the key was reset, or evicted and seen again.
+            let delta = unpushed(count, pushed).unwrap_or(0);
+            if delta > 0 || tat > rel {
+                keys.push((tag, count, delta));
+            }
+        });
+        if keys.is_empty() {
+            self.connection()?.ping()?;
+        }
         static SCRIPT: std::sync::OnceLock<Lua> = std::sync::OnceLock::new();
-        let script = SCRIPT.get_or_init(|| Lua::new(pool::ALLOCATE));
-        let max = p.permits.max();
+        let script = SCRIPT.get_or_init(|| Lua::new(gcra::EXCHANGE));
+        let t_us = interval_ns.div_ceil(1000);
+        let since_us = match zone.stats.last_ok_ns.load(Relaxed) {
+            0 => zone.spec.sync_interval.as_nanos() as u64,
+            ok => now.saturating_sub(ok),
+        } / 1000;
+        for chunk in keys.chunks(BATCH) {
+            let calls: Vec<(String, [u64; 4])> = chunk
+                .iter()
+                .map(|&(tag, _, delta)| {
+                    let k = format!("weir:{}:gcra:{:016x}", zone.name, tag);
+                    (k, [delta, t_us, GCRA_TTL_MS, since_us])
+                })
+                .collect();
+            let replies = self.eval(script, &calls)?;
+            let at = monotonic_ns();
+            for (&(tag, count, delta), ahead_us) in chunk.iter().zip(replies) {
+                zone.stats.pushed_units.fetch_add(delta, Relaxed);
+                let ahead = u64::try_from(ahead_us).unwrap_or(0).saturating_mul(1000);
+                if ahead > 0 {
+                    self.local.update(
+                        tag,
+                        at,
+                        |s, now| gcra::unpack(s, now).0.saturating_sub(now),
+                        |s, now| (gcra::merge(s, now, ahead), ()),
+                        false,
+                    );
+                }
+                // The mark bit tells a count of 0 from no entry.
+                let c = (count & COUNT_MASK) | 1 << 63;
+                zone.pushed
+                    .update(tag, at, |p, _| u64::from(p != 0), |_, _| (c, ()), true);
+            }
+        }
+        Ok(keys.len())
+    }
+
+    /// Runs `script` once per `(key, args)` in one pipeline; sends its code when Redis does
+    /// not know it yet (a first sync, a restart, a flush, a failover).
+    fn eval<const N: usize>(
+        &mut self,
+        script: &Lua,
+        calls: &[(String, [u64; N])],
+    ) -> redis::RedisResult<Vec<i64>> {
         let mut load = false;
         loop {
             let mut pipe = self.connection()?.pipe();
-            for &(tag, [d, h, using]) in chunk {
-                let k = format!("weir:{}:pool:{:016x}", self.zone.name, tag);
-                let args = [node, d, h, max, p.expected, lease_ms, using];
-                pipe.eval(script, load, &k, &args);
+            for (k, args) in calls {
+                pipe.eval(script, load, k, args);
             }
             match self.connection()?.query(&pipe) {
                 Err(e) if e.kind() == redis::ErrorKind::NoScriptError && !load => load = true,
                 r => return r,
             }
         }
-    }
-
-    /// A GCRA zone's sync: for every key that admitted here since the last push or whose
-    /// bucket is not empty, push the units admitted here (`INCRBY` + `PEXPIRE`, or `GET`) and
-    /// fold what the others admitted since the last sync into the local state. The pushed
-    /// table keeps, per key synced at the last sync, `count : 18 | total seen : 46` (this
-    /// node's count at the last push, the key's cluster-wide total then); a key idle here is
-    /// dropped from it, so that others' admissions while it was idle (drained since) are never
-    /// folded in: a key synced for the first time (or again) takes none.
-    fn sync_gcra(&mut self, interval_ns: u64) -> redis::RedisResult<usize> {
-        self.connection()?;
-        let zone = Arc::clone(&self.zone);
-        let now = monotonic_ns();
-        let rel = now.saturating_sub(self.local.clock_base());
-        // (key, count, last push when it continues from one, units to push)
-        let mut keys: Vec<(u64, u64, Option<u64>, u64)> = Vec::new();
-        let mut idle: Vec<u64> = Vec::new();
-        self.local.for_each(|tag, state| {
-            let (tat, count) = gcra::unpack(state, rel);
-            let pushed = zone.pushed.peek(tag).filter(|&p| p != 0);
-            let (from, delta) = match pushed.map(|p| unpushed(count, p)) {
-                Some(Some(d)) => (pushed, d),
-                // A count below the one pushed: the key was reset or evicted here.
-                Some(None) => (None, 0),
-                None => (None, count),
-            };
-            if delta > 0 || tat > rel {
-                keys.push((tag, count, from, delta));
-            } else if pushed.is_some() {
-                idle.push(tag);
-            }
-        });
-        for tag in idle {
-            zone.pushed
-                .update(tag, now, |_, _| 0, |_, _| (0, ()), false);
-        }
-        if keys.is_empty() {
-            self.connection()?.ping()?;
-        }
-        const TOTAL: u64 = (1 << 46) - 1;
-        for chunk in keys.chunks(BATCH) {
-            let mut pipe = self.connection()?.pipe();
-            for &(tag, _, _, delta) in chunk {
-                let k = format!("weir:{}:gcra:{:016x}", zone.name, tag);
-                if delta > 0 {
-                    pipe.incr(&k, delta, GCRA_TTL_MS);
-                } else {
-                    pipe.get(&k);
-                }
-            }
-            let totals: Vec<Option<u64>> = self.connection()?.query(&pipe)?;
-            let at = monotonic_ns();
-            for (&(tag, count, from, delta), total) in chunk.iter().zip(totals) {
-                let total = total.unwrap_or(0) & TOTAL;
-                zone.stats.pushed_units.fetch_add(delta, Relaxed);
-                // Others' units since the last sync; a total below what was seen means Redis
-                // lost the counter: start over from it.
-                let m = from.map_or(0, |p| {
-                    total.wrapping_sub(p >> 18).wrapping_sub(delta) & TOTAL
-                });
-                if m > 0 && m < 1 << 45 {
-                    self.local.update(
-                        tag,
-                        at,
-                        |s, now| gcra::unpack(s, now).0.saturating_sub(now),
-                        |s, now| (gcra::fold(s, now, m, interval_ns), ()),
-                        false,
-                    );
-                }
-                let mine = (count & COUNT_MASK) | (total << 18);
-                zone.pushed
-                    .update(tag, at, |p, _| u64::from(p != 0), |_, _| (mine, ()), true);
-            }
-        }
-        Ok(keys.len())
     }
 
     /// This node's id in the pool's entries: one for every process over the zone's region.
@@ -400,9 +409,9 @@ impl Syncer {
     }
 }
 
-/// Units a GCRA key admitted since its last push (`pushed`: the pushed table's entry): its
-/// count less the count pushed, modulo the count's width; `None` for a count below the one
-/// pushed (the key was reset, or evicted and seen again).
+/// Units a GCRA key admitted since its last push (`pushed`: the pushed table's entry, 0 for
+/// none): its count less the count pushed, modulo the count's width; `None` for a count below
+/// the one pushed (the key was reset, or evicted and seen again).
 fn unpushed(count: u64, pushed: u64) -> Option<u64> {
     let d = count.wrapping_sub(pushed & COUNT_MASK) & COUNT_MASK;
     (d <= COUNT_MASK / 2).then_some(d)

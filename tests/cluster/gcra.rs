@@ -35,10 +35,12 @@ fn policy(url: &str) -> String {
 struct Seconds {
     start: Instant,
     admitted: Vec<AtomicU64>,
+    /// Admitted per node while Redis was up (seconds 1-3).
+    by_node: Vec<AtomicU64>,
     stop: AtomicBool,
 }
 
-fn node(e: Arc<Engine>, s: Arc<Seconds>) {
+fn node(n: usize, e: Arc<Engine>, s: Arc<Seconds>) {
     let req = OwnedRequest::new("GET", "/api", "192.0.2.1".parse().unwrap());
     let mut i = 0u64;
     while !s.stop.load(Relaxed) {
@@ -52,6 +54,9 @@ fn node(e: Arc<Engine>, s: Arc<Seconds>) {
             let sec = s.start.elapsed().as_secs() as usize;
             if let Some(a) = s.admitted.get(sec) {
                 a.fetch_add(1, Relaxed);
+            }
+            if (1..4).contains(&sec) {
+                s.by_node[n].fetch_add(1, Relaxed);
             }
         }
     }
@@ -71,13 +76,15 @@ fn main() {
     let s = Arc::new(Seconds {
         start: Instant::now(),
         admitted: (0..secs).map(|_| AtomicU64::new(0)).collect(),
+        by_node: (0..NODES).map(|_| AtomicU64::new(0)).collect(),
         stop: AtomicBool::new(false),
     });
     let threads: Vec<_> = engines
         .iter()
-        .map(|e| {
+        .enumerate()
+        .map(|(n, e)| {
             let (e, s) = (Arc::clone(e), Arc::clone(&s));
-            std::thread::spawn(move || node(e, s))
+            std::thread::spawn(move || node(n, e, s))
         })
         .collect();
     // Seconds 0-4 shared; Redis away in 5-7 (killed at 4.5 s); back for 8.
@@ -92,6 +99,7 @@ fn main() {
         t.join().unwrap();
     }
     let per: Vec<u64> = s.admitted.iter().map(|a| a.load(Relaxed)).collect();
+    let by_node: Vec<u64> = s.by_node.iter().map(|a| a.load(Relaxed)).collect();
     let fallback: Vec<u64> = engines
         .iter()
         .map(|e| {
@@ -110,8 +118,8 @@ fn main() {
     let mean = shared.iter().sum::<u64>() as f64 / shared.len() as f64;
     println!(
         "cluster gcra: admitted per second {per:?} (limit {RATE}/s, burst {BURST}, bound \
-         {bound} a second; 3 local limits would admit {}); seconds 1-3 mean {mean:.1}; Redis \
-         away in seconds 5-7: fallback decisions {fallback:?}",
+         {bound} a second; 3 local limits would admit {}); seconds 1-3 mean {mean:.1}, by node \
+         {by_node:?}; Redis away in seconds 5-7: fallback decisions {fallback:?}",
         NODES as u64 * RATE
     );
     assert!(
@@ -129,6 +137,13 @@ fn main() {
         fallback.iter().all(|&f| f > 0),
         "no fallback with Redis away"
     );
+    let back = per[8];
+    assert!(
+        (RATE * 8 / 10..=bound).contains(&back),
+        "{back} admitted after the restart: {per:?}"
+    );
+    let (lo, hi) = (by_node.iter().min().unwrap(), by_node.iter().max().unwrap());
+    assert!(hi - lo <= hi / 2, "the nodes shared unevenly: {by_node:?}");
     for &a in &per[6..8] {
         assert!(
             a <= RATE + BURST + 1,

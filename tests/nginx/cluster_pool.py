@@ -239,3 +239,59 @@ status = 503
             n.cleanup()
         backend.server.shutdown()
         redis.cleanup()
+
+
+def test_cluster_directives(module, env=None):
+    """`weir_req_zone … scope=cluster redis=… expected_nodes=2` on two nginx nodes of two
+    workers: one `rate=50r/s` limit across both (closed-loop clients on both nodes admit about
+    the rate, not twice it); a zone directive with `scope=cluster` and no `redis` fails
+    `nginx -t` at its file and line."""
+    redis = Redis().start()
+    rate, secs = 50, 4
+    http = f"""
+    weir_req_zone $server_name zone=api:1m rate={rate}r/s scope=cluster
+                  redis=redis://127.0.0.1:{redis.port}/0 expected_nodes=2 sync_interval=100ms;
+    server {{
+        listen 127.0.0.1:%PORT% reuseport;
+        server_name api;
+        location = /metrics {{ weir_status; }}
+        root %DIR%/html;
+        location / {{ weir_req zone=api burst=5 nodelay; try_files /f =404; }}
+    }}
+"""
+    nodes = [Nginx(module, http, workers=2, env=env, files={"html/f": "ok"}) for _ in range(2)]
+    bad = Nginx(module, http.replace(f" redis=redis://127.0.0.1:{redis.port}/0", ""), env=env)
+    try:
+        rc, out = bad.test_config()
+        check(rc != 0 and "nginx.conf:" in out and "needs `redis`" in out,
+              f"nginx -t without redis: {rc} {out.strip()}")
+        for n in nodes:
+            n.start()
+        synced = re.compile(r'^weir_cluster_syncs_total\{zone="api"\} [1-9]', re.M)
+        for n in nodes:
+            check(until(lambda: synced.search(get_body(n.port, "/metrics")[1]), 10) is not None,
+                  "the directive zone never synced")
+        clients = Clients([n.port for n in nodes], per_node=3)
+        try:
+            clients.busy[:] = [3, 3]
+            time.sleep(1)
+            t0 = time.monotonic()
+            time.sleep(secs)
+            t1 = time.monotonic()
+        finally:
+            clients.close()
+        with clients.lock:
+            done = [(n, st) for t, n, st, _ in clients.log if t0 <= t < t1]
+        admitted = [sum(1 for n, st in done if n == i and st == 200) for i in range(2)]
+        offered = len(done) / secs
+        total = sum(admitted) / secs
+        check(0.8 * rate <= total <= 1.3 * rate,
+              f"{admitted} admitted in {secs} s over the nodes: {total:.0f}/s, limit {rate}/s")
+        check(min(admitted) >= sum(admitted) / 4, f"the nodes shared unevenly: {admitted}")
+        return (f"weir_req_zone scope=cluster on 2 nodes x 2 workers: {total:.0f}/s admitted "
+                f"over both (limit {rate}/s, {offered:.0f}/s offered; {admitted} per node); "
+                f"nginx -t without redis: {out.strip().splitlines()[0][:160]}")
+    finally:
+        for n in nodes + [bad]:
+            n.cleanup()
+        redis.cleanup()

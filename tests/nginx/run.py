@@ -1417,6 +1417,7 @@ def main():
         ("directive-extras", lambda: test_directive_extras(args.module)),
         ("cluster", lambda: test_cluster(args.module)),
         ("cluster-pool", lambda: cluster_pool.test_cluster_pool(args.module)),
+        ("cluster-directives", lambda: cluster_pool.test_cluster_directives(args.module)),
         ("reload-edits", lambda: reload_edits.test_reload_edits(args.module)),
         ("reload-rates", lambda: reload_edits.test_reload_rates(args.module)),
         ("metrics", lambda: test_metrics(args.module, args.promcheck)),

@@ -17,6 +17,25 @@ pub struct HostZone {
     pub algorithm: Algorithm,
 }
 
+/// The cluster settings of a [`HostLimits`] zone (nginx's `scope=cluster redis=…` on a zone
+/// directive): a policy zone's `scope`, `redis` … `expected_nodes`, as text, checked by the
+/// policy compiler with the same words.
+#[derive(Clone, Debug, Default)]
+pub struct HostCluster {
+    pub scope: Option<String>,
+    /// One URL, or several (Redis Cluster seeds, Sentinels).
+    pub redis: Vec<String>,
+    pub redis_mode: Option<String>,
+    pub sentinel_master: Option<String>,
+    pub password: Option<String>,
+    pub tls_ca_file: Option<String>,
+    pub tls_cert_file: Option<String>,
+    pub tls_key_file: Option<String>,
+    /// A duration in the policy's syntax (`"100ms"`).
+    pub sync_interval: Option<String>,
+    pub expected_nodes: Option<u64>,
+}
+
 /// A limit of a [`HostLimits`]: the fields of a policy's `[[limit]]`, without classes.
 #[derive(Clone, Debug)]
 pub struct HostLimit {
@@ -72,6 +91,8 @@ pub struct HostLimits {
     leases: Vec<(String, Duration)>,
     /// Concurrency zones that learn their limit or reserve slots ([`HostLimits::capacity`]).
     capacities: Vec<(String, Learn, u64)>,
+    /// Zones with cluster settings ([`HostLimits::cluster`]).
+    clusters: Vec<(String, HostCluster)>,
 }
 
 /// A zone's learning: `None` fixed; `Some(bounds)` learned (`None` inside: default bounds).
@@ -117,6 +138,12 @@ impl HostLimits {
     /// then give no `max` of their own.
     pub fn capacity(&mut self, name: &str, learn: Learn, reserve: u64) {
         self.capacities.push((name.to_owned(), learn, reserve));
+    }
+
+    /// Gives zone `name` cluster settings (checked by [`HostLimits::build`], as a policy
+    /// zone's: `scope = "cluster"` needs `redis` and `expected_nodes`, and so on).
+    pub fn cluster(&mut self, name: &str, cluster: HostCluster) {
+        self.clusters.push((name.to_owned(), cluster));
     }
 
     /// Adds a limit on zone `zone`; its index in the built policy (limits keep their order).
@@ -229,6 +256,22 @@ impl HostLimits {
             if *reserve > 0 {
                 spec.reserve = Some(int(item, *reserve));
             }
+        }
+        if let Some((_, c)) = self.clusters.iter().rev().find(|(n, _)| n == name) {
+            let text = |v: &Option<String>| v.clone().map(|v| at(item, v));
+            spec.scope = text(&c.scope);
+            if !c.redis.is_empty() {
+                let urls = c.redis.iter().map(|u| (u.clone(), None)).collect();
+                spec.redis = Some(at(item, StrList(urls)));
+            }
+            spec.redis_mode = text(&c.redis_mode);
+            spec.sentinel_master = text(&c.sentinel_master);
+            spec.password = text(&c.password);
+            spec.tls_ca_file = text(&c.tls_ca_file);
+            spec.tls_cert_file = text(&c.tls_cert_file);
+            spec.tls_key_file = text(&c.tls_key_file);
+            spec.sync_interval = c.sync_interval.clone().map(|d| at(item, Scalar::Str(d)));
+            spec.expected_nodes = c.expected_nodes.map(|n| int(item, n));
         }
         if let Some(&(_, l)) = self.leases.iter().rev().find(|(n, _)| n == name) {
             let text = duration_text(l)

@@ -64,7 +64,7 @@ use compile_class::*;
 use compile_limit::*;
 use compile_redis::*;
 use compile_zone::*;
-pub use host::{HostLimit, HostLimits, HostZone};
+pub use host::{HostCluster, HostLimit, HostLimits, HostZone};
 pub use lines::LineIndex;
 pub use model::*;
 use spec::*;
