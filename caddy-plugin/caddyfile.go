@@ -305,6 +305,20 @@ func (h *Handler) parseZone(d *caddyfile.Dispenser) error {
 			if d.NextArg() {
 				return d.ArgErr()
 			}
+		case "scope":
+			if !d.NextArg() {
+				return d.ArgErr()
+			}
+			if err := once("scope"); err != nil {
+				return err
+			}
+			if v := d.Val(); v != "local" && v != "cluster" {
+				return d.Errf("weir: zone %s: unknown scope %q (expected local or cluster)", name, v)
+			}
+			z.Scope = d.Val()
+			if d.NextArg() {
+				return d.ArgErr()
+			}
 		case "match":
 			ms, merr := caddyhttp.ParseCaddyfileNestedMatcherSet(d)
 			if merr != nil {

@@ -70,6 +70,14 @@ func (h *Handler) validateCompat() error {
 			return fmt.Errorf("weir: storage must be a storage module object: %v", err)
 		}
 	}
+	for name, z := range h.RateLimits {
+		switch {
+		case z.Scope != "" && z.Scope != "local" && z.Scope != "cluster":
+			return fmt.Errorf("weir: zone %s: unknown scope %q (expected local or cluster)", name, z.Scope)
+		case z.Scope == "cluster" && h.Distributed == nil:
+			return fmt.Errorf("weir: zone %s: scope cluster needs the handler's distributed block (its Redis settings)", name)
+		}
+	}
 	d := h.Distributed
 	if d == nil {
 		return nil
@@ -85,7 +93,11 @@ func (h *Handler) validateCompat() error {
 	}
 	for name, z := range h.RateLimits {
 		if z.MaxEvents == 0 && z.Window == 0 {
-			continue // gcra and concurrency zones stay local
+			// gcra and concurrency zones stay local unless they say scope cluster
+			if n := max(d.ExpectedNodes, 1); z.Scope == "cluster" && z.Rate == "" && !z.MaxAuto && z.Max < n {
+				return fmt.Errorf("weir: zone %s: max (%d) must be at least expected_nodes (%d)", name, z.Max, n)
+			}
+			continue
 		}
 		if z.Window < caddy.Duration(time.Second) {
 			return fmt.Errorf("weir: zone %s: with distributed, window must be at least 1s (weir's cluster zones), got %v", name, time.Duration(z.Window))
@@ -102,21 +114,27 @@ func (h *Handler) validateCompat() error {
 
 // clusterParams makes an events + window zone a cluster zone: weir's sliding-window estimate
 // (two counters per key add up across nodes; an exact log does not), synced through Redis.
-func (d *Distributed) clusterParams(p zoneParams) zoneParams {
-	if p.algorithm != algSliding && p.algorithm != algSlidingLog {
+// A rate (gcra) or concurrency zone with `scope cluster` becomes one too: a GCRA shared by
+// TAT exchange, or a pool of max leased to the instances by demand (docs/CLUSTER.md).
+func (d *Distributed) clusterParams(p zoneParams, scope string) zoneParams {
+	longest := 5 * time.Second // a gcra or concurrency zone's longest sync interval
+	switch {
+	case p.algorithm == algSliding || p.algorithm == algSlidingLog:
+		if p.algorithm == algSlidingLog && p.bytes > 1<<20 {
+			p.bytes = 1 << 20 // a log zone's default size was for its logs
+		}
+		p.algorithm = algSliding
+		longest = time.Duration(p.windowNS) / 4
+	case scope != "cluster":
 		return p
 	}
-	if p.algorithm == algSlidingLog && p.bytes > 1<<20 {
-		p.bytes = 1 << 20 // a log zone's default size was for its logs
-	}
-	p.algorithm = algSliding
 	sync := 100 * time.Millisecond
 	if iv := time.Duration(min(d.WriteInterval, d.ReadInterval)); iv > 0 {
 		sync = iv
 	} else if iv := time.Duration(max(d.WriteInterval, d.ReadInterval)); iv > 0 {
 		sync = iv
 	}
-	sync = min(max(sync, 10*time.Millisecond), time.Duration(p.windowNS)/4).Truncate(time.Millisecond)
+	sync = min(max(sync, 10*time.Millisecond), longest).Truncate(time.Millisecond)
 	var b strings.Builder
 	fmt.Fprintf(&b, "scope = \"cluster\"\n")
 	if len(d.RedisNodes) == 0 {

@@ -72,12 +72,14 @@ func TestClusterPolicy(t *testing.T) {
 		{"ip", &Zone{Key: "{http.vars.client_ip}", MaxEvents: 10, Window: caddy.Duration(time.Hour), IPv6Prefix: 56, Status: 503}},
 		{"g", &Zone{Key: "k", Rate: "5r/m", Burst: 2}},
 		{"c", &Zone{Key: "k", Max: 2, Queue: 1, Timeout: caddy.Duration(time.Second)}},
+		{"gs", &Zone{Key: "k", Rate: "50r/s", Scope: "cluster"}},
+		{"cs", &Zone{Key: "k", Max: 30, Scope: "cluster"}},
 	} {
 		p, err := zoneParamsOf(c.name, c.z)
 		if err != nil {
 			t.Fatal(err)
 		}
-		zones = append(zones, &inlineZone{name: c.name, params: d.clusterParams(p)})
+		zones = append(zones, &inlineZone{name: c.name, params: d.clusterParams(p, c.z.Scope)})
 	}
 	text := zonesPolicy(zones)
 	for _, want := range []string{
@@ -85,6 +87,9 @@ func TestClusterPolicy(t *testing.T) {
 			"redis = \"redis://127.0.0.1:6379/0\"\npassword = \"p\\\"w\"\nsync_interval = \"1000ms\"\nexpected_nodes = 2\n",
 		"sync_interval = \"2000ms\"", // the hour-long zone: min(read, write)
 		"[zones.\"g\"]\nsize = 1048576\nalgorithm = \"gcra\"\nrate = \"5r/m\"\n[zones.\"c\"]",
+		// scope cluster: shared too, syncing at most every 5 s
+		"algorithm = \"gcra\"\nrate = \"50r/s\"\nscope = \"cluster\"\n",
+		"algorithm = \"concurrency\"\nmax = 30\nscope = \"cluster\"\n",
 		"key = \"ip\"\nlog_level = \"info\"\nstatus = 503\nipv4_prefix = 32\nipv6_prefix = 56\n",
 		"burst = 2\nnodelay = true\n",
 		"queue = 1\ntimeout = \"1000ms\"\n",
@@ -117,7 +122,7 @@ func TestDistributedTopologies(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return zonesPolicy([]*inlineZone{{name: "z", params: d.clusterParams(p)}})
+		return zonesPolicy([]*inlineZone{{name: "z", params: d.clusterParams(p, "")}})
 	}
 	text := policyOf(d)
 	want := "redis = [\"redis://10.0.0.1:7000\", \"redis://10.0.0.2:7000\"]\nredis_mode = \"cluster\"\n"

@@ -99,6 +99,10 @@ type Zone struct {
 	Size int `json:"size,omitempty"`
 	// Level of the log entry of each rejection: info (default), notice, warn or error.
 	LogLevel string `json:"log_level,omitempty"`
+	// "cluster": a rate (gcra) or concurrency zone shared through the handler's distributed
+	// Redis settings, as a policy zone with scope = "cluster" (docs/CLUSTER.md). Events +
+	// window zones of a distributed handler are shared anyway; "local" (default) otherwise.
+	Scope string `json:"scope,omitempty"`
 }
 
 // inlineZone is a provisioned inline zone: limit `limit` of the handler's zone engine.
@@ -370,7 +374,7 @@ func (h *Handler) provisionZones(ctx caddy.Context) error {
 		z := h.RateLimits[name]
 		p, _ := zoneParamsOf(name, z)
 		if h.Distributed != nil {
-			p = h.Distributed.clusterParams(p)
+			p = h.Distributed.clusterParams(p, z.Scope)
 		}
 		iz := &inlineZone{name: name, params: p, key: compileKey(z.Key)}
 		if len(z.MatcherSetsRaw) > 0 {

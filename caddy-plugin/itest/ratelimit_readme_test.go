@@ -425,6 +425,56 @@ func TestDistributedSharesTheLimit(t *testing.T) {
 	}
 }
 
+// A rate zone with `scope cluster` is one GCRA across the instances (the TAT exchange of
+// docs/CLUSTER.md): a burst of 6 is shared, whichever instance admits (an instance learns the
+// key's cluster TAT at its first sync after it first sees the key).
+func TestClusterScopeRateZone(t *testing.T) {
+	bin := binary(t, "WEIR_CADDY")
+	redis := startRedis(t)
+	cfg := `%GLOBALS%
+:%PORT% {
+	weir {
+		distributed {
+			redis ` + redis + `
+			expected_nodes 2
+		}
+		zone shared {
+			key   static
+			rate  6r/m
+			burst 5
+			scope cluster
+		}
+	}
+	respond 200
+}
+`
+	a, b := startCaddy(t, bin, "caddyfile", cfg), startCaddy(t, bin, "caddyfile", cfg)
+	waitSynced(t, a)
+	waitSynced(t, b)
+	for i := 0; i < 3; i++ {
+		if r := get(t, a.port, "/"); r.status != 200 {
+			t.Fatalf("A %d: %d", i, r.status)
+		}
+	}
+	// B's first request of the key; at its next sync B merges the key's TAT (A's 3 in it).
+	if r := get(t, b.port, "/"); r.status != 200 {
+		t.Fatalf("B 0: %d", r.status)
+	}
+	time.Sleep(600 * time.Millisecond)
+	for i := 1; i < 3; i++ {
+		if r := get(t, b.port, "/"); r.status != 200 {
+			t.Fatalf("B %d: %d", i, r.status)
+		}
+	}
+	if r := get(t, b.port, "/"); r.status != 429 {
+		t.Fatalf("B beyond the shared burst: %d, want 429 (A's 3 counted)", r.status)
+	}
+	time.Sleep(600 * time.Millisecond)
+	if r := get(t, a.port, "/"); r.status != 429 {
+		t.Fatalf("A beyond the shared burst: %d, want 429 (B's 3 counted)", r.status)
+	}
+}
+
 // waitSynced waits until the instance's distributed zone has synced with Redis (before that
 // it decides on its fallback share).
 func waitSynced(t *testing.T, s *server) {

@@ -546,6 +546,18 @@ mod tests {
         );
         let (_, s) = zone(&["z", "$k", "zone=c:1m", "lease=5s"], true).unwrap();
         assert_eq!(s.algorithm, WEIR_ALGORITHM_CONCURRENCY);
+        // Cluster settings, with the policy zone's names; redis repeats.
+        let words = ["z", "$k", "zone=c:1m", "scope=cluster", "redis=redis://a:1"];
+        let args: Vec<&[u8]> = (words
+            .iter()
+            .chain(&["redis=redis://b:1", "expected_nodes=3"]))
+        .map(|w| w.as_bytes())
+        .collect();
+        let c = zone_args(&args, true, 32768).unwrap().cluster.unwrap();
+        assert_eq!(c.scope.as_deref(), Some("cluster"));
+        assert_eq!((c.redis.len(), c.expected_nodes), (2, Some(3)));
+        let e = zone(&["z", "$k", "zone=c:1m", "expected_nodes=x"], true).unwrap_err();
+        assert_eq!(e, "invalid expected_nodes \"expected_nodes=x\"");
         let bad = |w: &[&str], conn| zone(w, conn).unwrap_err();
         assert_eq!(
             bad(&["z", "$k", "zone=a"], false),

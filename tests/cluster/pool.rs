@@ -150,6 +150,40 @@ fn main() {
     std::thread::sleep(Duration::from_secs(1));
     let after = [c.running(0), c.running(1), c.running(2)];
     let peak = c.peak.swap(0, Relaxed);
+    // The syncers' cost: Redis commands and bytes per sync and node (one key). One INFO
+    // before and after (each counts itself once).
+    let stats = || -> [u64; 3] {
+        let mut con = redis::Client::open(url.as_str())
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        let text: String = redis::cmd("INFO").arg("stats").query(&mut con).unwrap();
+        let field = |f: &str| -> u64 {
+            let line = text.lines().find(|l| l.starts_with(f)).unwrap();
+            line[f.len() + 1..].trim().parse().unwrap()
+        };
+        [
+            field("total_commands_processed"),
+            field("total_net_input_bytes"),
+            field("total_net_output_bytes"),
+        ]
+    };
+    let syncs = || -> u64 {
+        (0..NODES)
+            .map(|n| c.node(n).cluster(0).unwrap().stats().syncs_ok.load(Relaxed))
+            .sum()
+    };
+    let (st0, s0) = (stats(), syncs());
+    std::thread::sleep(Duration::from_secs(1));
+    let (st1, n) = (stats(), (syncs() - s0).max(1));
+    let per = |i: usize| (st1[i] - st0[i]) as f64 / n as f64;
+    println!(
+        "syncer cost, one key: one EVALSHA ({:.2} commands as Redis counts them, the script's \
+         own included), {:.0} bytes to Redis and {:.0} back per sync and node ({n} syncs)",
+        per(0),
+        per(1),
+        per(2)
+    );
     println!(
         "demand 25/15/0 → 0/5/35: running {before:?} → {after:?}; node 3 reached 20 in flight \
          after {moved:?}; peak in flight over the nodes {peak} (max {MAX})"
@@ -185,7 +219,25 @@ fn main() {
     *c.nodes[0].lock().unwrap() = node(&url);
     c.leak[0].store(false, Relaxed);
 
-    // 3. Redis killed under load: grants kept until their lease ends, then max ÷ nodes each;
+    // 3. Redis flushed under load (a failover to an empty replica looks the same): the nodes
+    //    learn their grants again at their next syncs.
+    c.set([15, 15, 15]);
+    std::thread::sleep(Duration::from_secs(1));
+    c.peak.store(0, Relaxed);
+    let mut con = redis::Client::open(url.as_str())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let _: () = redis::cmd("FLUSHALL").query(&mut con).unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    let flush_peak = c.peak.swap(0, Relaxed);
+    println!("redis flushed under load: peak {flush_peak} in flight over the next 2 s");
+    assert!(
+        flush_peak <= MAX + (NODES as u64 - 1) * (MAX - NODES as u64),
+        "{flush_peak} in flight after a flush"
+    );
+
+    // 4. Redis killed under load: grants kept until their lease ends, then max ÷ nodes each;
     //    no request waits for the network. Restarted: the nodes sync again.
     c.set([15, 15, 15]);
     std::thread::sleep(Duration::from_secs(2));
