@@ -338,6 +338,100 @@ fn redis_cluster() {
         "{per_node:?}"
     );
     println!("cluster: 3 primaries, counters per primary {per_node:?}, counts shared");
+    pool_and_gcra_share(&format!(
+        "redis = [{}]\nredis_mode = \"cluster\"\n",
+        urls.join(", ")
+    ));
+}
+
+/// A concurrency pool and a GCRA zone, keyed by client address (8 keys spread over the
+/// primaries), shared by two engines: their scripts (one key each) reach the right primaries.
+fn pool_and_gcra_share(redis: &str) {
+    let src = format!(
+        "[zones.pool]\nsize = \"64k\"\nalgorithm = \"concurrency\"\nmax = 4\nscope = \"cluster\"\n\
+         {redis}sync_interval = \"50ms\"\nexpected_nodes = 2\n\
+         [zones.rate]\nsize = \"64k\"\nalgorithm = \"gcra\"\nrate = \"10r/m\"\nscope = \"cluster\"\n\
+         {redis}sync_interval = \"50ms\"\nexpected_nodes = 2\n\
+         [classes.p]\nmatch = [{{ path = \"/p\" }}]\n[classes.r]\nmatch = [{{ path = \"/r\" }}]\n\
+         [[limit]]\nclass = \"p\"\nzone = \"pool\"\nkey = \"ip\"\n\
+         [[limit]]\nclass = \"r\"\nzone = \"rate\"\nkey = \"ip\"\nburst = 3\nnodelay = true\n"
+    );
+    let (a, b) = (engine(&src), engine(&src));
+    let req =
+        |path: &str, k: u8| OwnedRequest::new("GET", path, format!("192.0.2.{k}").parse().unwrap());
+    // Pool: A takes 3 of each key's 4 (its floor, then a grant), B then at most the rest.
+    let mut held = Vec::new();
+    for k in 0..KEYS {
+        let t0 = Instant::now();
+        while held.len() < 3 * (k as usize + 1) {
+            assert!(t0.elapsed() < Duration::from_secs(10), "A got no grant");
+            let mut out = a.evaluate(&req("/p", k), monotonic_ns()).unwrap();
+            if out.action == Action::Pass {
+                held.push(std::mem::take(&mut out.permits));
+            } else {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let mut held_b = Vec::new();
+    for _ in 0..2 {
+        // Asking again after B's syncs: no grant beyond its floor.
+        for k in 0..KEYS {
+            for _ in 0..3 {
+                let mut out = b.evaluate(&req("/p", k), monotonic_ns()).unwrap();
+                if out.action == Action::Pass {
+                    held_b.push(std::mem::take(&mut out.permits));
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let b_got = held_b.len();
+    assert_eq!(b_got, KEYS as usize, "B beside A's 3 of 4 per key: {b_got}");
+    // GCRA: A uses each key's burst (4), B's first request of a key passes (it has not synced
+    // the key yet), then B knows A's.
+    let a_got: u64 = (0..KEYS)
+        .map(|k| {
+            (0..5)
+                .filter(|_| {
+                    a.evaluate(&req("/r", k), monotonic_ns()).unwrap().action == Action::Pass
+                })
+                .count() as u64
+        })
+        .sum();
+    std::thread::sleep(Duration::from_millis(300));
+    let first: u64 = (0..KEYS)
+        .map(|k| {
+            u64::from(b.evaluate(&req("/r", k), monotonic_ns()).unwrap().action == Action::Pass)
+        })
+        .sum();
+    std::thread::sleep(Duration::from_millis(300));
+    let later: u64 = (0..KEYS)
+        .map(|k| {
+            (0..3)
+                .filter(|_| {
+                    b.evaluate(&req("/r", k), monotonic_ns()).unwrap().action == Action::Pass
+                })
+                .count() as u64
+        })
+        .sum();
+    assert_eq!((a_got, first, later), (4 * KEYS as u64, KEYS as u64, 0));
+    for e in [&a, &b] {
+        for z in 0..2 {
+            assert_eq!(e.cluster(z).unwrap().stats().sync_errors.load(Relaxed), 0);
+        }
+    }
+    for p in held {
+        a.release(p, monotonic_ns());
+    }
+    for p in held_b {
+        b.release(p, monotonic_ns());
+    }
+    println!(
+        "cluster: a pool (A 3 of 4 per key, B the last one) and a GCRA zone (burst shared) over \
+         3 primaries"
+    );
 }
 
 fn sentinel_failover() {
