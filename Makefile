@@ -38,7 +38,7 @@ demo: setup nginx-module
 demo-engine:
 	$(CARGO) run --release --example demo -- examples/wiki.toml
 
-test: setup lint contrib-check unit crate-outside c-test install-test nginx-test overload-smoke nginx-versions deb-test caddy-test loom fuzz bench-build \
+test: setup lint contrib-check unit crate-outside c-test install-test nginx-test overload-smoke nginx-versions deb-test caddy-test cluster-mixed loom fuzz bench-build \
 	perf-check
 	@echo "make test: all passed"
 
@@ -149,6 +149,14 @@ overload: nginx-module
 
 # A few seconds of 2x overload through nginx: health checks all pass, the backend never holds
 # more than the limit + 1, refusals come at once, the CSV and SVG are written.
+# One cluster concurrency pool shared by nginx, Caddy and a tower service at once, over a real
+# redis-server (tests/cluster/mixed_hosts.py; docs/CLUSTER.md).
+.PHONY: cluster-mixed
+cluster-mixed: nginx-module caddy
+	$(CARGO) build --release -p weir-tower --example overload_proxy
+	timeout -k 5 120 python3 tests/cluster/mixed_hosts.py --module $(NGX_OUT)/ngx_http_weir_module.so \
+		--caddy target/caddy/caddy --tower $(CARGO_OUT)/release/examples/overload_proxy
+
 overload-smoke: nginx-module
 	timeout -k 5 60 python3 benches/overload/smoke.py --module $(NGX_OUT)/ngx_http_weir_module.so
 
