@@ -5,6 +5,7 @@
 //! ```sh
 //! BIN=$(cargo bench --bench policy_instr --no-run 2>&1 | sed -n 's/.*(\(target[^)]*\)).*/\1/p')
 //! for case in wiki wiki_long_cookie static api mix min min_ban reject reject_no_top_keys reject_banned conc_fixed conc_auto; do
+//! # (min_cluster and conc_cluster also need WEIR_BENCH_REDIS=redis://… of a running server)
 //!   a=$(valgrind --tool=callgrind --callgrind-out-file=/dev/null $BIN $case 1000 2>&1 | sed -n 's/.*refs: *//p' | tr -d ,)
 //!   b=$(valgrind --tool=callgrind --callgrind-out-file=/dev/null $BIN $case 11000 2>&1 | sed -n 's/.*refs: *//p' | tr -d ,)
 //!   echo "$case $(( (b - a) / 10000 ))"
@@ -24,6 +25,26 @@ mod fixture;
 fn engine(src: &str) -> Engine {
     Engine::new(CompiledPolicy::parse(src, Some("bench.toml")).unwrap_or_else(|e| panic!("{e}")))
         .unwrap()
+}
+
+/// A zone's cluster settings for the Redis at $WEIR_BENCH_REDIS, syncing every 5 s.
+fn cluster() -> String {
+    let url = std::env::var("WEIR_BENCH_REDIS").expect("WEIR_BENCH_REDIS=redis://…");
+    format!("scope = \"cluster\"\nredis = \"{url}\"\nsync_interval = \"5s\"\nexpected_nodes = 1\n")
+}
+
+/// The engine of `src` once its cluster zone has synced.
+fn synced(src: &str) -> Engine {
+    let e = engine(src);
+    let t0 = std::time::Instant::now();
+    while !e.cluster(0).unwrap().healthy(weir::clock::monotonic_ns()) {
+        assert!(
+            t0.elapsed().as_secs() < 10,
+            "no sync with $WEIR_BENCH_REDIS"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    e
 }
 
 /// As benches/policy.rs `rejections`: 16 clients over `1r/m`, the clock standing still.
@@ -95,13 +116,19 @@ fn main() {
             return rejections(engine(&fixture::reject_policy(status)), n);
         }
         // Admit and give back a permit with the backend's time, fixed max or learned.
-        "conc_fixed" | "conc_auto" => {
-            let max = if case == "conc_fixed" {
-                "16"
-            } else {
+        "conc_fixed" | "conc_auto" | "conc_cluster" => {
+            let max = if case == "conc_auto" {
                 "\"auto\""
+            } else {
+                "16"
             };
-            let e = engine(&fixture::concurrency_policy(max));
+            let src = fixture::concurrency_policy(max);
+            let e = if case == "conc_cluster" {
+                // As conc_fixed, on a cluster pool (see min_cluster).
+                synced(&src.replace("max = 16\n", &format!("max = 16\n{}", cluster())))
+            } else {
+                engine(&src)
+            };
             let r = OwnedRequest::new("GET", "/", IpAddr::from([198, 51, 100, 1]));
             let mut now = 1_000_000_000u64;
             for _ in 0..n {
@@ -112,13 +139,24 @@ fn main() {
             }
             return;
         }
+        // `min` on a `scope = "cluster"` zone, syncing (rarely: every 5 s) with the Redis at
+        // $WEIR_BENCH_REDIS: a cluster GCRA zone's request path beside a local one's.
+        "min_cluster" => (
+            synced(
+                &fixture::MINIMAL_POLICY.replace("10r/s\"\n", &format!("10r/s\"\n{}", cluster())),
+            ),
+            clients
+                .map(|c| OwnedRequest::new("GET", "/", IpAddr::from([198, 51, 100, c])))
+                .collect(),
+        ),
         // The reject path with a `ban` that engages at once: every request is refused by a ban.
         "reject_banned" => {
             return rejections(engine(&fixture::with_ban(&fixture::reject_policy(""))), n);
         }
         other => panic!(
             "unknown case {other:?} (wiki, wiki_long_cookie, static, api, mix, min, min_ban, \
-             reject, reject_no_top_keys, reject_banned, conc_fixed, conc_auto)"
+             reject, reject_no_top_keys, reject_banned, conc_fixed, conc_auto, min_cluster, \
+             conc_cluster)"
         ),
     };
     // As benches/policy.rs: 100 ms per request, so every request passes.

@@ -99,8 +99,10 @@ impl ClusterZone {
     /// The units this node may hold for `key_hash` at `now` (CLOCK_MONOTONIC ns): its floor
     /// plus its grant; the floor alone for a key it holds no grant for while syncing (or
     /// before its first sync); `max ÷ expected_nodes` once a grant ran out with Redis away.
-    /// Lock-free, allocation-free, no I/O.
-    #[inline]
+    /// Lock-free, allocation-free, no I/O. Out of line (as [`ClusterZone::pool_want`]): the
+    /// engine's permit step is inlined into every evaluation, and a cluster pool's code in it
+    /// cost local zones' requests too.
+    #[inline(never)]
     pub fn pool_cap(&self, key_hash: u64, now: u64) -> u64 {
         let Some(p) = self.pool_params() else {
             return u64::MAX;
@@ -121,7 +123,7 @@ impl ClusterZone {
     /// Notes that a request for `key_hash` found no room (`local`: the zone's table): the
     /// refusal counts as demand at the next sync, which asks Redis for a grant also for a key
     /// this node holds none for yet.
-    #[inline]
+    #[inline(never)]
     pub fn pool_want(&self, local: &Table, key_hash: u64, now: u64) {
         if self.pool_params().is_none() {
             return;

@@ -137,7 +137,7 @@ pub(super) fn limiter_for(
         let fallback = Gcra::new(share, burst, delay).map_err(err)?;
         return Ok(Limiter::Rate(RateAlg::ClusterGcra(
             Arc::clone(c),
-            [main, fallback],
+            Box::new([main, fallback]),
         )));
     }
     if let Some(c) = cluster.filter(|c| c.window().is_some()) {

@@ -1,7 +1,6 @@
 //! The limiter of each limit over its zone's table: a rate algorithm, or a concurrency counter with its wait queue.
 
 use super::*;
-use crate::cluster::gcra::Counted;
 
 /// The limiter of one limit, over its zone's table.
 pub(super) enum Limiter {
@@ -15,8 +14,9 @@ pub(super) enum RateAlg {
     /// A `scope = "cluster"` sliding zone: local counts plus the other nodes' (src/cluster).
     Cluster(Arc<ClusterZone>),
     /// A `scope = "cluster"` GCRA zone: the limit's GCRA and its share while Redis is away,
-    /// over states the other nodes' admissions are folded into (src/cluster/gcra.rs).
-    ClusterGcra(Arc<ClusterZone>, [Gcra; 2]),
+    /// over states the cluster's TAT is merged into (src/cluster/gcra.rs). Boxed: the enum
+    /// stays the size of a local GCRA's, which every evaluation matches on.
+    ClusterGcra(Arc<ClusterZone>, Box<[Gcra; 2]>),
     /// An exact sliding log (its own table, in the zone's region; cost is always 1).
     Log(Arc<LogTable>),
 }
@@ -28,7 +28,7 @@ impl RateAlg {
             RateAlg::Gcra(a) => t.predict(a, h, cost, now),
             RateAlg::Sliding(a) => t.predict(a, h, cost, now),
             RateAlg::Cluster(c) => c.predict(t, h, cost, now),
-            RateAlg::ClusterGcra(c, [g, f]) => c.gcra_predict(t, [g, f], h, cost, now),
+            RateAlg::ClusterGcra(c, g) => c.gcra_predict(t, [&g[0], &g[1]], h, cost, now),
             RateAlg::Log(l) => l.predict(h, now),
         }
     }
@@ -38,7 +38,7 @@ impl RateAlg {
             RateAlg::Gcra(a) => t.check(a, h, cost, now),
             RateAlg::Sliding(a) => t.check(a, h, cost, now),
             RateAlg::Cluster(c) => c.check(t, h, cost, now),
-            RateAlg::ClusterGcra(c, [g, f]) => c.gcra_check(t, [g, f], h, cost, now),
+            RateAlg::ClusterGcra(c, g) => c.gcra_check(t, [&g[0], &g[1]], h, cost, now),
             RateAlg::Log(l) => l.check(h, now),
         }
     }
@@ -48,7 +48,7 @@ impl RateAlg {
             RateAlg::Gcra(a) => t.refund(a, h, cost, now),
             RateAlg::Sliding(a) => t.refund(a, h, cost, now),
             RateAlg::Cluster(c) => c.refund(t, h, cost, now),
-            RateAlg::ClusterGcra(_, [g, _]) => t.refund(&Counted(g), h, cost, now),
+            RateAlg::ClusterGcra(c, g) => c.gcra_refund(t, &g[0], h, cost, now),
             RateAlg::Log(l) => l.refund(h, now),
         }
     }
@@ -56,8 +56,9 @@ impl RateAlg {
     #[inline]
     pub(super) fn window_s(&self) -> u64 {
         match self {
-            RateAlg::Gcra(g) | RateAlg::ClusterGcra(_, [g, _]) => {
-                ((g.burst() + 1) * g.interval_ns()).div_ceil(NS_PER_SEC)
+            RateAlg::Gcra(g) => ((g.burst() + 1) * g.interval_ns()).div_ceil(NS_PER_SEC),
+            RateAlg::ClusterGcra(_, g) => {
+                ((g[0].burst() + 1) * g[0].interval_ns()).div_ceil(NS_PER_SEC)
             }
             RateAlg::Sliding(s) => s.window_ns().div_ceil(NS_PER_SEC),
             RateAlg::Cluster(c) => c.window().map_or(0, |w| w.window_ns().div_ceil(NS_PER_SEC)),
