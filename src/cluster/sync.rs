@@ -58,7 +58,7 @@ impl Syncer {
             conn: None,
             backoff,
             failing: false,
-            jitter: crate::table::random_seed()[0] | 1,
+            jitter: (u64::from(std::process::id()) << 32) ^ monotonic_ns() | 1,
         }
     }
 
