@@ -237,26 +237,53 @@ fn main() {
         "{flush_peak} in flight after a flush"
     );
 
-    // 4. Redis killed under load: grants kept until their lease ends, then max ÷ nodes each;
+    // 4. Redis hung (SIGSTOP) for 2 s under load: the syncs time out, nobody waits for them.
+    c.slowest.store(0, Relaxed);
+    c.peak.store(0, Relaxed);
+    redis.signal(libc::SIGSTOP);
+    std::thread::sleep(Duration::from_secs(2));
+    redis.signal(libc::SIGCONT);
+    let (hung_peak, hung_slowest) = (c.peak.swap(0, Relaxed), c.slowest.load(Relaxed));
+    let resynced = c.until(Duration::from_secs(5), |c| {
+        (0..NODES).all(|n| c.node(n).cluster(0).unwrap().healthy(monotonic_ns()))
+    });
+    println!(
+        "redis hung (SIGSTOP) 2 s: peak {hung_peak} in flight, slowest evaluation \
+         {hung_slowest} ns; resumed: all nodes synced after {resynced:?}"
+    );
+    assert!(
+        hung_slowest < 50_000_000,
+        "an evaluation waited {hung_slowest} ns"
+    );
+    assert!(hung_peak <= MAX, "{hung_peak} in flight with Redis hung");
+    assert!(
+        resynced.is_some(),
+        "the nodes did not sync again after SIGCONT"
+    );
+
+    // 5. Redis killed under load: grants kept until their lease ends, then max ÷ nodes each;
     //    no request waits for the network. Restarted: the nodes sync again.
     c.set([15, 15, 15]);
     std::thread::sleep(Duration::from_secs(2));
     c.slowest.store(0, Relaxed);
     c.peak.store(0, Relaxed);
     let port = redis.port;
+    let fallbacks = |c: &Cluster| -> u64 {
+        (0..NODES)
+            .map(|n| {
+                c.node(n)
+                    .cluster(0)
+                    .unwrap()
+                    .stats()
+                    .fallback_decisions
+                    .load(Relaxed)
+            })
+            .sum()
+    };
+    let before = fallbacks(&c);
     redis.kill();
     let killed = Instant::now();
-    let fell_back = c.until(Duration::from_secs(3), |c| {
-        (0..NODES).any(|n| {
-            c.node(n)
-                .cluster(0)
-                .unwrap()
-                .stats()
-                .fallback_decisions
-                .load(Relaxed)
-                > 0
-        })
-    });
+    let fell_back = c.until(Duration::from_secs(3), |c| fallbacks(c) > before);
     std::thread::sleep(Duration::from_secs(3).saturating_sub(killed.elapsed()));
     let down_peak = c.peak.swap(0, Relaxed);
     let on_fallback = (0..NODES).all(|n| {

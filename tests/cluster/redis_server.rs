@@ -63,6 +63,13 @@ impl Redis {
         }
     }
 
+    /// Sends `sig` by pid (SIGSTOP: a server that hangs, SIGCONT: it goes on).
+    #[allow(dead_code)] // not every test binary that includes this module hangs Redis
+    pub fn signal(&self, sig: i32) {
+        // SAFETY: signalling our own child by its pid.
+        unsafe { libc::kill(self.child.id() as i32, sig) };
+    }
+
     /// SIGKILL by pid (no shutdown: like a crash).
     pub fn kill(mut self) {
         // SAFETY: signalling our own child by its pid.
