@@ -178,8 +178,8 @@ enum Shape {
     },
     /// A concurrency zone: its pool; the remote table holds this node's grants ([`pool`]).
     Pool(pool::Pool),
-    /// A GCRA zone: its emission interval; the others' admissions are folded into the local
-    /// states ([`gcra`]), the remote table is unused.
+    /// A GCRA zone: its emission interval; the cluster's TAT is merged into the local states
+    /// ([`gcra`]), the remote table is unused.
     Gcra { interval_ns: u64 },
 }
 

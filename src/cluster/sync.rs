@@ -288,9 +288,9 @@ impl Syncer {
         }
         let lease_ms = p.grant_lease_ns / 1_000_000;
         let (mut share, mut demand, mut held) = (0, 0, 0);
+        static SCRIPT: std::sync::OnceLock<Lua> = std::sync::OnceLock::new();
+        let script = SCRIPT.get_or_init(|| Lua::new(pool::ALLOCATE));
         for chunk in keys.chunks(BATCH) {
-            static SCRIPT: std::sync::OnceLock<Lua> = std::sync::OnceLock::new();
-            let script = SCRIPT.get_or_init(|| Lua::new(pool::ALLOCATE));
             let calls: Vec<(String, [u64; 7])> = chunk
                 .iter()
                 .map(|&(tag, [d, h, using])| {

@@ -285,8 +285,8 @@ fn compile_lease(cx: &mut Cx<'_>, name: &str, zs: &ZoneSpec, alg: &str) -> Optio
 
 /// `scope = "cluster"` and its settings. Sliding windows: their state is a pair of counters,
 /// which sum across nodes exactly (Redis `INCRBY` on one counter per window). Concurrency:
-/// shares of `max` leased per node (src/cluster/pool.rs). GCRA: each node's state counts what
-/// it admitted, and the others' admissions are folded into it (src/cluster/gcra.rs).
+/// shares of `max` leased per node (src/cluster/pool.rs). GCRA: one cluster-wide theoretical
+/// arrival time per key, merged into each node's state (src/cluster/gcra.rs).
 pub(super) fn compile_cluster(
     cx: &mut Cx<'_>,
     name: &str,
@@ -333,8 +333,9 @@ pub(super) fn compile_cluster(
         return if ok { Ok(None) } else { Err(()) };
     };
     // A sliding zone syncs counts of `events` per `window`; a concurrency zone leases shares
-    // of `max` (src/cluster/pool.rs) and a GCRA zone exchanges counts of admissions
-    // (src/cluster/gcra.rs), so their interval only has to be short against a request.
+    // of `max` (src/cluster/pool.rs) and a GCRA zone exchanges its arrival time
+    // (src/cluster/gcra.rs): their interval only has to be short against a request (at most
+    // 5 s, a quarter of the 20 s stand-in window).
     let (events, window) = match *algorithm {
         Algorithm::Sliding { events, window } => (events, window),
         Algorithm::Concurrency { max } => (max, Duration::from_secs(20)),
@@ -342,7 +343,7 @@ pub(super) fn compile_cluster(
         Algorithm::SlidingLog { .. } => {
             cx.err(
                 &scope,
-                format!("zone {name:?}: scope = \"cluster\" supports sliding and concurrency zones; a sliding_log zone's per-key event times are not shared across nodes"),
+                format!("zone {name:?}: scope = \"cluster\" supports sliding, gcra and concurrency zones; a sliding_log zone's per-key event times are not shared across nodes"),
             );
             return Err(());
         }
