@@ -398,26 +398,11 @@ func TestDistributedSharesTheLimit(t *testing.T) {
 	waitSynced(t, a)
 	waitSynced(t, b)
 	roomInWindow(time.Hour, 10*time.Second)
-	for i := 0; i < 3; i++ {
-		if r := get(t, a.port, "/"); r.status != 200 {
-			t.Fatalf("A %d: %d", i, r.status)
-		}
-	}
-	// B's first request of the key; at its next syncs B reads the key's total (A's 3).
-	if r := get(t, b.port, "/"); r.status != 200 {
-		t.Fatalf("B 0: %d", r.status)
-	}
-	time.Sleep(600 * time.Millisecond)
-	for i := 1; i < 3; i++ {
-		if r := get(t, b.port, "/"); r.status != 200 {
-			t.Fatalf("B %d: %d", i, r.status)
-		}
-	}
-	if r := get(t, b.port, "/"); r.status != 429 || r.body != "shared" {
+	bBeyond, aBeyond := shareSix(t, a, b)
+	if r := bBeyond; r.status != 429 || r.body != "shared" {
 		t.Fatalf("B beyond the shared limit: %d %q, want 429 shared (A's 3 counted)", r.status, r.body)
 	}
-	time.Sleep(600 * time.Millisecond)
-	if r := get(t, a.port, "/"); r.status != 429 || r.header.Get("Retry-After") == "" {
+	if r := aBeyond; r.status != 429 || r.header.Get("Retry-After") == "" {
 		t.Fatalf("A beyond the shared limit: %d Retry-After %q, want 429 (B's 3 counted)", r.status, r.header.Get("Retry-After"))
 	}
 	if w := a.samples(); w[`weir_cluster_syncs_total{zone="shared"}`] < 1 || w[`weir_cluster_fallback_active{zone="shared"}`] != 0 {
@@ -451,14 +436,24 @@ func TestClusterScopeRateZone(t *testing.T) {
 	a, b := startCaddy(t, bin, "caddyfile", cfg), startCaddy(t, bin, "caddyfile", cfg)
 	waitSynced(t, a)
 	waitSynced(t, b)
-	for i := 0; i < 3; i++ {
-		if r := get(t, a.port, "/"); r.status != 200 {
-			t.Fatalf("A %d: %d", i, r.status)
-		}
+	bBeyond, aBeyond := shareSix(t, a, b)
+	if bBeyond.status != 429 {
+		t.Fatalf("B beyond the shared burst: %d, want 429 (A's 3 counted)", bBeyond.status)
 	}
-	// B's first request of the key; at its next sync B merges the key's TAT (A's 3 in it).
-	if r := get(t, b.port, "/"); r.status != 200 {
-		t.Fatalf("B 0: %d", r.status)
+	if aBeyond.status != 429 {
+		t.Fatalf("A beyond the shared burst: %d, want 429 (B's 3 counted)", aBeyond.status)
+	}
+}
+
+// shareSix spends a limit of 6 shared by instances a and b: 3 requests on A, B's first
+// request of the key (at its next sync B learns A's 3), 2 more on B; all must pass. Then one
+// more on B and, after A's next sync, one on A: the answers beyond the limit.
+func shareSix(t *testing.T, a, b *server) (bBeyond, aBeyond response) {
+	t.Helper()
+	for i, s := range []*server{a, a, a, b} {
+		if r := get(t, s.port, "/"); r.status != 200 {
+			t.Fatalf("request %d: %d", i, r.status)
+		}
 	}
 	time.Sleep(600 * time.Millisecond)
 	for i := 1; i < 3; i++ {
@@ -466,13 +461,9 @@ func TestClusterScopeRateZone(t *testing.T) {
 			t.Fatalf("B %d: %d", i, r.status)
 		}
 	}
-	if r := get(t, b.port, "/"); r.status != 429 {
-		t.Fatalf("B beyond the shared burst: %d, want 429 (A's 3 counted)", r.status)
-	}
+	bBeyond = get(t, b.port, "/")
 	time.Sleep(600 * time.Millisecond)
-	if r := get(t, a.port, "/"); r.status != 429 {
-		t.Fatalf("A beyond the shared burst: %d, want 429 (B's 3 counted)", r.status)
-	}
+	return bBeyond, get(t, a.port, "/")
 }
 
 // waitSynced waits until the instance's distributed zone has synced with Redis (before that
