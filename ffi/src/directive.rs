@@ -197,39 +197,31 @@ fn zone_args<'a>(args: &[&'a [u8]], conn: bool, min_size: u64) -> Result<ZoneArg
 /// Reads one of a zone directive's cluster settings (`scope=`, `redis=` …, the policy zone's
 /// names) into `cluster`; false when `a` is none of them.
 fn cluster_arg(cluster: &mut Option<HostCluster>, a: &[u8]) -> Result<bool, Msg> {
-    const KEYS: [&[u8]; 10] = [
-        b"scope",
-        b"redis",
-        b"redis_mode",
-        b"sentinel_master",
-        b"password",
-        b"tls_ca_file",
-        b"tls_cert_file",
-        b"tls_key_file",
-        b"sync_interval",
-        b"expected_nodes",
-    ];
     let Some(eq) = a.iter().position(|&c| c == b'=') else {
         return Ok(false);
     };
     let (key, v) = (&a[..eq], lossy(&a[eq + 1..]));
-    if !KEYS.contains(&key) {
-        return Ok(false);
-    }
-    let c = cluster.get_or_insert_with(HostCluster::default);
-    let text = Some(v.clone());
-    match key {
-        b"scope" => c.scope = text,
-        b"redis" => c.redis.push(v),
-        b"redis_mode" => c.redis_mode = text,
-        b"sentinel_master" => c.sentinel_master = text,
-        b"password" => c.password = text,
-        b"tls_ca_file" => c.tls_ca_file = text,
-        b"tls_cert_file" => c.tls_cert_file = text,
-        b"tls_key_file" => c.tls_key_file = text,
-        b"sync_interval" => c.sync_interval = text,
-        _ => c.expected_nodes = Some(positive(&a[eq + 1..], "invalid expected_nodes", a)?),
-    }
+    let field: fn(&mut HostCluster) -> &mut Option<String> = match key {
+        b"scope" => |c| &mut c.scope,
+        b"redis_mode" => |c| &mut c.redis_mode,
+        b"sentinel_master" => |c| &mut c.sentinel_master,
+        b"password" => |c| &mut c.password,
+        b"tls_ca_file" => |c| &mut c.tls_ca_file,
+        b"tls_cert_file" => |c| &mut c.tls_cert_file,
+        b"tls_key_file" => |c| &mut c.tls_key_file,
+        b"sync_interval" => |c| &mut c.sync_interval,
+        b"redis" => {
+            cluster.get_or_insert_with(HostCluster::default).redis.push(v);
+            return Ok(true);
+        }
+        b"expected_nodes" => {
+            let n = positive(&a[eq + 1..], "invalid expected_nodes", a)?;
+            cluster.get_or_insert_with(HostCluster::default).expected_nodes = Some(n);
+            return Ok(true);
+        }
+        _ => return Ok(false),
+    };
+    *field(cluster.get_or_insert_with(HostCluster::default)) = Some(v);
     Ok(true)
 }
 

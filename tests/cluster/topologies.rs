@@ -391,31 +391,23 @@ fn pool_and_gcra_share(redis: &str) {
     assert_eq!(b_got, KEYS as usize, "B beside A's 3 of 4 per key: {b_got}");
     // GCRA: A uses each key's burst (4), B's first request of a key passes (it has not synced
     // the key yet), then B knows A's.
-    let a_got: u64 = (0..KEYS)
-        .map(|k| {
-            (0..5)
-                .filter(|_| {
-                    a.evaluate(&req("/r", k), monotonic_ns()).unwrap().action == Action::Pass
-                })
-                .count() as u64
-        })
-        .sum();
+    // Requests of each key on `/r` that `e` admits, `n` per key.
+    let passes = |e: &Engine, n: usize| -> u64 {
+        (0..KEYS)
+            .map(|k| {
+                (0..n)
+                    .filter(|_| {
+                        e.evaluate(&req("/r", k), monotonic_ns()).unwrap().action == Action::Pass
+                    })
+                    .count() as u64
+            })
+            .sum()
+    };
+    let a_got = passes(&a, 5);
     std::thread::sleep(Duration::from_millis(300));
-    let first: u64 = (0..KEYS)
-        .map(|k| {
-            u64::from(b.evaluate(&req("/r", k), monotonic_ns()).unwrap().action == Action::Pass)
-        })
-        .sum();
+    let first = passes(&b, 1);
     std::thread::sleep(Duration::from_millis(300));
-    let later: u64 = (0..KEYS)
-        .map(|k| {
-            (0..3)
-                .filter(|_| {
-                    b.evaluate(&req("/r", k), monotonic_ns()).unwrap().action == Action::Pass
-                })
-                .count() as u64
-        })
-        .sum();
+    let later = passes(&b, 3);
     assert_eq!((a_got, first, later), (4 * KEYS as u64, KEYS as u64, 0));
     for e in [&a, &b] {
         for z in 0..2 {
