@@ -211,12 +211,17 @@ fn cluster_arg(cluster: &mut Option<HostCluster>, a: &[u8]) -> Result<bool, Msg>
         b"tls_key_file" => |c| &mut c.tls_key_file,
         b"sync_interval" => |c| &mut c.sync_interval,
         b"redis" => {
-            cluster.get_or_insert_with(HostCluster::default).redis.push(v);
+            cluster
+                .get_or_insert_with(HostCluster::default)
+                .redis
+                .push(v);
             return Ok(true);
         }
         b"expected_nodes" => {
             let n = positive(&a[eq + 1..], "invalid expected_nodes", a)?;
-            cluster.get_or_insert_with(HostCluster::default).expected_nodes = Some(n);
+            cluster
+                .get_or_insert_with(HostCluster::default)
+                .expected_nodes = Some(n);
             return Ok(true);
         }
         _ => return Ok(false),
