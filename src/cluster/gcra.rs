@@ -62,8 +62,7 @@ pub(super) fn merge(state: u64, now: u64, ahead_ns: u64) -> u64 {
 /// of Redis time. `ARGV`: units this node admitted since its last push, `T` in µs, how long to
 /// keep a TAT once past (ms), µs since this node's last push. The units move the TAT as GCRA
 /// does, as if they had come at the last push (they came since: an empty bucket is not
-/// charged for the time they have drained, so a node's units pushed after an outage do not
-/// lock the key): `max(TAT, now − since) + n·T`. Returns how far ahead of now the TAT is, µs
+/// charged for the time they have drained): `max(TAT, now − since) + n·T`. Returns how far ahead of now the TAT is, µs
 /// (0: an empty bucket).
 pub(super) const EXCHANGE: &str = r"
 local t = redis.call('TIME')
@@ -77,8 +76,12 @@ end
 return math.max(g - now, 0)
 ";
 
-/// A limit's GCRA over the packed state, counting the units it admits.
-pub(crate) struct Counted<'a>(pub(crate) &'a Gcra);
+/// A limit's GCRA over the packed state, counting the units it admits for the cluster when
+/// `.1` (with Redis answering). Units admitted on the fallback share are not counted: they were
+/// paid for under the fallback's `rate ÷ E`, and pushed after the outage, on top of a TAT the
+/// nodes that resumed first already keep current, they would lock the key for as long as the
+/// outage lasted.
+pub(crate) struct Counted<'a>(pub(crate) &'a Gcra, pub(crate) bool);
 
 impl RateStep for Counted<'_> {
     #[inline]
@@ -88,7 +91,7 @@ impl RateStep for Counted<'_> {
         if !v.admitted() {
             return (state, v);
         }
-        (pack(next, count.wrapping_add(cost)), v)
+        (pack(next, count.wrapping_add(cost * u64::from(self.1))), v)
     }
 
     #[inline]
@@ -101,7 +104,10 @@ impl RateStep for Counted<'_> {
     #[inline]
     fn refund(&self, state: u64, now: u64, cost: u64) -> u64 {
         let (tat, count) = unpack(state, now);
-        pack(self.0.refund(tat, now, cost), count.wrapping_sub(cost))
+        pack(
+            self.0.refund(tat, now, cost),
+            count.wrapping_sub(cost * u64::from(self.1)),
+        )
     }
 }
 
@@ -113,26 +119,26 @@ impl ClusterZone {
     #[inline(never)]
     pub fn gcra_check(&self, t: &Table, g: [&Gcra; 2], h: u64, cost: u64, now: u64) -> Verdict {
         if self.healthy(now) {
-            t.check(&Counted(g[0]), h, cost, now)
+            t.check(&Counted(g[0], true), h, cost, now)
         } else {
             self.stats
                 .fallback_decisions
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            t.check(&Counted(g[1]), h, cost, now)
+            t.check(&Counted(g[1], false), h, cost, now)
         }
     }
 
-    /// [`Table::refund`] likewise (this node's count too).
+    /// [`Table::refund`] likewise (this node's count too, while Redis answers).
     #[inline(never)]
     pub fn gcra_refund(&self, t: &Table, g: &Gcra, h: u64, cost: u64, now: u64) {
-        t.refund(&Counted(g), h, cost, now);
+        t.refund(&Counted(g, self.healthy(now)), h, cost, now);
     }
 
     /// [`Table::predict`] likewise.
     #[inline(never)]
     pub fn gcra_predict(&self, t: &Table, g: [&Gcra; 2], h: u64, cost: u64, now: u64) -> Verdict {
         let g = if self.healthy(now) { g[0] } else { g[1] };
-        t.predict(&Counted(g), h, cost, now)
+        t.predict(&Counted(g, false), h, cost, now)
     }
 }
 
@@ -161,7 +167,7 @@ mod tests {
     #[test]
     fn counted_gcra_is_limit_req_and_counts_admissions() {
         let g = Gcra::new(Rate::per_second(10), 2, Delay::NoDelay).unwrap();
-        let c = Counted(&g);
+        let c = Counted(&g, true);
         let now = 50 * NS_PER_SEC;
         let (mut s, mut passed) = (0, 0);
         for _ in 0..5 {
@@ -179,5 +185,24 @@ mod tests {
         assert_eq!(unpack(f, now).1, 3, "merging keeps this node's count");
         assert_eq!(merge(s, now, g.interval_ns()), s);
         assert_eq!(unpack(c.refund(s, now, 1), now).1, 2);
+    }
+
+    #[test]
+    fn fallback_admissions_are_not_counted_for_the_cluster() {
+        let g = Gcra::new(Rate::per_second(10), 2, Delay::NoDelay).unwrap();
+        let now = 50 * NS_PER_SEC;
+        let s = Counted(&g, true).step(0, now, 1).0;
+        let (f, v) = Counted(&g, false).step(s, now, 1);
+        assert!(v.admitted());
+        assert_eq!(
+            unpack(f, now).1,
+            1,
+            "the fallback's unit stays out of the push"
+        );
+        assert!(
+            unpack(f, now).0 > unpack(s, now).0,
+            "but this node's bucket is charged"
+        );
+        assert_eq!(unpack(Counted(&g, false).refund(f, now, 1), now).1, 1);
     }
 }

@@ -77,3 +77,62 @@ impl Redis {
         let _ = self.child.wait();
     }
 }
+
+/// A TCP relay to a Redis on 127.0.0.1 that can be cut (every connection dropped, new ones
+/// closed at once) and mended: one node's view of a partition while the others still reach
+/// Redis.
+#[allow(dead_code)] // only the tests that partition a node use it
+pub struct Relay {
+    pub port: u16,
+    cut: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    open: std::sync::Arc<std::sync::Mutex<Vec<TcpStream>>>,
+}
+
+#[allow(dead_code)]
+impl Relay {
+    pub fn start(to: u16) -> Relay {
+        use std::sync::atomic::Ordering::SeqCst;
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let relay = Relay {
+            port,
+            cut: Default::default(),
+            open: Default::default(),
+        };
+        let (cut, open) = (relay.cut.clone(), relay.open.clone());
+        std::thread::spawn(move || {
+            for down in l.incoming().flatten() {
+                let Ok(up) = TcpStream::connect(("127.0.0.1", to)) else {
+                    continue;
+                };
+                if cut.load(SeqCst) {
+                    continue;
+                }
+                let mut o = open.lock().unwrap();
+                for (mut from, mut to) in [
+                    (down.try_clone().unwrap(), up.try_clone().unwrap()),
+                    (up.try_clone().unwrap(), down.try_clone().unwrap()),
+                ] {
+                    std::thread::spawn(move || {
+                        let _ = std::io::copy(&mut from, &mut to);
+                        let _ = to.shutdown(std::net::Shutdown::Both);
+                    });
+                }
+                o.extend([down, up]);
+            }
+        });
+        relay
+    }
+
+    /// Drops every relayed connection and refuses new ones until [`Relay::mend`].
+    pub fn cut(&self) {
+        self.cut.store(true, std::sync::atomic::Ordering::SeqCst);
+        for s in self.open.lock().unwrap().drain(..) {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+    }
+
+    pub fn mend(&self) {
+        self.cut.store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+}
