@@ -31,6 +31,11 @@ command -v redis-cli >/dev/null 2>&1 || need+=(redis-tools)
 command -v openssl >/dev/null 2>&1 || need+=(openssl)
 # fail2ban-regex checks nginx's rejection lines against fail2ban's filters (make nginx-test).
 command -v fail2ban-regex >/dev/null 2>&1 || need+=(fail2ban)
+# The status page in a real browser (make browser-test): headless Chromium under chromedriver,
+# driven by Debian's python3 through python3-selenium.
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
+command -v chromedriver >/dev/null 2>&1 || need+=(chromium-driver)
+[ -d /usr/lib/python3/dist-packages/selenium ] || need+=(python3-selenium)
 if [ ${#need[@]} -gt 0 ]; then
     echo "setup: installing ${need[*]}"
     export DEBIAN_FRONTEND=noninteractive
