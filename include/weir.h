@@ -142,6 +142,12 @@
 #define WEIR_FORMAT_JSON 1
 
 /*
+ The status page (`Content-Type: text/html; charset=utf-8`), which reads the JSON status
+ from the same location; send it with the headers weir_page_header names.
+ */
+#define WEIR_FORMAT_HTML 2
+
+/*
  `weir_engine_outcome` styles: policy mode ("by weir limit"), nginx `limit_req` ("by zone",
  with the excess) and nginx `limit_conn`.
  */
@@ -1243,8 +1249,8 @@ int weir_log_zone_get_stats(const struct weir_log_zone *z, struct weir_zone_stat
 
 /*
  Renders the counters of `engines[0..n]` (NULL entries are skipped; nginx: the policy's
- engine and its directives') in `format` (WEIR_FORMAT_PROMETHEUS or WEIR_FORMAT_JSON;
- another value is WEIR_ERR_INVALID): the engines' totals summed, their limits and zones
+ engine and its directives') in `format` (WEIR_FORMAT_PROMETHEUS, WEIR_FORMAT_JSON or
+ WEIR_FORMAT_HTML, the page, the same for any engines; another value is WEIR_ERR_INVALID): the engines' totals summed, their limits and zones
  listed in turn. In Prometheus text each metric family appears once (one HELP and one TYPE
  line, all its samples under them).
 
@@ -1279,6 +1285,14 @@ int weir_engine_prometheus(const struct weir_engine *e, uint8_t *buf, size_t cap
  contract: weir_metrics).
  */
 int weir_engine_json(const struct weir_engine *e, uint8_t *buf, size_t cap, size_t *written);
+
+/*
+ Header `i` (from 0) to send with the status page (WEIR_FORMAT_HTML): `*name` and `*value`
+ receive NUL-terminated static strings (never freed). Header 0 is its
+ Content-Security-Policy, the others forbid framing, sniffing, caching and referrers.
+ WEIR_ERR_INVALID past the last one, WEIR_ERR_NULL for a NULL out pointer.
+ */
+int weir_page_header(size_t i, const char **name, const char **value);
 
 /*
  What a host does with verdict `v` of engine `e`, in `style` (WEIR_STYLE_*), into `*out`.

@@ -1,7 +1,8 @@
 
 /*
  * weir: nginx module, weir_status: the counters of the policy's engine and
- * of the directives' as Prometheus text, or as the JSON status (?format=json);
+ * of the directives' as Prometheus text, or as the JSON status (?format=json),
+ * or the status page that reads it (?format=html, with the engine's headers);
  * a request with a "key" argument is a key operation (ngx_http_weir_keys.c).
  */
 
@@ -13,6 +14,12 @@ ngx_str_t  ngx_http_weir_json_type = ngx_string("application/json");
 
 static ngx_str_t  ngx_http_weir_prometheus_type =
     ngx_string("text/plain; version=0.0.4; charset=utf-8");
+
+static ngx_str_t  ngx_http_weir_html_type =
+    ngx_string("text/html; charset=utf-8");
+
+
+static ngx_int_t ngx_http_weir_page_headers(ngx_http_request_t *r);
 
 
 static ngx_int_t
@@ -47,6 +54,9 @@ ngx_http_weir_status_handler(ngx_http_request_t *r)
 
         if (arg.len == 4 && ngx_strncmp(arg.data, "json", 4) == 0) {
             format = WEIR_FORMAT_JSON;
+
+        } else if (arg.len == 4 && ngx_strncmp(arg.data, "html", 4) == 0) {
+            format = WEIR_FORMAT_HTML;
 
         } else if (arg.len != 10
                    || ngx_strncmp(arg.data, "prometheus", 10) != 0)
@@ -92,10 +102,48 @@ ngx_http_weir_status_handler(ngx_http_request_t *r)
 
     b->last += need;
 
+    if (format == WEIR_FORMAT_HTML) {
+        if (ngx_http_weir_page_headers(r) != NGX_OK) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        return ngx_http_weir_status_send(r, NGX_HTTP_OK, b,
+                                         &ngx_http_weir_html_type);
+    }
+
     return ngx_http_weir_status_send(r, NGX_HTTP_OK, b,
                                      (format == WEIR_FORMAT_JSON)
                                      ? &ngx_http_weir_json_type
                                      : &ngx_http_weir_prometheus_type);
+}
+
+
+/* the page's headers: its Content-Security-Policy, no framing, no caching */
+
+static ngx_int_t
+ngx_http_weir_page_headers(ngx_http_request_t *r)
+{
+    size_t            i;
+    const char       *name, *value;
+    ngx_table_elt_t  *h;
+
+    for (i = 0; weir_page_header(i, &name, &value) == WEIR_OK; i++) {
+        h = ngx_list_push(&r->headers_out.headers);
+        if (h == NULL) {
+            return NGX_ERROR;
+        }
+
+        h->hash = 1;
+#if (nginx_version >= 1023000)
+        h->next = NULL;
+#endif
+        h->key.data = (u_char *) name;
+        h->key.len = ngx_strlen(name);
+        h->value.data = (u_char *) value;
+        h->value.len = ngx_strlen(value);
+    }
+
+    return NGX_OK;
 }
 
 

@@ -3,10 +3,11 @@
 //!
 //! Every function here follows weir_metrics' buffer contract.
 
-use std::ffi::c_int;
+use std::ffi::{c_char, c_int, CString};
 use std::ptr;
+use std::sync::OnceLock;
 
-use weir::policy::metrics::{self, Format};
+use weir::policy::metrics::{self, page, Format};
 
 use crate::{guard, weir_engine};
 use crate::{WEIR_ERR_BUFFER_TOO_SMALL, WEIR_ERR_INVALID, WEIR_ERR_NULL, WEIR_OK};
@@ -15,10 +16,13 @@ use crate::{WEIR_ERR_BUFFER_TOO_SMALL, WEIR_ERR_INVALID, WEIR_ERR_NULL, WEIR_OK}
 pub const WEIR_FORMAT_PROMETHEUS: c_int = 0;
 /// The JSON status, schema version 1 (`Content-Type: application/json`).
 pub const WEIR_FORMAT_JSON: c_int = 1;
+/// The status page (`Content-Type: text/html; charset=utf-8`), which reads the JSON status
+/// from the same location; send it with the headers weir_page_header names.
+pub const WEIR_FORMAT_HTML: c_int = 2;
 
 /// Renders the counters of `engines[0..n]` (NULL entries are skipped; nginx: the policy's
-/// engine and its directives') in `format` (WEIR_FORMAT_PROMETHEUS or WEIR_FORMAT_JSON;
-/// another value is WEIR_ERR_INVALID): the engines' totals summed, their limits and zones
+/// engine and its directives') in `format` (WEIR_FORMAT_PROMETHEUS, WEIR_FORMAT_JSON or
+/// WEIR_FORMAT_HTML, the page, the same for any engines; another value is WEIR_ERR_INVALID): the engines' totals summed, their limits and zones
 /// listed in turn. In Prometheus text each metric family appears once (one HELP and one TYPE
 /// line, all its samples under them).
 ///
@@ -41,6 +45,7 @@ pub unsafe extern "C" fn weir_metrics(
         let format = match format {
             WEIR_FORMAT_PROMETHEUS => Format::Prometheus,
             WEIR_FORMAT_JSON => Format::Json,
+            WEIR_FORMAT_HTML => Format::Html,
             _ => return WEIR_ERR_INVALID,
         };
         // SAFETY: the caller passes n readable entries (checked non-NULL above), each NULL or
@@ -126,4 +131,40 @@ unsafe fn engine_only(
         return WEIR_ERR_NULL;
     }
     weir_metrics(&e, 1, format, buf, cap, written)
+}
+
+/// Header `i` (from 0) to send with the status page (WEIR_FORMAT_HTML): `*name` and `*value`
+/// receive NUL-terminated static strings (never freed). Header 0 is its
+/// Content-Security-Policy, the others forbid framing, sniffing, caching and referrers.
+/// WEIR_ERR_INVALID past the last one, WEIR_ERR_NULL for a NULL out pointer.
+#[no_mangle]
+pub unsafe extern "C" fn weir_page_header(
+    i: usize,
+    name: *mut *const c_char,
+    value: *mut *const c_char,
+) -> c_int {
+    guard(|| {
+        if name.is_null() || value.is_null() {
+            return WEIR_ERR_NULL;
+        }
+        let Some((n, v)) = page_headers().get(i) else {
+            return WEIR_ERR_INVALID;
+        };
+        // SAFETY: both checked non-NULL above; the strings live for the process.
+        *name = n.as_ptr();
+        *value = v.as_ptr();
+        WEIR_OK
+    })
+}
+
+fn page_headers() -> &'static [(CString, CString)] {
+    static HEADERS: OnceLock<Vec<(CString, CString)>> = OnceLock::new();
+    HEADERS.get_or_init(|| {
+        let csp = ("Content-Security-Policy", page::live().csp.as_str());
+        std::iter::once(csp)
+            .chain(page::HEADERS)
+            // No NUL in these texts (the policy is ASCII built here).
+            .filter_map(|(n, v)| Some((CString::new(n).ok()?, CString::new(v).ok()?)))
+            .collect()
+    })
 }

@@ -644,6 +644,22 @@ test_bad_inputs(void)
               && text[written - 1] == '}', "json status: %s", text);
         free(text);
     }
+    {
+        const weir_engine *one[1] = { e };
+        const char        *hn, *hv;
+        size_t             i;
+
+        CHECK(weir_metrics(one, 1, WEIR_FORMAT_HTML, NULL, 0, &written)
+              == WEIR_ERR_BUFFER_TOO_SMALL && written > 1000, "page size");
+        CHECK(weir_page_header(0, NULL, &hv) == WEIR_ERR_NULL, "page header NULL");
+        CHECK(weir_page_header(0, &hn, &hv) == WEIR_OK
+              && strcmp(hn, "Content-Security-Policy") == 0
+              && strncmp(hv, "default-src 'none'", 18) == 0, "page policy");
+        for (i = 1; weir_page_header(i, &hn, &hv) == WEIR_OK; i++) {
+            CHECK(*hn != '\0' && *hv != '\0', "page header %zu", i);
+        }
+        CHECK(i == 5, "page headers: %zu", i);
+    }
     CHECK(weir_engine_header_count(e) == 0, "GOOD_POLICY reads no header");
     CHECK(weir_engine_header_count(NULL) == 0, "NULL header count");
     CHECK(weir_engine_header_name(NULL, 0, NULL, NULL) == WEIR_ERR_NULL, "header name NULL");

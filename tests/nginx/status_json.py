@@ -46,6 +46,26 @@ def fetch(port, method, target):
         c.close()
 
 
+def page_headers(port):
+    """?format=html: the status page (tests/browser runs it), with its policy and headers."""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        c.request("GET", "/metrics?format=html")
+        r = c.getresponse()
+        body = r.read().decode()
+        h = {k.lower(): v for k, v in r.getheaders()}
+    finally:
+        c.close()
+    check(r.status == 200 and h.get("content-type") == "text/html; charset=utf-8",
+          f"?format=html: {r.status} {h}")
+    csp = h.get("content-security-policy", "")
+    check(csp.startswith("default-src 'none'; script-src 'sha256-")
+          and "frame-ancestors 'none'" in csp, f"page policy: {csp!r}")
+    check(h.get("x-frame-options") == "DENY" and h.get("cache-control") == "no-store",
+          f"page headers: {h}")
+    check(body.startswith("<!DOCTYPE html>") and "?format=json" in body, "page body")
+
+
 def prometheus_samples(text):
     """{'family{labels}': value} of the sample lines."""
     out = {}
@@ -132,6 +152,7 @@ def test_status_json(module, promcheck):
             check(st == 400, f"?format={bad}: {st}")
         st, ctype, body = fetch(both.port, "HEAD", "/metrics?format=json")
         check((st, ctype, body) == (200, "application/json", ""), f"HEAD: {st} {ctype} {body!r}")
+        page_headers(both.port)
         both.check_log()
     finally:
         both.cleanup()
@@ -154,6 +175,7 @@ def test_status_json(module, promcheck):
     top_keys(module)
     return ("?format=json: the counts of known traffic, the same numbers as the Prometheus "
             "text under the same names, with a policy and without; unknown formats 400; "
+            "?format=html the page with its policy and headers; "
             "the top rejected key and client of 30 crawler addresses and one hot one")
 
 

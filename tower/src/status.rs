@@ -6,12 +6,12 @@ use std::future::{ready, Ready};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use http::header::{HeaderValue, ALLOW, CONTENT_TYPE};
+use http::header::{HeaderName, HeaderValue, ALLOW, CONTENT_SECURITY_POLICY, CONTENT_TYPE};
 use http::{Method, Request, Response, StatusCode};
 use tower_service::Service;
 use weir::policy::config::LogLevel;
 use weir::policy::keyops;
-use weir::policy::metrics::Format;
+use weir::policy::metrics::{page, Format};
 use weir::policy::Engine;
 
 /// A tower service that serves an engine's counters, as nginx's `weir_status` does:
@@ -20,6 +20,7 @@ use weir::policy::Engine;
 /// |---|---|
 /// | `GET` (or `HEAD`), no `format` or `?format=prometheus` | 200, Prometheus text (format 0.0.4) |
 /// | `GET ?format=json` | 200, `application/json`: the JSON status (schema version 2: counters, per-second history, top rejected keys and clients) |
+/// | `GET ?format=html` | 200, `text/html`: the status page, which reads `?format=json` every second (docs/DASHBOARD.md) |
 /// | another `format` | 400 |
 /// | another method | 405 with `Allow: GET, HEAD` |
 /// | `GET ?limit=NAME&key=TEXT` | a key operation: that key's state in that limit (JSON) |
@@ -107,14 +108,42 @@ pub fn status_response<B>(engine: &Engine, req: &Request<B>, write: bool) -> Res
         None => Format::Prometheus,
         Some(name) => match Format::from_name(name) {
             Some(f) => f,
-            None => return plain(StatusCode::BAD_REQUEST, "format: prometheus or json\n"),
+            None => {
+                return plain(
+                    StatusCode::BAD_REQUEST,
+                    "format: prometheus, json or html\n",
+                )
+            }
         },
     };
+    if format == Format::Html {
+        return html_page();
+    }
     let mut r = Response::new(engine.snapshot().render(format));
     r.headers_mut().insert(
         CONTENT_TYPE,
         HeaderValue::from_static(format.content_type()),
     );
+    r
+}
+
+/// The status page, with its Content-Security-Policy and the page's other headers.
+fn html_page() -> Response<String> {
+    let p = page::live();
+    let mut r = Response::new(p.html.clone());
+    let h = r.headers_mut();
+    h.insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static(Format::Html.content_type()),
+    );
+    if let Ok(csp) = HeaderValue::from_str(&p.csp) {
+        h.insert(CONTENT_SECURITY_POLICY, csp);
+    }
+    for (name, value) in page::HEADERS {
+        if let Ok(name) = HeaderName::from_bytes(name.as_bytes()) {
+            h.insert(name, HeaderValue::from_static(value));
+        }
+    }
     r
 }
 

@@ -91,6 +91,24 @@ async fn serves_the_same_counts_as_prometheus_text_and_json() {
     let (status, ct, _) = get_status(addr, "HEAD", "/metrics?format=json").await;
     assert_eq!((status, ct.as_str()), (200, "application/json"));
     assert_eq!(get_status(addr, "GET", "/metrics?format=xml").await.0, 400);
+
+    // The page: self-contained, with its policy and headers (the browser test runs it).
+    let mut c = Conn::send(addr, "GET", "/metrics?format=html", &[]).await;
+    let head = c.head(WAIT).await.unwrap();
+    assert_eq!(
+        (head.status, head.get("content-type")),
+        (200, Some("text/html; charset=utf-8"))
+    );
+    let csp = head.get("content-security-policy").unwrap_or("");
+    assert!(
+        csp.starts_with("default-src 'none'; script-src 'sha256-")
+            && csp.ends_with("frame-ancestors 'none'"),
+        "{csp}"
+    );
+    assert_eq!(head.get("x-frame-options"), Some("DENY"));
+    assert_eq!(head.get("cache-control"), Some("no-store"));
+    let page = String::from_utf8(c.body(WAIT).await.unwrap()).unwrap();
+    assert!(page.starts_with("<!DOCTYPE html>") && page.contains("?format=json"));
     let mut post = Conn::send(addr, "POST", "/metrics", &[("content-length", "0")]).await;
     let head = post.head(WAIT).await.unwrap();
     assert_eq!((head.status, head.get("allow")), (405, Some("GET, HEAD")));

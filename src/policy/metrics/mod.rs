@@ -6,6 +6,7 @@
 //! and clients (`policy::topkeys`): the output's size is fixed by the policy (limits and zones).
 
 mod json;
+pub mod page;
 mod prometheus;
 mod snapshot;
 
@@ -16,19 +17,22 @@ pub use snapshot::{Field, Fields, Kind, Named, Snapshot, JSON_VERSION};
 use super::engine::Engine;
 use crate::table::TableStats;
 
-/// The two renderings of a [`Snapshot`].
+/// What a status endpoint answers: the two renderings of a [`Snapshot`], or the status page
+/// that reads the JSON one ([`page`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Format {
     Prometheus,
     Json,
+    Html,
 }
 
 impl Format {
-    /// The format a status request names (`?format=`): `prometheus` or `json`.
+    /// The format a status request names (`?format=`): `prometheus`, `json` or `html`.
     pub fn from_name(name: &str) -> Option<Format> {
         match name {
             "prometheus" => Some(Format::Prometheus),
             "json" => Some(Format::Json),
+            "html" => Some(Format::Html),
             _ => None,
         }
     }
@@ -38,12 +42,13 @@ impl Format {
         match self {
             Format::Prometheus => "text/plain; version=0.0.4; charset=utf-8",
             Format::Json => "application/json",
+            Format::Html => "text/html; charset=utf-8",
         }
     }
 }
 
 impl Snapshot {
-    /// The snapshot in `format`.
+    /// The snapshot in `format` (the page shows no snapshot: it reads the JSON one).
     pub fn render(&self, format: Format) -> String {
         match format {
             Format::Prometheus => {
@@ -53,6 +58,7 @@ impl Snapshot {
                 text
             }
             Format::Json => self.to_json(),
+            Format::Html => page::live().html.clone(),
         }
     }
 }
@@ -77,6 +83,9 @@ impl Engine {
 /// Renders the counters of `engines` (see [`Snapshot::take`]) and of `zones` — tables outside
 /// any engine, named — in `format`.
 pub fn render(engines: &[&Engine], zones: &[(&str, TableStats)], format: Format) -> String {
+    if format == Format::Html {
+        return page::live().html.clone();
+    }
     Snapshot::take(engines, zones, crate::clock::monotonic_ns()).render(format)
 }
 
