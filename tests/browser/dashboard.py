@@ -117,6 +117,7 @@ class Run:
         self.work = work
         self.b = None
         self.facts = []
+        self.changed = set()  # keys reset or unbanned from the page
         self.t0 = time.monotonic()
 
     def snap(self):
@@ -125,8 +126,12 @@ class Run:
     def live(self, url, what, timeout=30):
         self.b.open(url)
         t = time.monotonic()
-        s = self.b.wait(f"{what}: body[data-state=live]",
-                        lambda: (lambda s: (s["state"] == "live", s))(self.snap()), timeout)
+        try:
+            s = self.b.wait(f"{what}: body[data-state=live]",
+                            lambda: (lambda s: (s["state"] == "live", s))(self.snap()), timeout)
+        except Failure as e:
+            said = self.b.js("return document.body ? document.body.innerText.slice(0, 300) : ''")
+            raise Failure(f"{e}; {url} shows: {said!r}")
         check(s["updated"], f"{what}: #updated is empty while live")
         return time.monotonic() - t
 
@@ -143,6 +148,29 @@ class Run:
               f"{what}: #action-result says {got}, expected data-status {want} and the "
               f"server's answer in its text")
         return got
+
+    def act_on(self, table, action, what, want):
+        """Clicks `action` in a row of the tools limit's top keys (1m) or bans whose key is
+        banned (the crawler is done with it) and not changed before; (key, #action-result).
+        The rows move as the crawler goes on: a row gone under the click is tried again."""
+        for _ in range(3):
+            def candidates():
+                s = self.snap()
+                bans = [r["id"] for r in s["bans"].get(TOOLS) or []]
+                rows = bans if table == "bans" else \
+                    [r["id"] for r in s["keys"].get(f"{TOOLS} 1m") or []]
+                keys = [k for k in rows if k in bans and k not in self.changed]
+                return keys, {"keys": keys, "rows": rows, "bans": bans}
+            key = self.b.wait(f"{what}: a {table} row of a banned key", candidates, 15)["keys"][0]
+            sel = (f'table.bans[data-limit="{TOOLS}"]' if table == "bans" else
+                   f'table.keys[data-limit="{TOOLS}"][data-window="1m"]')
+            try:
+                res = self.act(f"{sel} tr[data-key={escape(key)}]", action, f"{what} {key}", want)
+            except page.RowGone:
+                continue
+            self.changed.add(key)
+            return key, res
+        raise Failure(f"{what}: the rows kept changing under the click")
 
     # ---- nginx: the write-enabled page ----------------------------------------------------------
 
@@ -211,17 +239,13 @@ class Run:
                           f"keys, {len(got['bans'])} ban rows")
 
         # reset a top key, unban a banned one, from the page
-        key = got["keys_1m"][-1]["id"]
-        row = f'table.keys[data-limit="{TOOLS}"][data-window="1m"] tr[data-key={escape(key)}]'
-        self.act(row, "reset", f"reset {key}", 200)
+        key, _ = self.act_on("keys", "reset", "reset", 200)
         st, body = key_op(site, TOOLS, key)
         check(st == 200 and json.loads(body)["remaining"] >= 5,
               f"{key} after a reset from the page: {st} {body}")
         b.wait(f"the audit line of the reset of {key}",
                lambda: f'resetting key "{key}" of weir limit "{TOOLS}"' in site.error_log(), 5)
-        banned = [r["id"] for r in got["bans"] if r["id"] != key][0]
-        row = f'table.bans[data-limit="{TOOLS}"] tr[data-key={escape(banned)}]'
-        self.act(row, "unban", f"unban {banned}", 200)
+        banned, _ = self.act_on("bans", "unban", "unban", 200)
         st, body = key_op(site, TOOLS, banned)
         check(st == 200 and json.loads(body)["banned"] is False,
               f"{banned} after an unban from the page: {st} {body}")
@@ -233,7 +257,7 @@ class Run:
         self.facts.append(f"reset of {key} and unban of {banned} from the page: 200, in effect")
         self.hostile(hostile)
         self.csp()
-        self.screenshots()
+        self.screenshots(site.url("/status?format=html"))
         return got
 
     def hostile(self, expect):
@@ -274,55 +298,52 @@ class Run:
               f"violation events: {got}")
         self.facts.append("an injected script blocked by the CSP")
 
-    def screenshots(self):
+    def screenshots(self, url):
+        """Desktop (1280x900), phone (390x844) and dark (the page loaded with
+        prefers-color-scheme: dark), and the hostile keys' rows (in the temporary directory
+        only)."""
         b, out = self.b, os.environ.get("WEIR_SCREENSHOT_DIR")
-        shots = [("dashboard.png", None, None)]
-        shots.append(("dashboard-phone.png", {"width": 390, "height": 844, "deviceScaleFactor": 1,
-                                              "mobile": True}, None))
-        shots.append(("dashboard-dark.png", None, "dark"))
+        phone = {"width": 390, "height": 844, "deviceScaleFactor": 1, "mobile": True}
+        dark = {"features": [{"name": "prefers-color-scheme", "value": "dark"}]}
         wide = None
-        for name, metrics, scheme in shots:
-            if metrics:
-                b.cdp("Emulation.setDeviceMetricsOverride", metrics)
-            if scheme:
-                b.cdp("Emulation.setEmulatedMedia",
-                      {"features": [{"name": "prefers-color-scheme", "value": scheme}]})
-            b.js("window.scrollTo(0, 0)")
+        for name in ("hostile.png", "dashboard.png", "dashboard-phone.png", "dashboard-dark.png"):
+            if name == "hostile.png":
+                b.js("document.querySelector(`table.keys[data-limit='${arguments[0]}']`)"
+                     ".scrollIntoView()", TAGS)
+            elif name == "dashboard-phone.png":
+                b.cdp("Emulation.setDeviceMetricsOverride", phone)
+            elif name == "dashboard-dark.png":
+                b.cdp("Emulation.setEmulatedMedia", dark)
+                self.live(url, "the page in dark mode")
+            if name != "hostile.png":
+                b.js("window.scrollTo(0, 0)")
             time.sleep(1.2)  # one refresh at the new size
-            if metrics:
-                wide = b.js("return document.documentElement.scrollWidth")
             path = b.screenshot(os.path.join(self.work, name))
             print(f"screenshot: {path}", flush=True)
-            if out:
+            if name == "dashboard-phone.png":
+                wide = b.js("return document.documentElement.scrollWidth")
+                b.cdp("Emulation.clearDeviceMetricsOverride")
+            if out and name != "hostile.png":
                 os.makedirs(out, exist_ok=True)
                 shutil.copyfile(path, os.path.join(out, name))
                 print(f"screenshot: {os.path.join(out, name)}", flush=True)
-            if metrics:
-                b.cdp("Emulation.clearDeviceMetricsOverride")
-            if scheme:
-                b.cdp("Emulation.setEmulatedMedia", {"features": []})
+        b.cdp("Emulation.setEmulatedMedia", {"features": []})
         self.facts.append(f"screenshots (phone page {wide} px wide at 390)")
 
     # ---- nginx: where changes are refused ----------------------------------------------------
 
     def refused(self, site, path, what, html):
         self.live(site.url(f"{path}?format=html"), f"nginx {path}")
-        got = self.b.wait(f"{path}: a key row and a ban row of {TOOLS}",
-                          lambda: (lambda s: (s["keys"].get(f"{TOOLS} 1m")
-                                              and s["bans"].get(TOOLS), s))(self.snap()), 15)
-        key = got["keys"][f"{TOOLS} 1m"][0]["id"]
-        before = key_op(site, TOOLS, key)[1]
-        row = f'table.keys[data-limit="{TOOLS}"][data-window="1m"] tr[data-key={escape(key)}]'
-        res = self.act(row, "reset", f"{what}: reset {key}", 403)
+        keys = {r["key"]: r["remaining"] for r in
+                (json.loads(key_op(site, TOOLS, k)[1]) for k in load_nets(self.snap()))}
+        key, res = self.act_on("keys", "reset", f"{what}: reset", 403)
         if html:
             made = set(res["tags"]) & {"html", "head", "title", "body", "h1", "center", "hr"}
             check(not made, f"{what}: nginx's 403 page made elements {made}: {res}")
-        ban = got["bans"][TOOLS][0]["id"]
-        row = f'table.bans[data-limit="{TOOLS}"] tr[data-key={escape(ban)}]'
-        self.act(row, "unban", f"{what}: unban {ban}", 403)
+        ban, _ = self.act_on("bans", "unban", f"{what}: unban", 403)
         after = json.loads(key_op(site, TOOLS, key)[1])
-        check(after["remaining"] <= json.loads(before)["remaining"] + 1,
-              f"{what}: {key} changed after a refused reset: {before} -> {after}")
+        check(key not in keys or after["remaining"] <= keys[key] + 1,
+              f"{what}: {key} changed after a refused reset: {keys.get(key)} -> {after}")
         check(json.loads(key_op(site, TOOLS, ban)[1])["banned"] is True,
               f"{what}: {ban} unbanned by a refused click")
         log = site.error_log()
@@ -368,6 +389,11 @@ class Run:
                         lambda: (lambda s: (s["state"] == "error" and s["error"], s))(self.snap()),
                         15)
         self.facts.append(f"{name} stopped: error state ({s['error'][:40]!r})")
+
+
+def load_nets(snap):
+    """The tools limit's keys on the page (top keys of the last minute)."""
+    return [r["id"] for r in snap["keys"].get(f"{TOOLS} 1m") or []]
 
 
 def key_op(site, limit, key):

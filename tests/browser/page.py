@@ -36,6 +36,10 @@ document.addEventListener('securitypolicyviolation', function (e) {
 """
 
 
+class RowGone(Failure):
+    """The row to click is not on the page (any more)."""
+
+
 class Browser:
     def __init__(self, workdir, width=1280, height=900):
         self.dir = workdir
@@ -105,7 +109,7 @@ class Browser:
             try:
                 rows = self.driver.find_elements("css selector", css_row)
                 if not rows:
-                    raise Failure(f"{what}: no {css_row}")
+                    raise RowGone(f"{what}: no {css_row}")
                 button = rows[0].find_element("css selector", css_button)
                 self.driver.execute_script("arguments[0].scrollIntoView({block:'center'})",
                                            button)
