@@ -13,7 +13,8 @@ import (
 // The JSON status on Caddy's admin API: GET /weir/status answers the engine's JSON status
 // (docs/METRICS.md "JSON status": counters, per-second history, top rejected keys and
 // clients) of every live weir engine of the process, as nginx's weir_status?format=json and
-// weir_tower::StatusService do. With a key argument the request is a key operation
+// weir_tower::StatusService do; GET /weir/status?format=html answers the status page that
+// reads it (docs/DASHBOARD.md). With a key argument the request is a key operation
 // (docs/METRICS.md "Key operations"): GET/HEAD ?limit=NAME&key=TEXT inspects one key, POST
 // ...&action=reset|unban changes it; the engine answers, and each change is logged. Changes
 // are refused (403) unless the running config's weir app enables them (App.StatusWrite),
@@ -58,11 +59,24 @@ func (a *AdminStatus) serveStatus(w http.ResponseWriter, r *http.Request) error 
 		return caddy.APIError{HTTPStatus: http.StatusMethodNotAllowed, Err: errMethod}
 	}
 	var body []byte
-	hub.held(func(engines []*engine) { body = statusJSON(engines) })
+	ctype := "application/json"
+	switch r.URL.Query().Get("format") {
+	case "", "json":
+		hub.held(func(engines []*engine) { body = statusJSON(engines) })
+	case "html":
+		var headers [][2]string
+		body, headers = statusPage()
+		for _, h := range headers {
+			w.Header().Set(h[0], h[1])
+		}
+		ctype = "text/html; charset=utf-8"
+	default:
+		return caddy.APIError{HTTPStatus: http.StatusBadRequest, Err: errFormat}
+	}
 	if body == nil {
 		return caddy.APIError{HTTPStatus: http.StatusInternalServerError, Err: errRender}
 	}
-	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Type", ctype)
 	if r.Method == http.MethodGet {
 		_, _ = w.Write(body)
 	}
@@ -121,6 +135,7 @@ func (h *metricsHub) held(f func(engines []*engine)) {
 var (
 	errMethod = errors.New("weir status: GET or HEAD only")
 	errRender = errors.New("weir status: rendering failed")
+	errFormat = errors.New("weir status: format is json or html")
 	errKey    = errors.New("weir status: the key operation failed")
 
 	_ caddy.AdminRouter = (*AdminStatus)(nil)

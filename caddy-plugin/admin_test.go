@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -101,5 +102,31 @@ func TestAdminStatus(t *testing.T) {
 	}
 	if err := (&AdminStatus{}).serveStatus(httptest.NewRecorder(), httptest.NewRequest("POST", "/weir/status", nil)); err == nil {
 		t.Fatal("POST accepted")
+	}
+}
+
+// TestAdminStatusPage: ?format=html answers the status page with its Content-Security-Policy
+// and headers (the browser test runs it); an unknown format is refused.
+func TestAdminStatusPage(t *testing.T) {
+	w := httptest.NewRecorder()
+	if err := (&AdminStatus{}).serveStatus(w, httptest.NewRequest("GET", "/weir/status?format=html", nil)); err != nil {
+		t.Fatal(err)
+	}
+	h := w.Header()
+	if ct := h.Get("Content-Type"); ct != "text/html; charset=utf-8" {
+		t.Fatalf("Content-Type %q", ct)
+	}
+	if csp := h.Get("Content-Security-Policy"); !strings.HasPrefix(csp, "default-src 'none'; script-src 'sha256-") ||
+		!strings.HasSuffix(csp, "frame-ancestors 'none'") {
+		t.Fatalf("policy %q", csp)
+	}
+	if h.Get("X-Frame-Options") != "DENY" || h.Get("Cache-Control") != "no-store" {
+		t.Fatalf("headers %v", h)
+	}
+	if b := w.Body.String(); !strings.HasPrefix(b, "<!DOCTYPE html>") || !strings.Contains(b, "?format=json") {
+		t.Fatalf("page %.200s", b)
+	}
+	if err := (&AdminStatus{}).serveStatus(httptest.NewRecorder(), httptest.NewRequest("GET", "/weir/status?format=xml", nil)); err == nil {
+		t.Fatal("format=xml accepted")
 	}
 }

@@ -608,6 +608,21 @@ func statusJSON(engines []*engine) []byte {
 	})
 }
 
+// statusPage renders the status page (WEIR_FORMAT_HTML; the same for any engines) and the
+// headers to send with it (weir_page_header: its Content-Security-Policy first).
+func statusPage() (page []byte, headers [][2]string) {
+	page = rendered(64<<10, func(buf []byte, w *C.size_t) C.int {
+		return C.weir_metrics(nil, 0, C.WEIR_FORMAT_HTML, bptr(buf), C.size_t(len(buf)), w)
+	})
+	for i := 0; ; i++ {
+		var name, value *C.char
+		if C.weir_page_header(C.size_t(i), &name, &value) != C.WEIR_OK {
+			return page, headers
+		}
+		headers = append(headers, [2]string{C.GoString(name), C.GoString(value)})
+	}
+}
+
 // isKeyQuery reports whether a status request's raw query is a key operation
 // (weir_key_query: it has a key argument).
 func isKeyQuery(query string) bool { return C.weir_key_query(sptr(query), C.size_t(len(query))) != 0 }
