@@ -5,7 +5,7 @@
 #   make install libweir.a, libweir.so, weir.h, weir.pc under PREFIX (docs/C-API.md)
 #   make test    everything CI runs (formatting, lints, unit/integration/multi-process tests,
 #                the nginx differential test, loom models, bounded fuzzing, benchmark builds,
-#                instruction budgets)
+#                instruction budgets, the status page in a browser)
 #   make bench   criterion benchmarks (figures go to docs/PERFORMANCE.md)
 #   make perf-table  weir beside its peers in instructions (callgrind); make perf-check holds
 #                them to benches/budget.tsv, make perf-budget rewrites it
@@ -38,8 +38,8 @@ demo: setup nginx-module
 demo-engine:
 	$(CARGO) run --release --example demo -- examples/wiki.toml
 
-test: setup lint contrib-check unit crate-outside c-test install-test nginx-test overload-smoke nginx-versions deb-test caddy-test cluster-mixed loom fuzz bench-build \
-	perf-check
+test: setup lint contrib-check unit crate-outside c-test install-test nginx-test overload-smoke nginx-versions deb-test caddy-test cluster-mixed browser-test loom fuzz \
+	bench-build perf-check
 	@echo "make test: all passed"
 
 lint:
@@ -159,6 +159,17 @@ cluster-mixed: nginx-module caddy
 
 overload-smoke: nginx-module
 	timeout -k 5 60 python3 benches/overload/smoke.py --module $(NGX_OUT)/ngx_http_weir_module.so
+
+# The live status page (?format=html) in headless Chromium (Debian's chromium, chromium-driver
+# and python3-selenium: make setup) against real nginx, Caddy and tower hosts
+# (tests/browser/dashboard.py): rates, top keys and bans under a crawler, key operations from
+# its buttons (and 403 where changes are off), hostile key texts shown as text, its CSP.
+# Screenshots go to the test's temporary directory; WEIR_SCREENSHOT_DIR=DIR keeps them too.
+.PHONY: browser-test
+browser-test: nginx-module caddy
+	$(CARGO) build --release -p weir-tower --example overload_proxy
+	timeout -k 5 240 python3 tests/browser/dashboard.py --module $(NGX_OUT)/ngx_http_weir_module.so \
+		--caddy target/caddy/caddy --tower $(CARGO_OUT)/release/examples/overload_proxy
 
 # The nginx dynamic module for Debian's nginx (needs nginx-dev):
 # target/nginx/ngx_http_weir_module.so.  docs/NGINX.md.

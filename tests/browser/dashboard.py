@@ -126,12 +126,16 @@ class Run:
     def live(self, url, what, timeout=30):
         self.b.open(url)
         t = time.monotonic()
+        said = lambda: self.b.js("return document.body ? document.body.innerText.slice(0, 300) "
+                                 ": ''")  # noqa: E731
+        # the page comes with body[data-state=loading]: without it this is another document
+        check(self.snap()["state"], f"{what}: {url} is not the status page (no "
+              f"body[data-state]); it shows: {said()!r}")
         try:
             s = self.b.wait(f"{what}: body[data-state=live]",
                             lambda: (lambda s: (s["state"] == "live", s))(self.snap()), timeout)
         except Failure as e:
-            said = self.b.js("return document.body ? document.body.innerText.slice(0, 300) : ''")
-            raise Failure(f"{e}; {url} shows: {said!r}")
+            raise Failure(f"{e}; {url} shows: {said()!r}")
         check(s["updated"], f"{what}: #updated is empty while live")
         return time.monotonic() - t
 
@@ -437,7 +441,7 @@ def main():
         check(set(counts.get("reader", {})) == {200} and set(counts.get("health", {})) == {200},
               f"readers or health checks limited: {counts}")
         run.facts.append(f"load: {counts} over {nets} crawler /24s")
-        for name in (others.hosts if others else {}):
+        for name in [n for n in ("tower", "caddy") if others and n in others.hosts]:
             run.other(others, name)
             run.gone(others, name)
     except (Failure, page.WebDriverException) as e:
