@@ -20,6 +20,10 @@
     return known ? (sum / known).toFixed(1) : "–";
   }
 
+  function ms(v) {
+    return typeof v === "number" ? `${v.toFixed(v < 10 ? 1 : 0)} ms` : "–";
+  }
+
   function recent(a) {
     return a.slice(-RECENT - 1).some((v) => v > 0);
   }
@@ -65,7 +69,7 @@
     const capacity = weirEl("div", { class: "capacity-slot" });
     const tables = weirEl("div", { class: "tables" });
     art.append(row, weirLegend(KINDS), chart, capacity, tables);
-    return { art, rates, totals, chart, capacity, tables, plot: null };
+    return { art, rates, totals, chart, capacity, tables, plot: null, kept: new Map() };
   }
 
   function capacityPart(l) {
@@ -81,7 +85,8 @@
         weirEl("dt", {}, "in flight"), dd("in_flight", c.in_flight),
         weirEl("dt", {}, c.auto ? "limit (learned)" : "limit"), dd("limit", c.limit),
         weirEl("dt", {}, "queued"), dd("queued", c.queued),
-        weirEl("dt", {}, "latency"), dd("latency_ms", `${c.latency_ms} ms (no load: ${c.noload_latency_ms} ms)`),
+        weirEl("dt", {}, "latency"),
+        dd("latency_ms", `${ms(c.latency_ms)} (no load: ${ms(c.noload_latency_ms)})`),
         weirEl("dt", {}, "refused by lane"),
         dd("shed", c.shed ? `critical ${c.shed.critical}, normal ${c.shed.normal}, sheddable ${c.shed.sheddable}` : "–")));
     return art;
@@ -99,22 +104,38 @@
     if (!c.plot) c.plot = weirChart(c.chart, KINDS, data);
     else c.plot.setData(data);
     weirFill(c.capacity, ...(l.capacity ? [capacityPart(l)] : []));
+    // A table is built anew only when its rows change, so that a button is not replaced
+    // under the pointer.
     const parts = [];
-    for (const [w, win] of [["1m", l.last_1m], ["15m", l.last_15m]]) {
-      const label = w === "1m" ? "last minute" : "last 15 minutes";
-      parts.push(table("keys", l.name, w, `top keys, ${label}`, ["key", "rejected", ""],
-        keyRows(l.name, win.keys), "none rejected"));
-      parts.push(table("clients", l.name, w, `top clients, ${label}`, ["client", "rejected"],
-        clientRows(win.clients), "none rejected"));
-    }
+    const keep = (id, data, build) => {
+      const sig = JSON.stringify(data);
+      const old = c.kept.get(id);
+      const t = old && old.sig === sig ? old.t : build();
+      c.kept.set(id, { sig, t });
+      parts.push(t);
+      return t;
+    };
     if (l.bans) {
-      parts.push(table("bans", l.name, "now", "active bans", ["key", "left (s)", ""],
-        l.bans.map((b) => weirEl("tr", { "data-key": b.key },
-          weirEl("td", { class: "key" }, b.key), weirEl("td", { class: "remaining" }, b.remaining_s),
+      const t = keep("bans", l.bans.map((b) => b.key), () => table("bans", l.name, "now", "active bans",
+        ["key", "left (s)", ""], l.bans.map((b) => weirEl("tr", { "data-key": b.key },
+          weirEl("td", { class: "key" }, b.key), weirEl("td", { class: "remaining" }),
           weirEl("td", { class: "actions" }, button("inspect", l.name, b.key), " ", button("unban", l.name, b.key)))),
         "no ban"));
+      l.bans.forEach((b, i) => {
+        const row = t.tBodies[0].rows[i];
+        if (row) weirFill(row.cells[1], b.remaining_s);
+      });
     }
-    weirFill(c.tables, ...parts);
+    for (const [w, win] of [["1m", l.last_1m], ["15m", l.last_15m]]) {
+      const label = w === "1m" ? "last minute" : "last 15 minutes";
+      keep("keys" + w, win.keys, () => table("keys", l.name, w, `top keys, ${label}`, ["key", "rejected", ""],
+        keyRows(l.name, win.keys), "none rejected"));
+      keep("clients" + w, win.clients, () => table("clients", l.name, w, `top clients, ${label}`,
+        ["client", "rejected"], clientRows(win.clients), "none rejected"));
+    }
+    if (parts.some((t, i) => c.tables.children[i] !== t) || c.tables.children.length !== parts.length) {
+      weirFill(c.tables, ...parts);
+    }
   }
 
   function clusters(list) {
