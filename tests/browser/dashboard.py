@@ -444,8 +444,10 @@ def main():
         for name in [n for n in ("tower", "caddy") if others and n in others.hosts]:
             run.other(others, name)
             run.gone(others, name)
-    except (Failure, page.WebDriverException) as e:
-        failed = str(e) if isinstance(e, Failure) else f"webdriver: {e.msg}"
+    except (Failure, hosts.frontends.StartError) as e:
+        failed = str(e)
+    except page.WebDriverException as e:
+        failed = f"webdriver: {e.msg}"
     except SystemExit as e:
         failed = str(e.code)
     finally:
@@ -459,6 +461,8 @@ def main():
             print("--- browser console:\n" + "\n".join(run.b.console()[-20:]))
         if failed and site:
             print("--- nginx error log:\n" + site.error_log()[-2000:])
+        for name in (others.hosts if failed and others else {}):
+            print(f"--- {name} log ({others.hosts[name].dir}):\n" + others.log(name)[-1500:])
         if load:
             load.stop()
         pids = []
@@ -466,7 +470,7 @@ def main():
             run.b.quit()
             pids += run.b.pids
         if others:
-            others.stop()
+            others.stop(remove=not failed and not args.keep)
         if site:
             pids += site.pids
             site.stop()

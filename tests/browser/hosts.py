@@ -17,6 +17,7 @@ the path, for limits that show them as text.
 import collections
 import http.client
 import os
+import shutil
 import socket
 import sys
 import threading
@@ -394,10 +395,14 @@ class Others:
     def log(self, name):
         return self.hosts[name].error_log()
 
-    def stop(self):
+    def stop(self, remove=False):
+        """Stops every process; `remove`: also their temporary directories."""
         for h in self.hosts.values():
             h.stop()
         self.backend.stop()
+        if remove:
+            for h in self.hosts.values():
+                shutil.rmtree(h.dir, ignore_errors=True)
 
 
 def left_running(extra=()):
