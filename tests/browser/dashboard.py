@@ -378,12 +378,14 @@ class Run:
             return ok, s
         s = self.b.wait(f"{name}: per-ip rejecting and article.capacity[data-limit=backend] "
                         f"with requests in flight", shown, 20)
+        s = self.b.wait(f"{name}: article.cluster[data-zone=shared]",
+                        lambda: (lambda s: ("shared" in s["clusters"], s))(self.snap()), 10)
         cap = s["capacity"]["backend"]
         check(cap["limit"] == "3" and num(cap["in_flight"], "in_flight") <= 3
               and num(cap["queued"], "queued") <= 2, f"{name}: capacity {cap} (max 3, queue 2)")
         check("backend" in s["limits"], f"{name}: no article.limit for the concurrency limit")
-        self.facts.append(f"{name} page live in {took:.1f} s with per-ip rejecting and "
-                          f"capacity {cap['in_flight']}/{cap['limit']}")
+        self.facts.append(f"{name} page live in {took:.1f} s with per-ip rejecting, "
+                          f"capacity {cap['in_flight']}/{cap['limit']} and its cluster zone")
         return s
 
     def gone(self, others, name):
@@ -470,6 +472,7 @@ def main():
             run.b.quit()
             pids += run.b.pids
         if others:
+            pids.append(others.redis.pid)
             others.stop(remove=not failed and not args.keep)
         if site:
             pids += site.pids

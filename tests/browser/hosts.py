@@ -29,7 +29,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "..", "benches", "overload"))
 sys.path.insert(0, os.path.join(HERE, "..", "nginx"))
 
 import frontends  # noqa: E402
-from run import Failure, Nginx, check, free_port  # noqa: E402
+from run import Failure, Nginx, Redis, check, free_port  # noqa: E402
 from incident import AFTER, SHAPES, http_req  # noqa: E402
 from incident import LIMIT as TOOLS  # noqa: E402
 
@@ -316,6 +316,15 @@ size = "64k"
 algorithm = "concurrency"
 max = 3
 
+# one GCRA zone shared through Redis by Caddy and tower (the page's cluster zones)
+[zones.shared]
+size = "64k"
+algorithm = "gcra"
+rate = "20r/s"
+scope = "cluster"
+redis = "redis://127.0.0.1:%REDIS%/0"
+expected_nodes = 2
+
 [classes.fast]
 match = [{ path_prefix = "/fast/" }]
 
@@ -330,6 +339,14 @@ burst = 2
 nodelay = true
 
 [[limit]]
+name = "shared"
+class = "fast"
+zone = "shared"
+key = "global"
+burst = 20
+nodelay = true
+
+[[limit]]
 name = "backend"
 class = "slow"
 zone = "backend"
@@ -341,16 +358,20 @@ status = 503
 
 
 class Others:
-    """The backend, Caddy (when given) and tower (when given), each with OTHER_POLICY."""
+    """A redis-server, the backend, Caddy (when given) and tower (when given), each with
+    OTHER_POLICY."""
 
     def __init__(self, workdir, caddy=None, tower=None):
-        self.backend = frontends.Backend(workdir, slots=50, service_ms=300, jitter=0.1)
+        self.redis = Redis().start()
+        self.backend = None
         self.hosts = {}
+        policy = OTHER_POLICY.replace("%REDIS%", str(self.redis.port))
         try:
+            self.backend = frontends.Backend(workdir, slots=50, service_ms=300, jitter=0.1)
             if caddy:
-                self.hosts["caddy"] = frontends.Caddy(caddy, self.backend.port, OTHER_POLICY)
+                self.hosts["caddy"] = frontends.Caddy(caddy, self.backend.port, policy)
             if tower:
-                self.hosts["tower"] = frontends.Tower(tower, self.backend.port, OTHER_POLICY)
+                self.hosts["tower"] = frontends.Tower(tower, self.backend.port, policy)
             for h in self.hosts.values():
                 h.start()
         except Exception:
@@ -399,7 +420,9 @@ class Others:
         """Stops every process; `remove`: also their temporary directories."""
         for h in self.hosts.values():
             h.stop()
-        self.backend.stop()
+        if self.backend:
+            self.backend.stop()
+        self.redis.cleanup()
         if remove:
             for h in self.hosts.values():
                 shutil.rmtree(h.dir, ignore_errors=True)
