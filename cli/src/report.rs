@@ -7,7 +7,8 @@ use serde::Serialize;
 use weir::policy::counters::LimitCounts;
 
 use crate::agreement::{self, AgreementReport};
-use crate::timefmt::{self, NS};
+use crate::timefmt::NS;
+use weir::policy::metrics::page;
 
 /// `weir replay --json`. Field order and names are stable; new fields are only ever added.
 #[derive(Serialize, Debug, Clone)]
@@ -232,147 +233,17 @@ impl Timeline {
         b[i][2] += dry;
     }
 
-    /// A self-contained HTML page (inline SVG and CSS, no scripts).
+    /// The self-contained HTML report: the status page's style and charts
+    /// (`weir::policy::metrics::page`) over the report and this timeline.
     pub fn html(&self, r: &Report, title: &str) -> String {
-        let mut o = String::new();
-        let esc = |s: &str| {
-            s.replace('&', "&amp;")
-                .replace('<', "&lt;")
-                .replace('>', "&gt;")
-                .replace('"', "&quot;")
-        };
-        let _ = write!(
-            o,
-            "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
-             <title>weir replay: {}</title>\n<style>\
-             body{{font:14px/1.4 system-ui,sans-serif;margin:2em;color:#222}}\
-             h2{{font-size:16px;margin:1.6em 0 .3em}} .k{{color:#666}}\
-             table{{border-collapse:collapse}} td,th{{padding:2px 10px;text-align:right}}\
-             th:first-child,td:first-child{{text-align:left}}\
-             .ok{{fill:#3a7}} .lim{{fill:#d33}} .dry{{fill:none;stroke:#e90;stroke-width:1.5}}\
-             .ax{{stroke:#999;stroke-width:1}} text{{font-size:11px;fill:#555}}\
-             .lg span{{display:inline-block;width:10px;height:10px;margin:0 4px 0 12px}}\
-             </style></head><body>\n<h1>weir replay: {}</h1>\n",
-            esc(title),
-            esc(title)
-        );
-        let _ = writeln!(
-            o,
-            "<p>{} requests from {} to {} (UTC). Bucket: {} s. \
-             <span class=\"lg\"><span style=\"background:#3a7\"></span>passed or delayed\
-             <span style=\"background:#d33\"></span>rejected or queued\
-             <span style=\"background:#e90\"></span>dry-run rejected</span></p>",
-            r.requests,
-            esc(r.first_time.as_deref().unwrap_or("-")),
-            esc(r.last_time.as_deref().unwrap_or("-")),
-            self.width_ns / NS
-        );
-        o.push_str(
-            "<table><tr><th>limit</th><th>passed</th><th>delayed</th><th>rejected</th>\
-             <th>queued</th><th>dry-run rejected</th></tr>\n",
-        );
-        for l in &r.limits {
-            let _ = writeln!(
-                o,
-                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-                esc(&l.name),
-                l.counts.passed,
-                l.counts.delayed,
-                l.counts.rejected,
-                l.counts.queued,
-                l.counts.dry_run_rejected
-            );
-        }
-        o.push_str("</table>\n");
-        let nb = self.buckets.iter().map(Vec::len).max().unwrap_or(0).max(1);
-        let (w, h, left, bottom) = (960.0f64, 180.0f64, 50.0f64, 20.0f64);
-        for (li, l) in r.limits.iter().enumerate() {
-            let b = &self.buckets[li];
-            let max = b
-                .iter()
-                .map(|x| (x[0] + x[1]).max(x[2]))
-                .max()
-                .unwrap_or(0)
-                .max(1);
-            let _ = writeln!(
-                o,
-                "<h2>{} <span class=\"k\">zone {}, key {}{}</span></h2>",
-                esc(&l.name),
-                esc(&l.zone),
-                esc(&l.key),
-                if l.dry_run { ", dry run" } else { "" }
-            );
-            let _ = writeln!(
-                o,
-                "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" \
-                 role=\"img\" aria-label=\"{} per bucket\">",
-                w + left + 10.0,
-                h + bottom + 10.0,
-                esc(&l.name)
-            );
-            let bw = w / nb as f64;
-            let y = |v: u64| 5.0 + h - h * v as f64 / max as f64;
-            for (i, x) in b.iter().enumerate() {
-                let x0 = left + i as f64 * bw;
-                let (ok, lim) = (x[0], x[1]);
-                if ok > 0 {
-                    let _ = write!(
-                        o,
-                        "<rect class=\"ok\" x=\"{x0:.1}\" y=\"{:.1}\" width=\"{:.2}\" height=\"{:.1}\"/>",
-                        y(ok),
-                        bw.max(0.5),
-                        5.0 + h - y(ok)
-                    );
-                }
-                if lim > 0 {
-                    let _ = write!(
-                        o,
-                        "<rect class=\"lim\" x=\"{x0:.1}\" y=\"{:.1}\" width=\"{:.2}\" height=\"{:.1}\"/>",
-                        y(ok + lim),
-                        bw.max(0.5),
-                        y(ok) - y(ok + lim)
-                    );
-                }
-            }
-            if b.iter().any(|x| x[2] > 0) {
-                o.push_str("<polyline class=\"dry\" points=\"");
-                for (i, x) in b.iter().enumerate() {
-                    let _ = write!(o, "{:.1},{:.1} ", left + (i as f64 + 0.5) * bw, y(x[2]));
-                }
-                o.push_str("\"/>");
-            }
-            let _ = write!(
-                o,
-                "\n<line class=\"ax\" x1=\"{left}\" y1=\"{0}\" x2=\"{1}\" y2=\"{0}\"/>\
-                 <line class=\"ax\" x1=\"{left}\" y1=\"5\" x2=\"{left}\" y2=\"{0}\"/>\
-                 <text x=\"{2}\" y=\"14\" text-anchor=\"end\">{max}</text>\
-                 <text x=\"{2}\" y=\"{0}\" text-anchor=\"end\">0</text>",
-                5.0 + h,
-                left + w,
-                left - 4.0
-            );
-            if let Some(start) = self.start {
-                for k in 0..=4 {
-                    let i = nb * k / 4;
-                    let t = start + i as i64 * self.width_ns;
-                    let label = timefmt::rfc3339(t);
-                    let _ = write!(
-                        o,
-                        "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"{}\">{}</text>",
-                        left + i as f64 * bw,
-                        h + bottom + 5.0,
-                        match k {
-                            0 => "start",
-                            4 => "end",
-                            _ => "middle",
-                        },
-                        &label[..16].replace('T', " ")
-                    );
-                }
-            }
-            o.push_str("</svg>\n");
-        }
-        o.push_str("</body></html>\n");
-        o
+        let data = serde_json::json!({
+            "report": r,
+            "timeline": {
+                "start_s": self.start.unwrap_or(0) / NS,
+                "width_s": self.width_ns / NS,
+                "buckets": self.buckets,
+            },
+        });
+        page::report(&format!("weir replay: {title}"), &data.to_string())
     }
 }

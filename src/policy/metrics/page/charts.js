@@ -42,7 +42,7 @@ function weirChart(el, names, data) {
     legend: { show: false },
     cursor: { drag: { x: false, y: false }, points: { show: false } },
     scales: { x: { time: true }, y: { range: (u, min, max) => [0, Math.max(1, max || 0)] } },
-    axes: [axis, Object.assign({ size: 46 }, axis)],
+    axes: [axis, Object.assign({ size: 60 }, axis)],
     series: [{}].concat(names.map((n) => {
       const c = weirVar(WEIR_SERIES[n]);
       return { label: n, stroke: c, fill: c + "26", width: 1.5, points: { show: false } };

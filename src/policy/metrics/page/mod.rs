@@ -18,6 +18,7 @@ const UPLOT_CSS: &str = include_str!("uplot/uPlot.min.css");
 const STYLE: &str = include_str!("style.css");
 const CHARTS: &str = include_str!("charts.js");
 const LIVE: &str = include_str!("live.js");
+const REPORT: &str = include_str!("report.js");
 
 const LIVE_BODY: &str = "<header><h1>weir</h1><span id=\"engine\" class=\"muted\"></span>\
 <span id=\"updated\"></span><span id=\"error\" role=\"alert\"></span></header>\n\
@@ -78,6 +79,17 @@ pub fn document(title: &str, body: &str, script: &str, data: Option<&str>) -> Pa
 pub fn live() -> &'static Page {
     static PAGE: OnceLock<Page> = OnceLock::new();
     PAGE.get_or_init(|| document("weir status", LIVE_BODY, LIVE, None))
+}
+
+/// The replay report: the same style and charts as the live page over `data`, a JSON object
+/// `{"report": weir replay's --json report, "timeline": {"start_s", "width_s", "buckets"}}`
+/// with `buckets[limit][i] = [passed, rejected, dry-run rejected]`.
+pub fn report(title: &str, data: &str) -> String {
+    let body = format!(
+        "<header><h1>{}</h1></header>\n<main><p id=\"summary\"></p></main>\n",
+        escape(title)
+    );
+    document(title, &body, REPORT, Some(data)).html
 }
 
 /// `'sha256-…'` of an inline script or style's text.
