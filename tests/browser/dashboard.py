@@ -199,6 +199,16 @@ class Run:
         b.wait(f"{TOOLS}: a uPlot canvas in div.chart",
                lambda: self.snap()["limits"][TOOLS]["canvas"], 10)
         check(rate(first["delayed"]) is not None, f"{TOOLS} [data-rate=delayed]: {first}")
+        # one read of the JSON status a second, from the page's own path
+        count = ("return performance.getEntriesByType('resource').map(e => e.name)"
+                 ".filter(n => n.includes('format=json'))")
+        before, t = b.js(count), time.monotonic()
+        time.sleep(3)
+        reads, secs = b.js(count), time.monotonic() - t
+        url = f"{site.url('/status')}?format=json"
+        check(set(reads) == {url} and 0.5 <= (len(reads) - len(before)) / secs <= 2,
+              f"the page's reads of the JSON status: {len(reads) - len(before)} in {secs:.1f} s "
+              f"({set(reads)}; expected one a second of {url})")
         updated = self.snap()["updated"]
         b.wait("#updated changes with each refresh",
                lambda: (lambda u: (u and u != updated, u))(self.snap()["updated"]), 5)
