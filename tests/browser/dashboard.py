@@ -25,6 +25,7 @@ Exits non-zero with the reason on any failure; every process it started is stopp
 """
 
 import argparse
+import http.client
 import json
 import os
 import re
@@ -186,6 +187,12 @@ class Run:
                     "return m ? m.content : null;")
         check(meta and "connect-src 'self'" in meta and "sha256-" in meta,
               f"the page's meta Content-Security-Policy: {meta!r}")
+        # the same policy as a header, which can also forbid framing
+        header = page_header(site.status_port, "/status?format=html",
+                             "Content-Security-Policy") or ""
+        directives = lambda p: {d.strip() for d in p.split(";") if d.strip()}  # noqa: E731
+        check(directives(meta) <= directives(header) and "frame-ancestors 'none'" in header,
+              f"Content-Security-Policy header {header!r}, meta {meta!r}")
 
         def moving():
             s = self.snap()
@@ -410,6 +417,18 @@ class Run:
 def load_nets(snap):
     """The tools limit's keys on the page (top keys of the last minute)."""
     return [r["id"] for r in snap["keys"].get(f"{TOOLS} 1m") or []]
+
+
+def page_header(port, target, name):
+    """A header of the answer to GET target on 127.0.0.1:port."""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        c.request("GET", target)
+        r = c.getresponse()
+        r.read()
+        return r.getheader(name)
+    finally:
+        c.close()
 
 
 def key_op(site, limit, key):
