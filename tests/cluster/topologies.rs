@@ -33,19 +33,26 @@ impl Servers {
 
     /// Starts `redis-server` with `args`, and waits until its TCP `port` accepts.
     fn redis(&mut self, port: u16, args: &[&str]) -> usize {
+        let log = self.dir.join(format!("redis-{port}.log"));
         let child = Command::new("redis-server")
             .args(args)
             .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             .arg("--dir")
             .arg(&self.dir)
-            .stdout(Stdio::null())
+            .stdout(std::fs::File::create(&log).unwrap())
             .stderr(Stdio::null())
             .spawn()
             .expect("redis-server not found: run `make setup`");
         self.children.push(child);
-        wait_for(&format!("redis-server on port {port}"), 10, || {
-            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
-        });
+        let t0 = Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                t0.elapsed() < Duration::from_secs(20),
+                "redis-server on port {port} did not start; its log:\n{}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
         self.children.len() - 1
     }
 
@@ -68,6 +75,17 @@ impl Drop for Servers {
 fn free_port() -> u16 {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     l.local_addr().unwrap().port()
+}
+
+/// A free port whose cluster bus port (`port + 10000`, which a Cluster node also opens) is
+/// free too and in range: otherwise that node does not start.
+fn free_cluster_port() -> u16 {
+    loop {
+        let p = free_port();
+        if p <= 55535 && std::net::TcpListener::bind(("127.0.0.1", p + 10000)).is_ok() {
+            return p;
+        }
+    }
 }
 
 fn wait_for(what: &str, secs: u64, f: impl Fn() -> bool) {
@@ -285,7 +303,16 @@ fn tls_mutual() {
 
 fn redis_cluster() {
     let mut s = Servers::new("redis-cluster");
-    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let mut ports: Vec<u16> = Vec::new();
+    while ports.len() < 3 {
+        let p = free_cluster_port();
+        if !ports
+            .iter()
+            .any(|&q| [q, q + 10000].contains(&p) || q == p + 10000)
+        {
+            ports.push(p);
+        }
+    }
     for &p in &ports {
         let conf = s.dir.join(format!("nodes-{p}.conf"));
         s.redis(
