@@ -261,6 +261,7 @@ caddy: caddy-lib $(XCADDY)
 		--with $(CADDY_MODULE)@v0.0.0=./caddy-plugin --output target/caddy/caddy
 	target/caddy/caddy list-modules | grep -qx 'http.handlers.weir'
 	target/caddy/caddy list-modules | grep -qx 'admin.api.weir'
+	target/caddy/caddy list-modules | grep -qx 'http.handlers.weir_status'
 
 # target/caddy/caddy-weirtest: the same with the test hooks (-tags weirtest, see
 # caddy-plugin/testhook_on.go); built from caddy-plugin/cmd/caddy-weir, not by xcaddy, with

@@ -52,8 +52,16 @@ func (a *AdminStatus) Routes() []caddy.AdminRoute {
 }
 
 func (a *AdminStatus) serveStatus(w http.ResponseWriter, r *http.Request) error {
+	return serveStatus(w, r, statusWrite(), a.logger)
+}
+
+// serveStatus answers a status request (the admin route's, the weir_status handler's):
+// the JSON status, the page (?format=html) or a key operation; write: whether key changes
+// are enabled there; logger: for the audit lines (nil: Caddy's default logger). Errors are
+// caddy.APIError with the status to answer.
+func serveStatus(w http.ResponseWriter, r *http.Request, write bool, logger *zap.Logger) error {
 	if isKeyQuery(r.URL.RawQuery) {
-		return a.serveKey(w, r)
+		return serveKey(w, r, write, logger)
 	}
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		return caddy.APIError{HTTPStatus: http.StatusMethodNotAllowed, Err: errMethod}
@@ -85,19 +93,18 @@ func (a *AdminStatus) serveStatus(w http.ResponseWriter, r *http.Request) error 
 
 // serveKey answers a key operation with the engine's answer (its status, JSON errors
 // included) and logs the audit line of a change at the limit's log_level.
-func (a *AdminStatus) serveKey(w http.ResponseWriter, r *http.Request) error {
+func serveKey(w http.ResponseWriter, r *http.Request, write bool, logger *zap.Logger) error {
 	var ans keyAnswer
 	ok := false
 	hub.held(func(engines []*engine) {
-		ans, ok = keyRequest(engines, r.Method, r.URL.RawQuery, keyHeaders(r), statusWrite(), nowNS())
+		ans, ok = keyRequest(engines, r.Method, r.URL.RawQuery, keyHeaders(r), write, nowNS())
 	})
 	if !ok {
 		return caddy.APIError{HTTPStatus: http.StatusInternalServerError, Err: errKey}
 	}
 	if ans.audit != "" {
-		logger := a.logger
 		if logger == nil {
-			logger = caddy.Log().Named("admin.api.weir")
+			logger = caddy.Log().Named("weir.status")
 		}
 		if ce := logger.Check(policyLogLevel(ans.level), ans.audit); ce != nil {
 			q, _ := url.ParseQuery(r.URL.RawQuery)

@@ -329,23 +329,27 @@ CADDYFILE = """{{
 		}}
 	}}
 }}
+:{status} {{
+	weir_status /weir_status
+}}
 """
 
 
 class Caddy:
-    """Caddy with the weir plugin (`caddy run`, its --pidfile); JSON status on the admin API."""
+    """Caddy with the weir plugin (`caddy run`, its --pidfile); JSON status on the admin API,
+    and the status (the page too) in a site of its own on port `status` (weir_status)."""
 
     def __init__(self, binary, backend_port, policy):
         self.binary = os.path.abspath(binary)
         self.dir = tempfile.mkdtemp(prefix="weir-overload-caddy-")
-        self.port, self.admin = free_port(), free_port()
+        self.port, self.admin, self.status = free_port(), free_port(), free_port()
         self.pid = None
         self.proc = None
         with open(os.path.join(self.dir, "policy.toml"), "w") as f:
             f.write(policy)
         with open(os.path.join(self.dir, "Caddyfile"), "w") as f:
             f.write(CADDYFILE.format(admin=self.admin, port=self.port, dir=self.dir,
-                                     backend=backend_port))
+                                     backend=backend_port, status=self.status))
         self.status_url = f"http://127.0.0.1:{self.admin}/weir/status"
         self.log = os.path.join(self.dir, "caddy.log")
 

@@ -17,7 +17,7 @@ text is the key text the JSON status has, no element is made of them and no scri
 page's Content-Security-Policy blocks a script injected into it (and the page itself causes
 no violation). Screenshots: desktop, phone and dark, in the test's temporary directory and,
 with WEIR_SCREENSHOT_DIR set, also there (dashboard.png, dashboard-phone.png,
-dashboard-dark.png). Then the same page from Caddy's admin API and from tower's
+dashboard-dark.png). Then the same page from Caddy (its weir_status handler) and from tower's
 StatusService (overload_proxy's /_weir) under a little load: live, with its limits, a
 concurrency limit's capacity, and the error state once the host is gone.
 

@@ -381,7 +381,8 @@ class Others:
     def page(self, name):
         h = self.hosts[name]
         if name == "caddy":
-            return f"http://127.0.0.1:{h.admin}/weir/status?format=html"
+            # The weir_status handler's site: Caddy's admin API refuses browsers' requests.
+            return f"http://127.0.0.1:{h.status}/weir_status?format=html"
         return f"http://127.0.0.1:{h.port}/_weir?format=html"
 
     def load(self, name, stop):

@@ -56,14 +56,8 @@ function weirChart(el, names, data) {
   return u;
 }
 
-/** A legend of the named series. */
+/** A legend of the named series (coloured by the style sheet, so it follows the theme). */
 function weirLegend(names) {
-  return weirEl("div", { class: "rates legend" }, ...names.map((n) => {
-    const sw = weirEl("span", { class: "swatch" });
-    sw.style.background = weirVar(WEIR_SERIES[n]);
-    sw.style.display = "inline-block";
-    sw.style.width = sw.style.height = "10px";
-    sw.style.marginRight = "4px";
-    return weirEl("span", {}, sw, n.replace(/_/g, " "));
-  }));
+  return weirEl("div", { class: "rates legend" },
+    ...names.map((n) => weirEl("span", {}, weirEl("span", { class: "swatch " + n }), n.replace(/_/g, " "))));
 }

@@ -99,8 +99,13 @@
     c.art.classList.toggle("rejecting", recent(ps.rejected));
     weirFill(c.totals, `total: ${l.passed} passed, ${l.delayed} delayed, ${l.rejected} rejected` +
       (l.banned ? `, ${l.banned} banned` : "") + (l.queued ? `, ${l.queued} queued` : ""));
+    // The chart starts at the first second with traffic (at most 15 minutes back, at least
+    // 2): a host that just started is not a sliver at the right edge.
     const n = ps.rejected.length;
-    const data = [Array.from({ length: n }, (_, i) => now - (n - 1 - i))].concat(KINDS.map((k) => ps[k]));
+    let from = KINDS.map((k) => ps[k].findIndex((v) => v > 0)).filter((i) => i >= 0).reduce((a, b) => Math.min(a, b), n);
+    from = Math.max(0, Math.min(from, n - 120));
+    const data = [Array.from({ length: n - from }, (_, i) => now - (n - 1 - from - i))]
+      .concat(KINDS.map((k) => ps[k].slice(from)));
     if (!c.plot) c.plot = weirChart(c.chart, KINDS, data);
     else c.plot.setData(data);
     weirFill(c.capacity, ...(l.capacity ? [capacityPart(l)] : []));
@@ -217,6 +222,14 @@
     }
   }
 
+  // The charts take the theme's colours when drawn: draw them anew when it changes.
+  matchMedia("(prefers-color-scheme: dark)").addEventListener("change", () => {
+    for (const c of cards.values()) {
+      if (c.plot) c.plot.destroy();
+      c.plot = null;
+      weirFill(c.chart);
+    }
+  });
   document.addEventListener("click", (ev) => {
     const b = ev.target.closest("button[data-action]");
     if (b) act(b);
