@@ -71,8 +71,15 @@ impl Redis {
     }
 
     /// SIGKILL by pid (no shutdown: like a crash).
-    pub fn kill(mut self) {
-        // SAFETY: signalling our own child by its pid.
+    pub fn kill(self) {
+        drop(self);
+    }
+}
+
+/// A test that fails leaves no server behind.
+impl Drop for Redis {
+    fn drop(&mut self) {
+        // SAFETY: signalling our own child by its pid (not yet waited for).
         unsafe { libc::kill(self.child.id() as i32, libc::SIGKILL) };
         let _ = self.child.wait();
     }
