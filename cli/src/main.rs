@@ -43,8 +43,9 @@ enum Cmd {
         /// Write one JSON line per request (file, line, time, client, verdict, deciding limit).
         #[arg(long, value_name = "FILE.jsonl")]
         verdicts: Option<PathBuf>,
-        /// Write a self-contained HTML chart of passed vs limited per limit per minute.
-        #[arg(long, value_name = "FILE.html")]
+        /// Write a self-contained HTML report (the status page's charts): passed vs limited
+        /// per limit per minute, top rejected keys and clients.
+        #[arg(long, visible_alias = "html", value_name = "FILE.html")]
         timeline: Option<PathBuf>,
         /// Seconds of log time lines may be out of order and still replay in order.
         #[arg(long, default_value_t = 10, value_name = "SECONDS")]
