@@ -137,7 +137,7 @@
 #define WEIR_FORMAT_PROMETHEUS 0
 
 /*
- The JSON status, schema version 1 (`Content-Type: application/json`).
+ The JSON status, schema version 2 (`Content-Type: application/json`).
  */
 #define WEIR_FORMAT_JSON 1
 
@@ -1249,9 +1249,9 @@ int weir_log_zone_get_stats(const struct weir_log_zone *z, struct weir_zone_stat
 
 /*
  Renders the counters of `engines[0..n]` (NULL entries are skipped; nginx: the policy's
- engine and its directives') in `format` (WEIR_FORMAT_PROMETHEUS, WEIR_FORMAT_JSON or
- WEIR_FORMAT_HTML, the page, the same for any engines; another value is WEIR_ERR_INVALID): the engines' totals summed, their limits and zones
- listed in turn. In Prometheus text each metric family appears once (one HELP and one TYPE
+ engine and its directives') in `format` (WEIR_FORMAT_PROMETHEUS, WEIR_FORMAT_JSON, or
+ WEIR_FORMAT_HTML: the page, the same for any engines; another value is WEIR_ERR_INVALID):
+ the engines' totals summed, their limits and zones listed in turn. In Prometheus text each metric family appears once (one HELP and one TYPE
  line, all its samples under them).
 
  Buffer contract: `*written` receives the length (no NUL is added); when `cap` is too small,

@@ -14,16 +14,16 @@ use crate::{WEIR_ERR_BUFFER_TOO_SMALL, WEIR_ERR_INVALID, WEIR_ERR_NULL, WEIR_OK}
 
 /// Prometheus text format 0.0.4 (`Content-Type: text/plain; version=0.0.4; charset=utf-8`).
 pub const WEIR_FORMAT_PROMETHEUS: c_int = 0;
-/// The JSON status, schema version 1 (`Content-Type: application/json`).
+/// The JSON status, schema version 2 (`Content-Type: application/json`).
 pub const WEIR_FORMAT_JSON: c_int = 1;
 /// The status page (`Content-Type: text/html; charset=utf-8`), which reads the JSON status
 /// from the same location; send it with the headers weir_page_header names.
 pub const WEIR_FORMAT_HTML: c_int = 2;
 
 /// Renders the counters of `engines[0..n]` (NULL entries are skipped; nginx: the policy's
-/// engine and its directives') in `format` (WEIR_FORMAT_PROMETHEUS, WEIR_FORMAT_JSON or
-/// WEIR_FORMAT_HTML, the page, the same for any engines; another value is WEIR_ERR_INVALID): the engines' totals summed, their limits and zones
-/// listed in turn. In Prometheus text each metric family appears once (one HELP and one TYPE
+/// engine and its directives') in `format` (WEIR_FORMAT_PROMETHEUS, WEIR_FORMAT_JSON, or
+/// WEIR_FORMAT_HTML: the page, the same for any engines; another value is WEIR_ERR_INVALID):
+/// the engines' totals summed, their limits and zones listed in turn. In Prometheus text each metric family appears once (one HELP and one TYPE
 /// line, all its samples under them).
 ///
 /// Buffer contract: `*written` receives the length (no NUL is added); when `cap` is too small,
