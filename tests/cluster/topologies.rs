@@ -283,6 +283,7 @@ fn tls_mutual() {
     let full = policy(&format!("{url}{client}"));
     let (a, b) = (engine(&full), engine(&full));
     two_engines_share(&a, &b);
+    pool_and_gcra_share("mutual TLS", &format!("{url}{client}"));
     // Without a client certificate the server refuses the handshake; without the CA the
     // server's certificate is not trusted (system store): both sync never, on the fallback.
     let no_client = engine(&policy(&url));
@@ -365,15 +366,16 @@ fn redis_cluster() {
         "{per_node:?}"
     );
     println!("cluster: 3 primaries, counters per primary {per_node:?}, counts shared");
-    pool_and_gcra_share(&format!(
-        "redis = [{}]\nredis_mode = \"cluster\"\n",
-        urls.join(", ")
-    ));
+    pool_and_gcra_share(
+        "3 primaries",
+        &format!("redis = [{}]\nredis_mode = \"cluster\"\n", urls.join(", ")),
+    );
 }
 
-/// A concurrency pool and a GCRA zone, keyed by client address (8 keys spread over the
-/// primaries), shared by two engines: their scripts (one key each) reach the right primaries.
-fn pool_and_gcra_share(redis: &str) {
+/// A concurrency pool and a GCRA zone, keyed by client address (8 keys; on a Redis Cluster,
+/// spread over the primaries), shared by two engines over `redis` (`what`): their scripts (one
+/// key each) reach the right server.
+fn pool_and_gcra_share(what: &str, redis: &str) {
     let src = format!(
         "[zones.pool]\nsize = \"64k\"\nalgorithm = \"concurrency\"\nmax = 4\nscope = \"cluster\"\n\
          {redis}sync_interval = \"50ms\"\nexpected_nodes = 2\n\
@@ -448,8 +450,7 @@ fn pool_and_gcra_share(redis: &str) {
         b.release(p, monotonic_ns());
     }
     println!(
-        "cluster: a pool (A 3 of 4 per key, B the last one) and a GCRA zone (burst shared) over \
-         3 primaries"
+        "a pool (A 3 of 4 per key, B the last one) and a GCRA zone (burst shared) over {what}"
     );
 }
 
@@ -531,6 +532,13 @@ fn sentinel_failover() {
     assert_eq!(admit(&a, 10), [10; KEYS as usize]);
     propagate(&a, &b, 30 * KEYS as u64);
     assert_eq!(admit(&b, 40), [EVENTS - 31; KEYS as usize]);
+    pool_and_gcra_share(
+        "the promoted replica, found through the Sentinel",
+        &format!(
+            "redis = \"redis://127.0.0.1:{sp}\"\nredis_mode = \"sentinel\"\n\
+             sentinel_master = \"mymaster\"\n"
+        ),
+    );
     println!(
         "sentinel: counts shared through the master; after SIGKILL the sentinel promoted the \
          replica in {failover:?}, both engines synced with it {resumed:?} after the kill"
