@@ -24,7 +24,12 @@ if ls "$dir"/*_test.go >/dev/null 2>&1 || grep -q '^//go:build weirtest' "$dir"/
 fi
 (cd "$tmp" && CGO_ENABLED=1 XCADDY_SKIP_CLEANUP=0 timeout 900 "$xcaddy" build "$caddy_version" \
     --with "github.com/weir-rs/weir/caddy-plugin@v0.0.0=$dir" --output "$tmp/caddy")
-${RUN:-} "$tmp/caddy" list-modules | grep -qx 'http.handlers.weir'
+# Listed first, then searched: `grep -q` quitting at the first match would end list-modules
+# with SIGPIPE, which pipefail reports as a failure.
+modules=$(${RUN:-} "$tmp/caddy" list-modules)
+for m in http.handlers.weir http.handlers.weir_status admin.api.weir; do
+    grep -qx "$m" <<<"$modules" || { echo "caddy-dist-test: $m not in the built Caddy" >&2; exit 1; }
+done
 
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 cat > "$tmp/Caddyfile" <<CADDYFILE
