@@ -611,7 +611,7 @@ func statusJSON(engines []*engine) []byte {
 // statusPage renders the status page (WEIR_FORMAT_HTML; the same for any engines) and the
 // headers to send with it (weir_page_header: its Content-Security-Policy first).
 func statusPage() (page []byte, headers [][2]string) {
-	page = rendered(64<<10, func(buf []byte, w *C.size_t) C.int {
+	page = rendered(128<<10, func(buf []byte, w *C.size_t) C.int { // the page is about 71 KB
 		return C.weir_metrics(nil, 0, C.WEIR_FORMAT_HTML, bptr(buf), C.size_t(len(buf)), w)
 	})
 	for i := 0; ; i++ {
