@@ -29,7 +29,6 @@ use crate::region::{Fresh, Region};
 #[cfg(not(loom))]
 use header::Open;
 use header::{Header, Stripe, TableIdent, HEADER_BYTES, MAGIC};
-use probe::*;
 use slot::{pack, SlotWord, EMPTY};
 use std::ptr::NonNull;
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed};
@@ -543,14 +542,22 @@ impl Table {
         ((cur >> 64) as u64 != 0).then_some(((cur >> 64) as u64, cur as u64))
     }
 
-    /// The state stored for `key_hash`, if any (for tests and diagnostics).
+    /// The state stored for `key_hash`, if any. The scan ends at the first empty slot: no
+    /// key sits after one in its window (the invariant of [`Table::modify`]), so a key with
+    /// no entry (an idle key, most of a sparse table) costs one bucket load.
+    #[inline]
     pub fn peek(&self, key_hash: u64) -> Option<u64> {
         let home = self.home(key_hash);
-        (0..self.window).find_map(|b| {
-            let words = self.load_bucket(self.wrap(home + b));
-            let (hit, _) = matches(&words, key_hash);
-            (hit != 0).then(|| slot::state(words[hit.trailing_zeros() as usize]))
-        })
+        for b in 0..self.window {
+            let (words, hit) = self.load_bucket_hits(self.wrap(home + b), key_hash);
+            if hit != 0 {
+                return Some(probe::state_at(&words, hit.trailing_zeros() as usize));
+            }
+            if words.iter().any(|&w| slot::tag(w) == EMPTY) {
+                return None;
+            }
+        }
+        None
     }
 
     pub fn stats(&self) -> TableStats {

@@ -285,6 +285,36 @@ mod tests {
         assert!(filled > 150, "{filled} slots filled");
     }
 
+    /// `peek`, which stops at the first empty slot, finds what a scan of the whole probe
+    /// window finds, in a table full enough that keys sit beyond their home bucket.
+    #[test]
+    fn peek_agrees_with_a_full_window_scan() {
+        let t = Table::new(Table::bytes_for(256), 1, 0).unwrap();
+        let g = Gcra::new(Rate::per_second(10), 3, Delay::NoDelay).unwrap();
+        let hash = |k: u64| t.key_hash(&k.to_le_bytes());
+        for k in 0u64..230 {
+            t.check(&g, hash(k), 1, 1_000_000_000 + k);
+        }
+        let full_scan = |h: u64| {
+            let home = t.home(h);
+            (0..t.window).find_map(|b| {
+                let words = t.load_bucket(t.wrap(home + b));
+                let (hit, _) = matches(&words, h);
+                (hit != 0).then(|| slot::state(words[hit.trailing_zeros() as usize]))
+            })
+        };
+        let (mut found, mut beyond_home) = (0, 0);
+        for k in 0u64..1000 {
+            let h = hash(k);
+            assert_eq!(t.peek(h), full_scan(h), "key {k}");
+            found += usize::from(t.peek(h).is_some());
+            let home = t.load_bucket(t.home(h));
+            beyond_home += usize::from(t.peek(h).is_some() && matches(&home, h).0 == 0);
+        }
+        assert!(found > 150, "{found} keys found");
+        assert!(beyond_home > 0, "no key beyond its home bucket");
+    }
+
     /// The fused load-and-compare finds exactly the slots `matches` finds: tags equal to the
     /// key in any subset of slots, states equal to the key (which must not count), empties.
     #[test]
