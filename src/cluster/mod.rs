@@ -16,6 +16,7 @@
 
 mod connect;
 pub mod gcra;
+mod key_hash;
 pub mod pool;
 mod shared;
 mod sync;
@@ -28,7 +29,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use siphasher::sip::SipHasher13;
+use key_hash::KeyHash;
 
 use crate::limiter::packed::{self, Counts};
 use crate::limiter::{RateStep, SlidingWindow, Verdict, MAX_COUNT};
@@ -197,7 +198,7 @@ pub struct ClusterZone {
     shared: bool,
     /// 1 while this process's syncer leads (per process, whatever `stats` lives in).
     leads: AtomicU64,
-    keys: SipHasher13,
+    keys: KeyHash,
     /// Added to a CLOCK_MONOTONIC `now` so that the local table sees wall-clock time: window
     /// ids are then the same on every node (`realtime − monotonic + the table's clock base`).
     offset: u64,
@@ -205,27 +206,6 @@ pub struct ClusterZone {
     stats: StatsRef,
     stop: AtomicBool,
     thread: Mutex<Option<JoinHandle<()>>>,
-}
-
-/// The seed of the cluster key hash: the zone name and the Redis password (a secret every
-/// node shares; without one an attacker knowing the zone name could aim keys at one probe
-/// window). SipHash keys come from a fixed FNV-1a + splitmix64 mix, stable forever.
-fn key_seed(zone: &str, password: Option<&str>) -> (u64, u64) {
-    let mut h = 0xcbf2_9ce4_8422_2325u64;
-    for b in zone
-        .bytes()
-        .chain([0xff])
-        .chain(password.unwrap_or("").bytes())
-    {
-        h = (h ^ b as u64).wrapping_mul(0x0100_0000_01b3);
-    }
-    let mix = |mut z: u64| {
-        z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    };
-    (mix(h), mix(h ^ 0x5745_4952_434c_5553))
 }
 
 fn realtime_ns() -> u64 {
@@ -317,7 +297,7 @@ impl ClusterZone {
             .password
             .clone()
             .or_else(|| spec.redis.first().and_then(|u| url_password(u)));
-        let (k0, k1) = key_seed(name, password.as_deref());
+        let keys = KeyHash::new(name, password.as_deref());
         let offset = realtime_ns()
             .wrapping_sub(crate::clock::monotonic_ns())
             .wrapping_add(local.clock_base());
@@ -331,7 +311,7 @@ impl ClusterZone {
             pushed,
             shared: is_shared,
             leads: AtomicU64::new(0),
-            keys: SipHasher13::new_with_keys(k0, k1),
+            keys,
             offset,
             stale_after,
             stats,
@@ -436,7 +416,7 @@ impl ClusterZone {
     /// The stable keyed hash a cluster zone's keys are stored under, on every node alike.
     #[inline]
     pub fn key_hash(&self, key: &[u8]) -> u64 {
-        self.keys.hash(key).max(1)
+        self.keys.hash(key)
     }
 
     /// True while the last successful sync is recent (`now`: CLOCK_MONOTONIC ns).
@@ -627,16 +607,5 @@ mod tests {
             remote: packed::write(3, Counts { prev: 0, cur: 10 }),
         };
         assert!(old.step(s, now, 1).1.admitted());
-    }
-
-    #[test]
-    fn key_hash_is_stable() {
-        // Pinned: every node, every build, names a key the same way.
-        let (k0, k1) = key_seed("api", None);
-        let h = SipHasher13::new_with_keys(k0, k1);
-        assert_eq!((k0, k1), (0x6466_3079_b316_e224, 0x49a5_f7a4_5b75_17df));
-        assert_eq!(h.hash(b"k"), 0xdd32_7c37_b66b_f56e);
-        let (p0, _) = key_seed("api", Some("secret"));
-        assert_ne!(k0, p0);
     }
 }

@@ -402,7 +402,7 @@ impl Syncer {
         if id.load(Relaxed) == 0 {
             let seed =
                 (u64::from(std::process::id()) << 40) ^ super::realtime_ns() ^ monotonic_ns();
-            let (fresh, _) = super::key_seed(&self.zone.name, Some(&seed.to_string()));
+            let (fresh, _) = super::key_hash::seed(&self.zone.name, Some(&seed.to_string()));
             let _ = id.compare_exchange(0, fresh.max(1), Relaxed, Relaxed);
         }
         id.load(Relaxed)
