@@ -56,14 +56,28 @@ impl KeyHash {
         KeyHash { k0, k1 }
     }
 
-    /// The hash of `m`, never 0 (0 marks an empty table slot). The bytes are read as two
-    /// words (overlapping for 4 to 16 bytes; longer keys fold 16 bytes at a time first), and
-    /// with the length they determine the key, so distinct keys differ in the last product's
-    /// inputs.
+    /// The hash of `m`, never 0 (0 marks an empty table slot).
     #[inline]
     pub(crate) fn hash(&self, m: &[u8]) -> u64 {
+        self.finish(self.absorb(self.k0, m))
+    }
+
+    /// A hasher of a key written in pieces (a key's parts, as `KeySpec::hash_pieces` writes
+    /// them): each piece is absorbed with its length, so where one ends is never ambiguous.
+    pub(crate) fn pieces(&self) -> Pieces {
+        Pieces {
+            keys: *self,
+            acc: self.k0,
+        }
+    }
+
+    /// `acc` with `m` folded in. The bytes are read as two words (overlapping for 4 to 16
+    /// bytes; longer ones fold 16 bytes at a time first), and with the length they determine
+    /// `m`, so distinct byte strings differ in the last product's inputs.
+    #[inline]
+    fn absorb(&self, acc: u64, m: &[u8]) -> u64 {
         let n = m.len();
-        let mut acc = self.k0 ^ (n as u64).wrapping_mul(C0);
+        let mut acc = acc ^ (n as u64).wrapping_mul(C0);
         let (a, b) = if n > 16 {
             let mut i = 0;
             while n - i > 16 {
@@ -81,8 +95,31 @@ impl KeyHash {
         } else {
             (0, 0)
         };
-        let h = fold(a ^ self.k1 ^ C1, b ^ acc);
-        fold(h ^ C2, self.k0 ^ self.k1.rotate_left(32)).max(1)
+        fold(a ^ self.k1 ^ C1, b ^ acc)
+    }
+
+    #[inline]
+    fn finish(&self, acc: u64) -> u64 {
+        fold(acc ^ C2, self.k0 ^ self.k1.rotate_left(32)).max(1)
+    }
+}
+
+/// [`KeyHash`] over a key's pieces ([`KeyHash::pieces`]).
+#[derive(Clone, Copy)]
+pub(crate) struct Pieces {
+    keys: KeyHash,
+    acc: u64,
+}
+
+impl std::hash::Hasher for Pieces {
+    #[inline]
+    fn write(&mut self, piece: &[u8]) {
+        self.acc = self.keys.absorb(self.acc, piece);
+    }
+
+    #[inline]
+    fn finish(&self) -> u64 {
+        self.keys.finish(self.acc)
     }
 }
 
@@ -163,6 +200,31 @@ mod tests {
         // Another zone (or password) names the same key differently.
         let other = KeyHash::new("z", Some("pw2"));
         assert_ne!(h.hash(b"192.0.2.7"), other.hash(b"192.0.2.7"));
+    }
+
+    /// Pieces keep their boundaries: the same bytes split differently hash apart.
+    #[test]
+    fn pieces_hash_apart_by_boundary() {
+        use std::hash::Hasher;
+        let h = KeyHash::new("z", Some("pw"));
+        let of = |parts: &[&[u8]]| {
+            let mut p = h.pieces();
+            parts.iter().for_each(|x| p.write(x));
+            p.finish()
+        };
+        let splits: [&[&[u8]]; 6] = [
+            &[b"abcdef"],
+            &[b"abc", b"def"],
+            &[b"ab", b"cdef"],
+            &[b"abcdef", b""],
+            &[b"", b"abcdef"],
+            &[b"abcd", b"e", b"f"],
+        ];
+        let all: HashSet<u64> = splits.iter().map(|s| of(s)).collect();
+        assert_eq!(all.len(), splits.len());
+        assert_eq!(of(&[b"abc", b"def"]), of(&[b"abc", b"def"]));
+        // One piece is the one-shot hash.
+        assert_eq!(of(&[b"192.0.2.7"]), h.hash(b"192.0.2.7"));
     }
 
     /// Consecutive addresses spread over the high bits a table's home bucket is taken from.

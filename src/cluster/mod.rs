@@ -30,6 +30,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use key_hash::KeyHash;
+pub(crate) use key_hash::Pieces as KeyPieces;
 
 use crate::limiter::packed::{self, Counts};
 use crate::limiter::{RateStep, SlidingWindow, Verdict, MAX_COUNT};
@@ -417,6 +418,12 @@ impl ClusterZone {
     #[inline]
     pub fn key_hash(&self, key: &[u8]) -> u64 {
         self.keys.hash(key)
+    }
+
+    /// The same hash, for a key written in pieces (`KeySpec::hash_pieces`).
+    #[inline]
+    pub(crate) fn key_hasher(&self) -> KeyPieces {
+        self.keys.pieces()
     }
 
     /// True while the last successful sync is recent (`now`: CLOCK_MONOTONIC ns).

@@ -37,11 +37,11 @@
 //!
 //! # Hashing
 //!
-//! Fixed and `ip`-only keys, and every key of a cluster zone, are hashed as the bytes
-//! [`KeySpec::build`] writes. Other keys of a local zone are hashed as the sequence of their
-//! encoding's pieces (`KeySpec::hash_pieces`, never truncated): the same parts and values
-//! give the same hash, and different ones differ as their bytes do (each piece is one
-//! length-mixing `write`).
+//! Fixed and `ip`-only keys are hashed as the bytes [`KeySpec::build`] writes. Other keys are
+//! hashed as the sequence of their encoding's pieces (`KeySpec::hash_pieces`, never
+//! truncated): the same parts and values give the same hash, and different ones differ as
+//! their bytes do (each piece is one length-mixing `write`). A local zone hashes with its
+//! table's hasher, a cluster zone with the cluster key hash, the same on every node.
 //!
 //! # Zone sharing
 //!
@@ -196,12 +196,34 @@ impl KeySpec {
     }
 
     /// The key for `req` hashed by `hasher` as the sequence of its encoding's pieces (see the
-    /// module documentation), without writing the key out: a key hash for zones whose keys
-    /// are only ever hashed in this process's table (never 0).
+    /// module documentation), without writing the key out (never 0).
     #[inline]
     pub(crate) fn hash_pieces<H: Hasher>(&self, req: &PreparedRequest<'_>, hasher: H) -> u64 {
         let mut h = PieceHasher(hasher);
         self.encode(req, &mut h);
+        h.0.finish().max(1)
+    }
+
+    /// For a key of one unmasked `var:` part: the variable's index and `hasher` fed with the
+    /// pieces before the value (the same for every request). [`KeySpec::finish_var`] then gives
+    /// what [`KeySpec::hash_pieces`] gives. `None` for any other key.
+    pub(crate) fn var_prefix<H: Hasher>(&self, hasher: H) -> Option<(usize, H)> {
+        let [KeyPart::Var { name, index, mask }] = &self.parts[..] else {
+            return None;
+        };
+        if !mask.is_none() {
+            return None;
+        }
+        let mut h = PieceHasher(hasher);
+        put_name(&mut h, 0x07, name);
+        Some((*index, h.0))
+    }
+
+    /// The hash of a [`KeySpec::var_prefix`] key whose variable has value `v`.
+    #[inline]
+    pub(crate) fn finish_var<H: Hasher>(prefix: H, v: &[u8]) -> u64 {
+        let mut h = PieceHasher(prefix);
+        put_len_bytes(&mut h, 1, v);
         h.0.finish().max(1)
     }
 
@@ -303,20 +325,25 @@ pub(crate) fn ip_key(
 }
 
 fn put_named<S: Sink>(w: &mut S, kind: u8, name: &[u8], value: Option<&[u8]>) {
-    // Names are validated at compile time to be at most 255 bytes.
-    w.put(&[kind, name.len().min(255) as u8]);
-    w.put(&name[..name.len().min(255)]);
+    put_name(w, kind, name);
     match value {
         None => w.put(&[0]),
         Some(v) => put_len_bytes(w, 1, v),
     }
 }
 
+/// What [`put_named`] writes before the value.
+#[inline]
+fn put_name<S: Sink>(w: &mut S, kind: u8, name: &[u8]) {
+    // Names are validated at compile time to be at most 255 bytes.
+    w.put(&[kind, name.len().min(255) as u8]);
+    w.put(&name[..name.len().min(255)]);
+}
+
 /// A masked `var:` value: like [`put_named`] with presence byte `2`, then the family (`4`/`6`),
 /// the prefix length and the network's address (4 or 16 bytes).
 fn put_masked<S: Sink>(w: &mut S, name: &[u8], net: IpAddr, prefix: u8) {
-    w.put(&[0x07, name.len().min(255) as u8]);
-    w.put(&name[..name.len().min(255)]);
+    put_name(w, 0x07, name);
     match net {
         IpAddr::V4(a) => {
             let [a, b, c, d] = a.octets();
@@ -509,6 +536,43 @@ mod tests {
                 seen.push(buf[..n].to_vec());
             }
         }
+    }
+
+    /// A one-variable key's kept prefix, finished with the value, is the key's piece hash
+    /// (the cluster zones' `ClusterVar` plan and `General` plan name keys alike).
+    #[test]
+    fn var_prefix_finishes_as_hash_pieces() {
+        use std::hash::BuildHasher;
+        let hasher = ahash::RandomState::with_seeds(1, 2, 3, 4);
+        let var = |mask| KeyPart::Var {
+            name: b"server_name".to_vec().into(),
+            index: 1,
+            mask,
+        };
+        let spec = KeySpec::new(vec![var(VarMask::default())]);
+        let (index, prefix) = spec.var_prefix(hasher.build_hasher()).unwrap();
+        assert_eq!(index, 1);
+        let base = OwnedRequest::new("GET", "/", "192.0.2.1".parse().unwrap());
+        for v in ["a", "bench", "x".repeat(300).as_str()] {
+            let r = base.clone().var(1, v);
+            let p = PreparedRequest::new(&r, b"/", b"", r.peer);
+            assert_eq!(
+                KeySpec::finish_var(prefix.clone(), v.as_bytes()),
+                spec.hash_pieces(&p, hasher.build_hasher()),
+                "{v}"
+            );
+        }
+        // Masked, or not alone: no prefix.
+        let masked = VarMask {
+            v4: Some(24),
+            v6: None,
+        };
+        assert!(KeySpec::new(vec![var(masked)])
+            .var_prefix(hasher.build_hasher())
+            .is_none());
+        assert!(KeySpec::new(vec![KeyPart::IP, var(VarMask::default())])
+            .var_prefix(hasher.build_hasher())
+            .is_none());
     }
 
     #[test]

@@ -14,10 +14,14 @@ pub(super) enum KeyPlan {
     /// (nothing else shares the zone's keys, so no encoding is needed to keep them apart).
     /// The index is the variable's ([`Engine::var_names`]).
     Var(usize),
-    /// Anything else: in a zone of this process's tables, the encoding's pieces hashed as
-    /// they are produced ([`super::key::KeySpec::hash_pieces`]: no buffer to fill and read
-    /// back); in a cluster zone, whose keys every node must name alike, the bytes `build`
-    /// writes.
+    /// `var:NAME` alone (unmasked) in a cluster zone: the cluster hash of the pieces before
+    /// the value, kept, then the value's ([`super::key::KeySpec::var_prefix`]): the same hash
+    /// as [`KeyPlan::General`]'s, so every node names the key alike whatever its plan.
+    ClusterVar(usize, crate::cluster::KeyPieces),
+    /// Anything else: the encoding's pieces hashed as they are produced
+    /// ([`super::key::KeySpec::hash_pieces`]: no buffer to fill and read back), with the
+    /// zone table's hasher, or in a cluster zone, whose keys every node must name alike, the
+    /// cluster key hash.
     General,
     /// [`KeyPlan::General`] with `var:` parts, which must all be set for the limit to apply.
     GeneralVars,
@@ -427,7 +431,13 @@ impl Engine {
                     KeyPlan::Var(*index)
                 }
                 parts if parts.iter().any(|p| matches!(p, KeyPart::Var { .. })) => {
-                    KeyPlan::GeneralVars
+                    match self.clusters[l.zone]
+                        .as_ref()
+                        .and_then(|c| l.key.var_prefix(c.key_hasher()))
+                    {
+                        Some((index, prefix)) => KeyPlan::ClusterVar(index, prefix),
+                        None => KeyPlan::GeneralVars,
+                    }
                 }
                 parts if parts.iter().all(|p| *p == KeyPart::Global) => {
                     let req = PreparedRequest::new(&anyone, b"/", b"", anyone.peer);

@@ -32,8 +32,8 @@ pub use super::bounded::MAX_HEADER_VALUES;
 use super::config::{self, CompiledPolicy, Lane, Limit};
 use super::counters::{fingerprint, Counters};
 pub use super::counters::{EngineCounts, LimitCounts};
-use super::key::KeyPart;
 use super::key::{ip_key, KEY_BUF_LEN};
+use super::key::{KeyPart, KeySpec};
 use super::ledger::{Held, Ledger, UNTRACKED};
 use super::matching::classset::ClassSet;
 use super::matching::normalize::{self, UriError};
@@ -579,6 +579,10 @@ impl Engine {
                 Some(v) if !v.is_empty() => self.tables[limit.zone].key_hash(v),
                 _ => return None,
             },
+            KeyPlan::ClusterVar(index, prefix) => match req.view.var(index) {
+                Some(v) if !v.is_empty() => KeySpec::finish_var(prefix, v),
+                _ => return None,
+            },
             KeyPlan::General => self.general_key(limit, req),
             KeyPlan::GeneralVars if limit.key.vars_set(req) => self.general_key(limit, req),
             KeyPlan::GeneralVars => return None,
@@ -588,12 +592,8 @@ impl Engine {
     #[inline(always)]
     fn general_key(&self, limit: &Limit, req: &PreparedRequest<'_>) -> u64 {
         match &self.clusters[limit.zone] {
-            // A cluster zone's keys are named alike on every node: hashed as bytes.
-            Some(c) => {
-                let mut key = [0u8; KEY_BUF_LEN];
-                let len = limit.key.build(req, &mut key);
-                c.key_hash(&key[..len])
-            }
+            // A cluster zone's keys are named alike on every node: its own hash.
+            Some(c) => limit.key.hash_pieces(req, c.key_hasher()),
             None => limit
                 .key
                 .hash_pieces(req, self.tables[limit.zone].key_hasher()),
