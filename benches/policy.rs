@@ -9,6 +9,9 @@
 //! The `*_2_threads` cases run the same loop on two threads at once, each with its own clients,
 //! and report ns per request per thread: what sharing the engine's counters and tables between
 //! cores adds (equal to the one-thread case when nothing is shared).
+//!
+//! With WEIR_BENCH_REDIS=redis://… naming a running redis-server, the `cluster/*` cases run the
+//! minimal and the fixed concurrency cases on `scope = "cluster"` zones.
 
 use std::hint::black_box;
 use std::net::IpAddr;
@@ -224,19 +227,32 @@ fn benches(c: &mut Criterion) {
         ("concurrency/fixed", "16"),
         ("concurrency/auto", "\"auto\""),
     ] {
-        let e = engine(&fixture::concurrency_policy(max));
-        let r = OwnedRequest::new("GET", "/", IpAddr::from([198, 51, 100, 1]));
-        let mut now = 1_000_000_000u64;
-        c.bench_function(name, |b| {
-            b.iter(|| {
-                now += 20_000_000;
-                let out = e.evaluate(black_box(&r), now).unwrap();
-                let action = out.action;
-                e.release_sampled(out.permits, Some(fixture::SAMPLE), now);
-                black_box(action)
-            })
-        });
+        admit_release(c, name, &engine(&fixture::concurrency_policy(max)));
     }
+
+    // The minimal and the fixed concurrency cases on `scope = "cluster"` zones, synced with
+    // the redis-server $WEIR_BENCH_REDIS names (skipped without it).
+    if let Some(e) = fixture::cluster_engine(fixture::MINIMAL_POLICY) {
+        run(c, "cluster/minimal_1_limit", &e, &peers);
+    }
+    if let Some(e) = fixture::cluster_engine(&fixture::concurrency_policy("16")) {
+        admit_release(c, "cluster/concurrency_fixed", &e);
+    }
+}
+
+/// One client admitted and given back its permit with the backend's time, 20 ms apart.
+fn admit_release(c: &mut Criterion, name: &str, e: &Engine) {
+    let r = OwnedRequest::new("GET", "/", IpAddr::from([198, 51, 100, 1]));
+    let mut now = 1_000_000_000u64;
+    c.bench_function(name, |b| {
+        b.iter(|| {
+            now += 20_000_000;
+            let out = e.evaluate(black_box(&r), now).unwrap();
+            let action = out.action;
+            e.release_sampled(out.permits, Some(fixture::SAMPLE), now);
+            black_box(action)
+        })
+    });
 }
 
 /// The reject path: 16 clients over their limit (`1r/m`, the clock standing still), with the

@@ -27,26 +27,6 @@ fn engine(src: &str) -> Engine {
         .unwrap()
 }
 
-/// A zone's cluster settings for the Redis at $WEIR_BENCH_REDIS, syncing every 5 s.
-fn cluster() -> String {
-    let url = std::env::var("WEIR_BENCH_REDIS").expect("WEIR_BENCH_REDIS=redis://…");
-    format!("scope = \"cluster\"\nredis = \"{url}\"\nsync_interval = \"5s\"\nexpected_nodes = 1\n")
-}
-
-/// The engine of `src` once its cluster zone has synced.
-fn synced(src: &str) -> Engine {
-    let e = engine(src);
-    let t0 = std::time::Instant::now();
-    while !e.cluster(0).unwrap().healthy(weir::clock::monotonic_ns()) {
-        assert!(
-            t0.elapsed().as_secs() < 10,
-            "no sync with $WEIR_BENCH_REDIS"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
-    e
-}
-
 /// As benches/policy.rs `rejections`: 16 clients over `1r/m`, the clock standing still.
 fn rejections(engine: Engine, n: usize) {
     let now = 1_000_000_000u64;
@@ -125,7 +105,7 @@ fn main() {
             let src = fixture::concurrency_policy(max);
             let e = if case == "conc_cluster" {
                 // As conc_fixed, on a cluster pool (see min_cluster).
-                synced(&src.replace("max = 16\n", &format!("max = 16\n{}", cluster())))
+                fixture::cluster_engine(&src).expect("WEIR_BENCH_REDIS=redis://…")
             } else {
                 engine(&src)
             };
@@ -142,9 +122,7 @@ fn main() {
         // `min` on a `scope = "cluster"` zone, syncing (rarely: every 5 s) with the Redis at
         // $WEIR_BENCH_REDIS: a cluster GCRA zone's request path beside a local one's.
         "min_cluster" => (
-            synced(
-                &fixture::MINIMAL_POLICY.replace("10r/s\"\n", &format!("10r/s\"\n{}", cluster())),
-            ),
+            fixture::cluster_engine(fixture::MINIMAL_POLICY).expect("WEIR_BENCH_REDIS=redis://…"),
             clients
                 .map(|c| OwnedRequest::new("GET", "/", IpAddr::from([198, 51, 100, c])))
                 .collect(),

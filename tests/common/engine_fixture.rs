@@ -265,3 +265,28 @@ pub fn long_diff(client: u8) -> OwnedRequest {
         .header("cookie", "session=ab12cd34")
         .header("x-forwarded-for", &format!("198.51.100.{client}"))
 }
+
+/// `policy` (the minimal policy, or a concurrency policy with `max = 16`) with its zone on the
+/// cluster at $WEIR_BENCH_REDIS (syncing every 5 s), built and synced once; `None` when the
+/// variable is not set.
+#[allow(dead_code)]
+pub fn cluster_engine(policy: &str) -> Option<Engine> {
+    let url = std::env::var("WEIR_BENCH_REDIS").ok()?;
+    let zone = format!(
+        "scope = \"cluster\"\nredis = \"{url}\"\nsync_interval = \"5s\"\nexpected_nodes = 1\n"
+    );
+    let src = policy
+        .replacen("10r/s\"\n", &format!("10r/s\"\n{zone}"), 1)
+        .replacen("max = 16\n", &format!("max = 16\n{zone}"), 1);
+    assert_ne!(src, policy, "no zone to put on the cluster");
+    let e = Engine::new(weir::policy::CompiledPolicy::parse(&src, None).unwrap()).unwrap();
+    let t0 = std::time::Instant::now();
+    while !e.cluster(0).unwrap().healthy(weir::clock::monotonic_ns()) {
+        assert!(
+            t0.elapsed().as_secs() < 10,
+            "no sync with $WEIR_BENCH_REDIS"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    Some(e)
+}
