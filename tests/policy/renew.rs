@@ -2,8 +2,8 @@
 //! (`Engine::renew_held`), are released in the bucket a renewal moved them to, and still
 //! expire within two leases when nobody renews them (a holder that died).
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use std::sync::{Arc, RwLock};
 
 use crate::engine_attach::PolicyRegions;
 use weir::policy::engine::{AttachOptions, Permits, QueueTicket};
@@ -153,11 +153,16 @@ fn a_stale_copy_released_after_a_renewal_frees_nothing() {
 /// Renewals race with requests taking and releasing permits on other threads, across many
 /// lease buckets: no release gives back the wrong bucket (the count would drift up, and the
 /// key fill up) and none gives one back twice (it would drift down, and admit too many).
+///
+/// The clock runs 10,000 times faster than a real one (a quarter lease per 50 µs), so each
+/// call holds it still from reading it to returning, as a host's call takes microseconds of a
+/// lease: a thread descheduled between reading the clock and calling would otherwise act
+/// leases in the past.
 #[test]
 fn renewals_racing_releases_keep_the_count_exact() {
     const MAX: u32 = 3;
     let e = Arc::new(engine(MAX, 1, 0));
-    let clock = Arc::new(AtomicU64::new(T0));
+    let clock = Arc::new(RwLock::new(T0));
     let stop = Arc::new(AtomicBool::new(false));
     let renewer = {
         let (e, clock, stop) = (e.clone(), clock.clone(), stop.clone());
@@ -165,7 +170,11 @@ fn renewals_racing_releases_keep_the_count_exact() {
             let mut moved = 0;
             while !stop.load(SeqCst) {
                 // A quarter lease per round: every permit crosses bucket boundaries.
-                let now = clock.fetch_add(LEASE / 4, SeqCst) + LEASE / 4;
+                let now = {
+                    let mut c = clock.write().unwrap();
+                    *c += LEASE / 4;
+                    *c
+                };
                 moved += e.renew_held(now);
                 std::thread::sleep(std::time::Duration::from_micros(50));
             }
@@ -178,14 +187,18 @@ fn renewals_racing_releases_keep_the_count_exact() {
             std::thread::spawn(move || {
                 let mut admitted = 0;
                 for i in 0..20_000 {
-                    let out = e.evaluate(&req(), clock.load(SeqCst)).unwrap();
+                    let out = {
+                        let now = clock.read().unwrap();
+                        e.evaluate(&req(), *now).unwrap()
+                    };
                     if out.action == Action::Pass {
                         admitted += 1;
                         if i % 7 == 0 {
                             std::thread::yield_now();
                         }
                     }
-                    e.release(out.permits, clock.load(SeqCst));
+                    let now = clock.read().unwrap();
+                    e.release(out.permits, *now);
                 }
                 admitted
             })
@@ -199,7 +212,7 @@ fn renewals_racing_releases_keep_the_count_exact() {
         "admitted {admitted}, moved {moved}"
     );
     // Nothing is held: exactly MAX places are free now.
-    let now = clock.load(SeqCst);
+    let now = *clock.read().unwrap();
     let outs: Vec<_> = (0..=MAX)
         .map(|_| e.evaluate(&req(), now).unwrap())
         .collect();
