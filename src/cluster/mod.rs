@@ -507,7 +507,10 @@ struct WithRemote<'a> {
 impl RateStep for WithRemote<'_> {
     #[inline]
     fn step(&self, state: u64, now: u64, cost: u64) -> (u64, Verdict) {
-        let id = now / self.sw.window_ns();
+        let w = self.sw.window_ns();
+        let id = packed::window(state, now / w);
+        // A clock just behind the state's window acts at that window's start.
+        let now = if id == now / w { now } else { id * w };
         let local = packed::read(state, id);
         let remote = packed::read(self.remote, id);
         let both = Counts {

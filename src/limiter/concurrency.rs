@@ -75,7 +75,7 @@ impl Concurrency {
     /// In flight at `now`.
     #[inline]
     pub fn in_flight(&self, state: u64, now: u64) -> u64 {
-        let c = packed::read(state, self.bucket(now));
+        let c = packed::read(state, packed::window(state, self.bucket(now)));
         c.prev + c.cur
     }
 
@@ -96,7 +96,7 @@ impl Concurrency {
     #[inline]
     pub fn acquire_capped(&self, state: u64, now: u64, units: u64, max: u64) -> (u64, Verdict) {
         let units = units.max(1);
-        let bucket = self.bucket(now);
+        let bucket = packed::window(state, self.bucket(now));
         let c = packed::read(state, bucket);
         let held = c.prev + c.cur;
         let mut verdict = Verdict {
@@ -135,7 +135,7 @@ impl Concurrency {
     #[inline]
     pub fn release_units(&self, state: u64, now: u64, bucket: u64, units: u64) -> u64 {
         let units = units.max(1);
-        let id = self.bucket(now);
+        let id = packed::window(state, self.bucket(now));
         let mut c = packed::read(state, id);
         match id.wrapping_sub(bucket) {
             0 => c.cur = c.cur.saturating_sub(units),
@@ -154,7 +154,7 @@ impl Concurrency {
     /// [`Concurrency::renew`] for a permit taken with [`Concurrency::acquire_units`] (the
     /// same `units`). A permit in the current bucket, or expired, stays where it is.
     pub fn renew_units(&self, state: u64, now: u64, bucket: u64, units: u64) -> (u64, u64) {
-        let id = self.bucket(now);
+        let id = packed::window(state, self.bucket(now));
         if id.wrapping_sub(bucket) != 1 {
             // Current: nothing to move. Expired: the permit is gone; re-adding it could
             // exceed `max`.
@@ -187,6 +187,29 @@ mod tests {
         assert_eq!(s, 0);
         // A second release of the same permit never goes below zero.
         assert_eq!(c.release(s, 6, c.bucket(2)), 0);
+    }
+
+    /// Two threads (or processes) read the clock on either side of a lease boundary; the
+    /// later one writes first. The earlier one's steps act in the later bucket: nothing is
+    /// wiped, and a permit renewed into the later bucket is released from it.
+    #[test]
+    fn a_step_with_a_clock_just_behind_keeps_the_counts() {
+        let c = Concurrency::new(3, L).unwrap();
+        let (s, _) = c.acquire(0, L - 1);
+        let (s, late) = c.acquire(s, L + 1); // the next bucket
+        assert!(late.admitted());
+        let (s, early) = c.acquire(s, L - 2); // read just before the boundary
+        assert!(early.admitted());
+        assert_eq!(c.in_flight(s, L - 2), 3);
+        assert_eq!(c.in_flight(s, L + 2), 3);
+        let (full, v) = c.acquire(s, L - 2);
+        assert!(!v.admitted());
+        assert_eq!(full, s);
+        // A permit renewed into bucket 1 and released with a clock still in bucket 0.
+        let (s, b) = c.renew(s, L + 3, 0);
+        assert_eq!(b, 1);
+        let s = c.release(s, L - 1, b);
+        assert_eq!(c.in_flight(s, L + 4), 2);
     }
 
     #[test]

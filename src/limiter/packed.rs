@@ -9,6 +9,25 @@
 pub const MAX_COUNT: u64 = (1 << 20) - 1;
 const ID_MASK: u64 = (1 << 24) - 1;
 
+/// How many windows a caller's clock may trail a state's and still have the state's window
+/// taken as its own (see [`window`]).
+pub const MAX_BEHIND: u64 = 2;
+
+/// The window a step on `state` at window `id` acts in: `id`, or the state's window when that
+/// is up to [`MAX_BEHIND`] windows later. Another thread or process that read the clock a
+/// moment later may already have written the next window; stepping from an earlier one would
+/// read its counts as gone and wipe them (admitting too many), or miss a permit renewed into
+/// it (counting one too many until its lease ends).
+#[inline]
+pub fn window(state: u64, id: u64) -> u64 {
+    let ahead = (state >> 40).wrapping_sub(id) & ID_MASK;
+    if state != 0 && (1..=MAX_BEHIND).contains(&ahead) {
+        id + ahead
+    } else {
+        id
+    }
+}
+
 /// Counts of the current window and the one before it, as seen from window `id`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Counts {
@@ -46,6 +65,17 @@ pub fn write(id: u64, c: Counts) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_clock_slightly_behind_takes_the_states_window() {
+        let s = write(7, Counts { prev: 3, cur: 5 });
+        assert_eq!(window(s, 7), 7, "same window");
+        assert_eq!(window(s, 6), 7, "one behind");
+        assert_eq!(window(s, 5), 7, "two behind");
+        assert_eq!(window(s, 4), 4, "further behind: as read");
+        assert_eq!(window(s, 8), 8, "ahead of the state");
+        assert_eq!(window(0, 4), 4, "no state");
+    }
 
     #[test]
     fn rolls_forward() {

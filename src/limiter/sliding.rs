@@ -70,8 +70,10 @@ impl SlidingWindow {
 impl RateStep for SlidingWindow {
     #[inline]
     fn step(&self, state: u64, now: u64, cost: u64) -> (u64, Verdict) {
-        let id = now / self.window_ns;
-        let elapsed = now % self.window_ns;
+        let at = now / self.window_ns;
+        let id = packed::window(state, at);
+        // A clock just behind the state's window acts at that window's start.
+        let elapsed = if id == at { now % self.window_ns } else { 0 };
         let c = packed::read(state, id);
         let limit_scaled = self.events as u128 * self.window_ns as u128;
         let after = self.scaled_estimate(c, elapsed) + cost as u128 * self.window_ns as u128;
@@ -111,7 +113,7 @@ impl RateStep for SlidingWindow {
 
     #[inline]
     fn refund(&self, state: u64, now: u64, cost: u64) -> u64 {
-        let id = now / self.window_ns;
+        let id = packed::window(state, now / self.window_ns);
         let mut c = packed::read(state, id);
         let from_cur = cost.min(c.cur);
         c.cur -= from_cur;
@@ -157,6 +159,24 @@ mod tests {
                 Decision::Reject
             ]
         );
+    }
+
+    /// A step whose clock reads just before a window boundary, after another thread already
+    /// counted in the next window, counts there too: the next window's counts are not wiped.
+    #[test]
+    fn a_step_with_a_clock_just_behind_keeps_the_counts() {
+        let sw = SlidingWindow::new(3, W).unwrap();
+        let mut s = 0;
+        for _ in 0..3 {
+            assert!(check(&mut s, &sw, 2 * W + 1, 1).admitted());
+        }
+        let before = s;
+        let v = check(&mut s, &sw, 2 * W - 1, 1);
+        assert!(!v.admitted(), "the next window's three count");
+        assert_eq!(s, before);
+        // A refund from the earlier clock takes one back from the later window.
+        let s = sw.refund(s, 2 * W - 1, 1);
+        assert_eq!(packed::read(s, 2), packed::Counts { prev: 0, cur: 2 });
     }
 
     #[test]
