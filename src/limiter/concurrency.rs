@@ -72,10 +72,17 @@ impl Concurrency {
         now / self.lease_ns
     }
 
+    /// The bucket a step on `state` at `now` acts in (`now`'s, or the state's when this clock
+    /// read trails it: [`packed::window`]).
+    #[inline]
+    pub fn bucket_of(&self, state: u64, now: u64) -> u64 {
+        packed::window(state, self.bucket(now))
+    }
+
     /// In flight at `now`.
     #[inline]
     pub fn in_flight(&self, state: u64, now: u64) -> u64 {
-        let c = packed::read(state, packed::window(state, self.bucket(now)));
+        let c = packed::read(state, self.bucket_of(state, now));
         c.prev + c.cur
     }
 
@@ -96,7 +103,7 @@ impl Concurrency {
     #[inline]
     pub fn acquire_capped(&self, state: u64, now: u64, units: u64, max: u64) -> (u64, Verdict) {
         let units = units.max(1);
-        let bucket = packed::window(state, self.bucket(now));
+        let bucket = self.bucket_of(state, now);
         let c = packed::read(state, bucket);
         let held = c.prev + c.cur;
         let mut verdict = Verdict {
@@ -135,7 +142,7 @@ impl Concurrency {
     #[inline]
     pub fn release_units(&self, state: u64, now: u64, bucket: u64, units: u64) -> u64 {
         let units = units.max(1);
-        let id = packed::window(state, self.bucket(now));
+        let id = self.bucket_of(state, now);
         let mut c = packed::read(state, id);
         match id.wrapping_sub(bucket) {
             0 => c.cur = c.cur.saturating_sub(units),
@@ -154,7 +161,7 @@ impl Concurrency {
     /// [`Concurrency::renew`] for a permit taken with [`Concurrency::acquire_units`] (the
     /// same `units`). A permit in the current bucket, or expired, stays where it is.
     pub fn renew_units(&self, state: u64, now: u64, bucket: u64, units: u64) -> (u64, u64) {
-        let id = packed::window(state, self.bucket(now));
+        let id = self.bucket_of(state, now);
         if id.wrapping_sub(bucket) != 1 {
             // Current: nothing to move. Expired: the permit is gone; re-adding it could
             // exceed `max`.

@@ -440,17 +440,19 @@ impl Table {
         now: u64,
     ) -> (Verdict, Option<Permit>) {
         let now = now.saturating_sub(self.clock_base);
-        let verdict = self.modify(
+        // The permit's bucket is the one the admission counted it in: the state's, when this
+        // clock read trails the state's bucket (`packed::window`).
+        let (verdict, bucket) = self.modify(
             key_hash,
             |s| c.in_flight(s, now),
-            |s| c.acquire_capped(s, now, units, max),
+            |s| {
+                let (next, v) = c.acquire_capped(s, now, units, max);
+                (next, (v, c.bucket_of(s, now)))
+            },
             true,
         );
         self.count(verdict.decision);
-        let permit = verdict.admitted().then(|| Permit {
-            key_hash,
-            bucket: c.bucket(now),
-        });
+        let permit = verdict.admitted().then_some(Permit { key_hash, bucket });
         (verdict, permit)
     }
 

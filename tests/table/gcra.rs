@@ -188,6 +188,32 @@ fn the_clock_base_is_shared_through_the_header() {
     assert!(other.check(&g, k, 1, 1001 * S + 5).admitted());
 }
 
+/// Two callers read the clock on either side of a lease boundary and the later one admits
+/// first: the earlier one's permit is counted in the later bucket and says so, so releasing
+/// it (with either clock) and renewing it give back exactly that unit.
+#[test]
+fn a_permit_taken_with_a_trailing_clock_names_the_bucket_it_is_counted_in() {
+    let lease = 10 * S;
+    let t = Table::new(1 << 16, 3, 0).unwrap();
+    let c = Concurrency::new(3, lease).unwrap();
+    let k = t.key_hash(b"rails");
+    let (_, late) = t.acquire(&c, k, lease + 1);
+    let (_, early) = t.acquire(&c, k, lease - 1);
+    let (late, early) = (late.unwrap().into_raw(), early.unwrap().into_raw());
+    assert_eq!(late.1, 1);
+    assert_eq!(early.1, 1, "counted in bucket 1, not its clock's 0");
+    let permit = |(k, b)| weir::limiter::Permit::from_raw(k, b);
+    let in_flight = |now| c.in_flight(t.peek(k).unwrap_or(0), now);
+    assert_eq!(in_flight(lease + 2), 2);
+    t.release(&c, permit(early), lease - 1);
+    assert_eq!(in_flight(lease + 2), 1);
+    // Renewed in bucket 2, released with a clock still in bucket 1.
+    let late = t.renew_units(&c, permit(late), 1, 2 * lease + 1).into_raw();
+    assert_eq!(late.1, 2);
+    t.release(&c, permit(late), 2 * lease - 1);
+    assert_eq!(in_flight(2 * lease + 2), 0);
+}
+
 #[test]
 fn concurrency_permits_release_once_and_never_underflow() {
     let t = Table::new(1 << 16, 3, 0).unwrap();
