@@ -678,6 +678,10 @@ typedef struct weir_outcome {
   const uint8_t *state;
   size_t state_len;
   /*
+   What access logs show of the verdict (as `weir_engine_log_decision` in this style).
+   */
+  struct weir_log_decision log;
+  /*
    Lines to log, in order; a WEIR_QUEUE's own line is the last.
    */
   size_t lines;

@@ -10,12 +10,29 @@
 #include "ngx_http_weir_module.h"
 
 
+#define NGX_HTTP_WEIR_ASKED  4
+
+/*
+ * the keys the engine asked for while evaluating a request (the first few):
+ * $weir_key keeps the deciding zone's without evaluating it again
+ */
+
+typedef struct {
+    ngx_http_request_t         *request;
+    ngx_uint_t                  n;
+    ngx_http_weir_dzone_t      *zone[NGX_HTTP_WEIR_ASKED];
+    ngx_str_t                   key[NGX_HTTP_WEIR_ASKED];
+} ngx_http_weir_asked_t;
+
+
 static int ngx_http_weir_var(void *ctx, size_t index, const uint8_t **value,
     size_t *value_len);
+static int ngx_http_weir_var_asked(void *ctx, size_t index,
+    const uint8_t **value, size_t *value_len);
 static ngx_int_t ngx_http_weir_evaluate(ngx_http_request_t *r,
-    ngx_http_weir_sel_t *sel, weir_verdict *v);
+    ngx_http_weir_sel_t *sel, weir_verdict *v, ngx_http_weir_asked_t *asked);
 static void ngx_http_weir_keep_key(ngx_http_request_t *r,
-    ngx_http_weir_state_t *st);
+    ngx_http_weir_state_t *st, ngx_http_weir_asked_t *asked);
 static ngx_uint_t ngx_http_weir_learned(ngx_http_weir_loc_conf_t *wlcf,
     weir_verdict *v);
 
@@ -63,6 +80,33 @@ ngx_http_weir_var(void *ctx, size_t index, const uint8_t **value,
 }
 
 
+/* ngx_http_weir_var, remembering the key (ctx: ngx_http_weir_asked_t) */
+
+static int
+ngx_http_weir_var_asked(void *ctx, size_t index, const uint8_t **value,
+    size_t *value_len)
+{
+    ngx_http_weir_asked_t  *asked = ctx;
+
+    ngx_http_weir_main_conf_t  *wmcf;
+
+    if (!ngx_http_weir_var(asked->request, index, value, value_len)) {
+        return 0;
+    }
+
+    if (asked->n < NGX_HTTP_WEIR_ASKED) {
+        wmcf = ngx_http_get_module_main_conf(asked->request,
+                                             ngx_http_weir_module);
+        asked->zone[asked->n] = wmcf->vars[index];
+        asked->key[asked->n].data = (u_char *) *value;
+        asked->key[asked->n].len = *value_len;
+        asked->n++;
+    }
+
+    return 1;
+}
+
+
 /* the request as the directives' engine sees it: their zones' keys */
 
 void
@@ -79,7 +123,7 @@ ngx_http_weir_limit_request(ngx_http_request_t *r, weir_request *wr)
 
 static ngx_int_t
 ngx_http_weir_evaluate(ngx_http_request_t *r, ngx_http_weir_sel_t *sel,
-    weir_verdict *v)
+    weir_verdict *v, ngx_http_weir_asked_t *asked)
 {
     int                          wrc;
     weir_request                 wr;
@@ -88,6 +132,11 @@ ngx_http_weir_evaluate(ngx_http_request_t *r, ngx_http_weir_sel_t *sel,
     wmcf = ngx_http_get_module_main_conf(r, ngx_http_weir_module);
 
     ngx_http_weir_limit_request(r, &wr);
+
+    asked->request = r;
+    asked->n = 0;
+    wr.header_ctx = asked;
+    wr.var = ngx_http_weir_var_asked;
 
     wrc = weir_engine_evaluate_selected(wmcf->dir.engine, &wr, sel->index,
                                         sel->n, ngx_http_weir_now(r), v);
@@ -110,13 +159,15 @@ ngx_http_weir_limit(ngx_http_request_t *r, ngx_http_weir_loc_conf_t *wlcf,
     ngx_str_t                   *status;
     weir_verdict                 req, *v;
     weir_outcome                 o;
+    ngx_http_weir_asked_t        asked;
     ngx_http_weir_main_conf_t   *wmcf;
 
     wmcf = ngx_http_get_module_main_conf(r, ngx_http_weir_module);
 
     v = conn ? &st->conn_verdict : &req;
 
-    if (ngx_http_weir_evaluate(r, conn ? &wlcf->conn_sel : &wlcf->req_sel, v)
+    if (ngx_http_weir_evaluate(r, conn ? &wlcf->conn_sel : &wlcf->req_sel, v,
+                               &asked)
         != NGX_OK)
     {
         return NGX_DECLINED;
@@ -136,12 +187,12 @@ ngx_http_weir_limit(ngx_http_request_t *r, ngx_http_weir_loc_conf_t *wlcf,
         return NGX_DECLINED;
     }
 
-    if (ngx_http_weir_log_record(r, st, wmcf->dir.engine, v,
+    if (ngx_http_weir_log_record(st, wmcf->dir.engine, &o.log,
                                  conn ? WEIR_STYLE_CONN : WEIR_STYLE_REQ)
         == NGX_OK
         && st->log_limit >= 0)
     {
-        ngx_http_weir_keep_key(r, st);
+        ngx_http_weir_keep_key(r, st, &asked);
     }
 
     status = conn ? &st->conn_status : &st->req_status;
@@ -190,15 +241,17 @@ ngx_http_weir_learned(ngx_http_weir_loc_conf_t *wlcf, weir_verdict *v)
 
 /*
  * Keeps the key of the zone that decided (delayed, rejected, or would have
- * in a dry run) as the request has it now, when it was evaluated: $weir_key
+ * in a dry run) as the request had it when it was evaluated (the engine
+ * asked for it then, and the value lives in the request's pool): $weir_key
  * shows it after internal redirects (error_page, try_files) changed the
  * variables it is made of.  Passes keep nothing.
  */
 
 static void
-ngx_http_weir_keep_key(ngx_http_request_t *r, ngx_http_weir_state_t *st)
+ngx_http_weir_keep_key(ngx_http_request_t *r, ngx_http_weir_state_t *st,
+    ngx_http_weir_asked_t *asked)
 {
-    ngx_uint_t                  i;
+    ngx_uint_t                  i, k;
     ngx_http_weir_dzone_t      *dz;
     ngx_http_weir_main_conf_t  *wmcf;
 
@@ -211,6 +264,13 @@ ngx_http_weir_keep_key(ngx_http_request_t *r, ngx_http_weir_state_t *st)
                            st->log_name.len)
                == 0)
         {
+            for (k = 0; k < asked->n; k++) {
+                if (asked->zone[k] == &dz[i]) {
+                    st->log_key = asked->key[k];
+                    return;
+                }
+            }
+
             if (ngx_http_complex_value(r, &dz[i].key, &st->log_key)
                 != NGX_OK)
             {

@@ -77,33 +77,28 @@ ngx_http_weir_add_variables(ngx_conf_t *cf)
 
 
 /*
- * Records the decision verdict v shows (NGX_OK); a later verdict replaces it
- * unless it names no limit while the recorded one does (a queued request
- * admitted afterwards stays "queue"; weir_conn passing then weir_req
- * rejecting is weir_req's rejection): NGX_DECLINED
+ * Records the decision d (a verdict's, from weir_engine_outcome) of engine e
+ * (NGX_OK); a later decision replaces it unless it names no limit while the
+ * recorded one does (a queued request admitted afterwards stays "queue";
+ * weir_conn passing then weir_req rejecting is weir_req's rejection):
+ * NGX_DECLINED
  */
 
 ngx_int_t
-ngx_http_weir_log_record(ngx_http_request_t *r, ngx_http_weir_state_t *st,
-    weir_engine *e, weir_verdict *v, int style)
+ngx_http_weir_log_record(ngx_http_weir_state_t *st, weir_engine *e,
+    weir_log_decision *d, int style)
 {
-    weir_log_decision  d;
-
-    if (weir_engine_log_decision(e, v, style, &d) != WEIR_OK) {
-        return NGX_DECLINED;
-    }
-
-    if (st->log_engine != NULL && d.limit < 0 && st->log_limit >= 0) {
+    if (st->log_engine != NULL && d->limit < 0 && st->log_limit >= 0) {
         return NGX_DECLINED;
     }
 
     st->log_engine = e;
-    st->log_limit = d.limit;
+    st->log_limit = d->limit;
     st->log_policy = (style == WEIR_STYLE_POLICY);
-    st->log_name.data = (u_char *) d.name;
-    st->log_name.len = d.name_len;
-    st->log_action.data = (u_char *) d.action;
-    st->log_action.len = d.action_len;
+    st->log_name.data = (u_char *) d->name;
+    st->log_name.len = d->name_len;
+    st->log_action.data = (u_char *) d->action;
+    st->log_action.len = d->action_len;
     ngx_str_null(&st->log_key);
 
     return NGX_OK;

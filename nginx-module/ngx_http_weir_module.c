@@ -407,17 +407,26 @@ ngx_http_weir_state(ngx_http_request_t *r, ngx_uint_t create)
         return NULL;
     }
 
-    cln = ngx_pool_cleanup_add(r->main->pool, sizeof(ngx_http_weir_state_t));
+    /*
+     * the cleanup and the state in one allocation (ngx_pool_cleanup_add
+     * makes two), linked as ngx_pool_cleanup_add links it
+     */
+
+    cln = ngx_palloc(r->main->pool,
+                     sizeof(ngx_pool_cleanup_t) + sizeof(ngx_http_weir_state_t));
     if (cln == NULL) {
         return NULL;
     }
 
-    st = cln->data;
+    st = (ngx_http_weir_state_t *) (cln + 1);
     ngx_memzero(st, offsetof(ngx_http_weir_state_t, conn_verdict));
 
     st->request = r->main;
 
     cln->handler = ngx_http_weir_cleanup;
+    cln->data = st;
+    cln->next = r->main->pool->cleanup;
+    r->main->pool->cleanup = cln;
 
     ngx_http_set_ctx(r->main, st, ngx_http_weir_module);
 

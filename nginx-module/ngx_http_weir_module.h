@@ -251,8 +251,8 @@ ngx_int_t ngx_http_weir_keys_handler(ngx_http_request_t *r);
 
 /* ngx_http_weir_log.c */
 
-ngx_int_t ngx_http_weir_log_record(ngx_http_request_t *r,
-    ngx_http_weir_state_t *st, weir_engine *e, weir_verdict *v, int style);
+ngx_int_t ngx_http_weir_log_record(ngx_http_weir_state_t *st, weir_engine *e,
+    weir_log_decision *d, int style);
 ngx_int_t ngx_http_weir_add_variables(ngx_conf_t *cf);
 
 /* ngx_http_weir_renew.c */

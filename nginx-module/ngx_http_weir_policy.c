@@ -274,7 +274,7 @@ ngx_http_weir_verdict(ngx_http_request_t *r, ngx_http_weir_loc_conf_t *wlcf,
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    ngx_http_weir_log_record(r, st, st->engine, v, WEIR_STYLE_POLICY);
+    ngx_http_weir_log_record(st, st->engine, &o.log, WEIR_STYLE_POLICY);
 
     if (o.action != WEIR_QUEUE) {
         st->policy_done = 1;

@@ -5,7 +5,7 @@
 use std::ffi::c_int;
 
 use weir::policy::engine::LogAction;
-use weir::policy::Action;
+use weir::policy::{Action, Engine};
 
 use crate::evaluate::request;
 use crate::outcome::{limit_word, WEIR_STYLE_CONN, WEIR_STYLE_POLICY, WEIR_STYLE_REQ};
@@ -58,21 +58,25 @@ pub unsafe extern "C" fn weir_engine_log_decision(
         if ![WEIR_STYLE_POLICY, WEIR_STYLE_REQ, WEIR_STYLE_CONN].contains(&style) {
             return WEIR_ERR_INVALID;
         }
-        let (e, v, o) = (&(*e).engine, &*v, &mut *out);
-        let dry = index(v.dry_run_limit).map(|l| (l, action(v.dry_run_action)));
-        let (act, limit) = LogAction::decide(action(v.action), index(v.limit), v.exempt >= 0, dry);
-        let limit = limit.map_or(-1, i32::from);
-        let name = limit_word(e, limit, style);
-        let word = act.as_str();
-        *o = weir_log_decision {
-            limit,
-            name: name.as_ptr(),
-            name_len: name.len(),
-            action: word.as_ptr(),
-            action_len: word.len(),
-        };
+        *out = log_decision(&(*e).engine, &*v, style);
         WEIR_OK
     })
+}
+
+/// What `v` shows in an access log, in `style` (a known one).
+pub(crate) fn log_decision(e: &Engine, v: &weir_verdict, style: c_int) -> weir_log_decision {
+    let dry = index(v.dry_run_limit).map(|l| (l, action(v.dry_run_action)));
+    let (act, limit) = LogAction::decide(action(v.action), index(v.limit), v.exempt >= 0, dry);
+    let limit = limit.map_or(-1, i32::from);
+    let name = limit_word(e, limit, style);
+    let word = act.as_str();
+    weir_log_decision {
+        limit,
+        name: name.as_ptr(),
+        name_len: name.len(),
+        action: word.as_ptr(),
+        action_len: word.len(),
+    }
 }
 
 /// Writes limit `limit`'s key for request `r` as logs show it (`203.0.113.0/24`,
@@ -158,5 +162,53 @@ mod tests {
             assert_eq!(rc, WEIR_ERR_INVALID, "style {style}");
             assert_eq!(d.limit, 7, "nothing written for style {style}");
         }
+    }
+
+    /// `weir_engine_outcome` carries the same decision `weir_engine_log_decision` gives,
+    /// whatever the verdict and style (hosts read it there instead of asking again).
+    #[test]
+    fn the_outcome_carries_the_log_decision() {
+        use crate::{weir_engine_outcome, weir_outcome, WEIR_DELAY, WEIR_PASS};
+        let src = "[zones.z]\nsize = \"64k\"\nalgorithm = \"gcra\"\nrate = \"1r/s\"\n\
+                   [[limit]]\nname = \"all\"\nclass = \"*\"\nzone = \"z\"\n\
+                   [[limit]]\nname = \"dry\"\nclass = \"*\"\nzone = \"z\"\ndry_run = true\n";
+        let e = weir_engine {
+            engine: Engine::new(parse_policy(src, None).unwrap()).unwrap(),
+        };
+        let text = |p: *const u8, n: usize| {
+            // SAFETY: the engine's words are static for its life.
+            String::from_utf8_lossy(unsafe { std::slice::from_raw_parts(p, n) }).into_owned()
+        };
+        let mut seen = std::collections::HashSet::new();
+        for (action, limit, dry, exempt) in [
+            (WEIR_PASS, -1, -1, -1),
+            (WEIR_PASS, -1, -1, 0),
+            (WEIR_REJECT, 0, -1, -1),
+            (WEIR_DELAY, 0, -1, -1),
+            (WEIR_PASS, -1, 1, -1),
+        ] {
+            let mut v = empty_verdict();
+            (v.action, v.limit, v.exempt) = (action, limit, exempt);
+            (v.dry_run_limit, v.dry_run_action) = (dry, WEIR_REJECT);
+            for style in [WEIR_STYLE_POLICY, WEIR_STYLE_REQ, WEIR_STYLE_CONN] {
+                // SAFETY: all-zero structs of integers and null pointers are valid; every
+                // pointer is valid for the calls.
+                let (mut d, mut o): (weir_log_decision, weir_outcome) =
+                    unsafe { (std::mem::zeroed(), std::mem::zeroed()) };
+                unsafe {
+                    assert_eq!(weir_engine_log_decision(&e, &v, style, &mut d), WEIR_OK);
+                    assert_eq!(weir_engine_outcome(&e, &v, style, &mut o), WEIR_OK);
+                }
+                let words = (text(d.name, d.name_len), text(d.action, d.action_len));
+                assert_eq!(o.log.limit, d.limit);
+                assert_eq!(words.0, text(o.log.name, o.log.name_len));
+                assert_eq!(words.1, text(o.log.action, o.log.action_len));
+                seen.insert(words.1);
+            }
+        }
+        assert!(
+            seen.len() >= 4,
+            "the verdicts show different decisions: {seen:?}"
+        );
     }
 }

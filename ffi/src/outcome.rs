@@ -10,6 +10,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use weir::policy::config::LogLevel;
 use weir::policy::Engine;
 
+use crate::{access_log::log_decision, weir_log_decision};
 use crate::{
     bytes, guard, weir_arg, weir_engine, weir_verdict, WEIR_ERR_INVALID, WEIR_ERR_NULL, WEIR_OK,
 };
@@ -54,6 +55,8 @@ pub struct weir_outcome {
     /// ("PASSED", "DELAYED_DRY_RUN", ...), static, not NUL-terminated; empty in policy mode.
     pub state: *const u8,
     pub state_len: usize,
+    /// What access logs show of the verdict (as `weir_engine_log_decision` in this style).
+    pub log: weir_log_decision,
     /// Lines to log, in order; a WEIR_QUEUE's own line is the last.
     pub lines: usize,
     pub line: [weir_log_line; 3],
@@ -301,16 +304,19 @@ pub unsafe extern "C" fn weir_engine_outcome(
             return WEIR_ERR_NULL;
         }
         let (e, v, o) = (&(*e).engine, &*v, &mut *out);
+        if ![WEIR_STYLE_POLICY, WEIR_STYLE_REQ, WEIR_STYLE_CONN].contains(&style) {
+            return WEIR_ERR_INVALID;
+        }
         o.action = WEIR_PASS;
         o.status = 0;
         o.wait_ms = v.wait_ns.div_ceil(1_000_000);
         o.state("");
+        o.log = log_decision(e, v, style);
         o.lines = 0;
         match style {
             WEIR_STYLE_POLICY => policy_outcome(e, v, o),
             WEIR_STYLE_REQ => req_outcome(e, v, o),
-            WEIR_STYLE_CONN => conn_outcome(e, v, o),
-            _ => return WEIR_ERR_INVALID,
+            _ => conn_outcome(e, v, o),
         }
         WEIR_OK
     })
