@@ -80,6 +80,15 @@ static int wgo_var(void *ctx, size_t index, const uint8_t **value, size_t *value
 	return 0;
 }
 
+// wgo_decision is weir_log_decision without pointers: the action word copied (at most 14
+// bytes, "dry-run-reject"). cgo checks at run time every argument that points to memory
+// holding pointers, which cost a request about a sixth of weir's share of Caddy's CPU.
+typedef struct {
+	int32_t limit;
+	uint8_t action_len;
+	uint8_t action[15];
+} wgo_decision;
+
 // wgo_evaluate runs one evaluation (one cgo call): the policy's, or the limits at sel (nsel
 // of them, the inline zones a request matches) when sel is not NULL; first, or again for a
 // queued verdict. (Go pointers only as arguments: cgo forbids Go memory holding them.)
@@ -87,7 +96,8 @@ static int wgo_evaluate(const weir_engine *e, const uint8_t *m, size_t ml, const
                         size_t tl, const uint8_t *p, size_t pl, const uint8_t *hb, size_t hl,
                         const uint8_t *vb, size_t vl, const uint16_t *sel, size_t nsel, int queued,
                         uint64_t now, weir_verdict *v, uint8_t *buf, size_t cap,
-                        weir_log_decision *d) {
+                        wgo_decision *d) {
+	weir_log_decision ld;
 	wgo_headers h = { hb, hl, SIZE_MAX, 0, 0, 0, vb, vl };
 	weir_request r = {0};
 	int rc;
@@ -105,8 +115,11 @@ static int wgo_evaluate(const weir_engine *e, const uint8_t *m, size_t ml, const
 	}
 	d->limit = -1;
 	d->action_len = 0;
-	if (rc == WEIR_OK) {
-		weir_engine_log_decision(e, v, WEIR_STYLE_POLICY, d);
+	if (rc == WEIR_OK && weir_engine_log_decision(e, v, WEIR_STYLE_POLICY, &ld) == WEIR_OK
+	    && ld.action_len <= sizeof d->action) {
+		d->limit = ld.limit;
+		d->action_len = (uint8_t)ld.action_len;
+		memcpy(d->action, ld.action, ld.action_len);
 	}
 	return rc;
 }
@@ -353,18 +366,24 @@ type reqView struct {
 // verdict is a weir_verdict plus the response header lines the engine wrote.
 type verdict struct {
 	v    C.weir_verdict
-	d    C.weir_log_decision // what access logs show of it (weir_engine_log_decision)
+	d    C.wgo_decision // what access logs show of it (weir_engine_log_decision)
 	rc   int
 	hbuf [headerCap]byte
 }
 
-// logAction is the decision's word for access logs ("pass", "reject", "dry-run-reject" …),
-// a view of the engine's static text (no copy).
+// logWords are the decision words the engine names (weir_log_decision's action).
+var logWords = [...]string{"pass", "exempt", "delay", "queue", "reject", "dry-run-delay", "dry-run-reject"}
+
+// logAction is the decision's word for access logs ("pass", "reject", "dry-run-reject" …):
+// one of logWords, so nothing is allocated (another word is copied).
 func (v *verdict) logAction() string {
-	if v.d.action_len == 0 {
-		return ""
+	b := unsafe.Slice((*byte)(unsafe.Pointer(&v.d.action[0])), int(v.d.action_len))
+	for _, w := range logWords {
+		if string(b) == w {
+			return w
+		}
 	}
-	return unsafe.String((*byte)(unsafe.Pointer(v.d.action)), int(v.d.action_len))
+	return string(b)
 }
 
 // logLimit is the index of the limit the decision names, or -1.
