@@ -82,7 +82,7 @@ static int wgo_var(void *ctx, size_t index, const uint8_t **value, size_t *value
 
 // wgo_decision is weir_log_decision without pointers: the action word copied (at most 14
 // bytes, "dry-run-reject"). cgo checks at run time every argument that points to memory
-// holding pointers, which cost a request about a sixth of weir's share of Caddy's CPU.
+// holding pointers; this one holds none, so the request's cgo call is not checked for it.
 typedef struct {
 	int32_t limit;
 	uint8_t action_len;
