@@ -15,17 +15,17 @@ use weir::table::Table;
 const S: u64 = 1_000_000_000;
 const ZONE_BYTES: u64 = 64 * 1024;
 
-/// xorshift64*: deterministic, no dependency.
-struct Rng(u64);
+/// xorshift64*: deterministic, no dependency (also the fast path's test's).
+pub(super) struct Rng(pub(super) u64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
+    pub(super) fn next(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
         self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
     }
-    fn below(&mut self, n: u64) -> u64 {
+    pub(super) fn below(&mut self, n: u64) -> u64 {
         self.next() % n
     }
 }

@@ -23,6 +23,7 @@ mod engine_header_walk;
 mod engine_order;
 mod engine_reads;
 mod examples;
+mod fast_path;
 mod host_limits;
 mod key_secrets;
 mod keyops;

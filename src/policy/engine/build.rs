@@ -369,7 +369,9 @@ impl Engine {
             clusters,
             logs,
             keys: Vec::new(),
-            reads_path: Vec::new(),
+            traits: Vec::new(),
+            fast_policy: None,
+            fast_on: true,
             policy_reads: Reads::default(),
             any_ban: false,
             ban_ids: Vec::new(),
@@ -384,9 +386,8 @@ impl Engine {
         engine.any_ban = engine.policy.limits.iter().any(|l| l.ban.is_some());
         engine.any_deferred = (engine.policy.limits.iter()).any(|l| !l.charge_on_status.is_empty());
         engine.keys = engine.key_plans();
-        engine.reads_path = (engine.policy.limits.iter())
-            .map(|l| l.key.parts.contains(&KeyPart::Path))
-            .collect();
+        engine.traits = engine.limit_traits();
+        engine.fast_policy = engine.fast_policy(&engine.traits);
         engine.policy_reads = engine.policy_reads();
         engine.ban_ids = engine.ban_ids(now);
         engine.counters.ban_ids = engine.ban_ids.clone();

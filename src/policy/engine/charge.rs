@@ -168,14 +168,7 @@ impl Engine {
             };
             // The quota only feeds RateLimit headers: skip its divisions when they are off,
             // and when this limit does not have less room left than the tightest so far.
-            if self.policy.emit_headers
-                && !limit.dry_run
-                && out
-                    .quota
-                    .is_none_or(|best| v.remaining.below(best.remaining))
-            {
-                out.quota = Some(self.quota(h.limit, alg, &v));
-            }
+            self.note_quota(&mut out, h.limit, alg, &v);
             match (v.decision, limit.dry_run) {
                 (Decision::Pass, _) => {}
                 // Critical requests (health checks) are counted but never held up by a rate
@@ -186,12 +179,7 @@ impl Engine {
                 }
                 (Decision::Delay, false) => {
                     pending[k] = Counted::Delayed;
-                    if v.wait_ns > out.wait_ns {
-                        out.wait_ns = v.wait_ns;
-                        out.action = Action::Delay;
-                        out.limit = Some(h.limit as u16);
-                        out.excess_milli = self.excess_milli(h.limit, &v);
-                    }
+                    self.note_delay(&mut out, h.limit, &v);
                 }
                 (Decision::Delay, true) => {
                     pending[k] = Counted::DryDelayed;
@@ -282,6 +270,31 @@ impl Engine {
         Ok(out)
     }
 
+    /// The quota of limit `limit`'s verdict `v`, kept when RateLimit headers are on and it
+    /// has less room left than the tightest so far (its divisions are skipped otherwise).
+    #[inline(always)]
+    pub(super) fn note_quota(&self, out: &mut Outcome, limit: usize, alg: &RateAlg, v: &Verdict) {
+        if self.policy.emit_headers
+            && !self.policy.limits[limit].dry_run
+            && out
+                .quota
+                .is_none_or(|best| v.remaining.below(best.remaining))
+        {
+            out.quota = Some(self.quota(limit, alg, v));
+        }
+    }
+
+    /// An enforced delay by limit `limit`: the longest one decides.
+    #[inline(always)]
+    pub(super) fn note_delay(&self, out: &mut Outcome, limit: usize, v: &Verdict) {
+        if v.wait_ns > out.wait_ns {
+            out.wait_ns = v.wait_ns;
+            out.action = Action::Delay;
+            out.limit = Some(limit as u16);
+            out.excess_milli = self.excess_milli(limit, v);
+        }
+    }
+
     /// A host-selected dry-run limit's would-be rejection, with everything given back: the
     /// request passes with the rejection reported.
     #[inline(never)]
@@ -295,7 +308,7 @@ impl Engine {
 
     /// nginx's excess of limit `limit` for its verdict `v`, in thousandths of a request (see
     /// [`Outcome::excess_milli`]).
-    fn excess_milli(&self, limit: usize, v: &Verdict) -> u64 {
+    pub(super) fn excess_milli(&self, limit: usize, v: &Verdict) -> u64 {
         let rejected = v.decision == Decision::Reject;
         let Limiter::Rate(RateAlg::Gcra(g)) = &self.limiters[limit] else {
             return if rejected { 1000 } else { 0 };

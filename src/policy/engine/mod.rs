@@ -57,6 +57,8 @@ pub use attach::{AttachError, AttachOptions, HostRegions};
 mod ban_ids;
 mod bans;
 mod charge;
+mod fast;
+use fast::{TRAIT_CONCURRENCY, TRAIT_FAST, TRAIT_READS_PATH};
 mod deferred;
 mod headers;
 mod keys;
@@ -94,8 +96,13 @@ pub struct Engine {
     classes: ClassSet,
     /// Per limit: how its key is made.
     keys: Vec<KeyPlan>,
-    /// Per limit: whether its key reads the path (see [`Engine::evaluate_selected`]).
-    reads_path: Vec<bool>,
+    /// Per limit: its traits (engine/fast.rs, `TRAIT_*`).
+    traits: Vec<u8>,
+    /// The limits [`Engine::evaluate`] checks, when the fast path can charge all of them.
+    fast_policy: Option<Box<[u16]>>,
+    /// Whether the fast path is taken (always, but in the tests that compare it with the
+    /// general path).
+    fast_on: bool,
     /// Whether [`Engine::evaluate`] needs the path (a class, exemption or key reads it) and
     /// the query; what it does not need is not parsed.
     policy_reads: Reads,
@@ -404,6 +411,11 @@ impl Engine {
                 // A queued request polling again is the same request.
                 if ticket.is_none() {
                     self.counters.add_total(|t| &t.requests);
+                    if let (Some(limits), true) = (&self.fast_policy, self.fast_on) {
+                        if let Some(out) = self.fast(req, limits, now) {
+                            return Ok(out);
+                        }
+                    }
                 }
                 if !self.policy_reads.path && !self.policy_reads.query {
                     return self.decide(req, b"", b"", now, ticket, sel);
@@ -411,21 +423,27 @@ impl Engine {
             }
             Selection::Host(limits) => {
                 let mut conc = 0;
-                let mut path = false;
+                let (mut any, mut all) = (0, TRAIT_FAST);
                 for &l in limits {
-                    match self.limiters.get(usize::from(l)) {
-                        Some(Limiter::Concurrency(_)) => conc += 1,
-                        Some(Limiter::Rate(_)) => {}
-                        None => conc = usize::MAX,
-                    }
-                    path |= self.reads_path.get(usize::from(l)) == Some(&true);
+                    let t = match self.traits.get(usize::from(l)) {
+                        Some(t) => *t,
+                        None => TRAIT_CONCURRENCY | u8::MAX << 4,
+                    };
+                    conc += usize::from(t & TRAIT_CONCURRENCY);
+                    (any, all) = (any | t, all & t);
                 }
-                if limits.len() > MAX_SELECTED || conc > MAX_PERMITS {
+                if limits.len() > MAX_SELECTED || conc > MAX_PERMITS || any >> 4 != 0 {
                     if let Some(t) = ticket {
                         self.abandon(t, now);
                     }
                     return Err(EvalError::BadSelection);
                 }
+                if all & TRAIT_FAST != 0 && ticket.is_none() && self.fast_on {
+                    if let Some(out) = self.fast(req, limits, now) {
+                        return Ok(out);
+                    }
+                }
+                let path = any & TRAIT_READS_PATH != 0;
                 if !path {
                     // No listed key reads the path: the target is not even parsed.
                     return self.decide(req, b"", b"", now, ticket, sel);
