@@ -29,6 +29,10 @@ fn policy(rng: &mut Rng) -> String {
     if rng.below(2) == 0 {
         src.push_str("headers = true\n");
     }
+    if rng.below(4) == 0 {
+        // A class no limit uses still makes the engine read (and check) the target.
+        src.push_str("[classes.tools]\nmatch = [{ path_prefix = \"/w/\" }]\n");
+    }
     let zones = 1 + rng.below(3);
     let mut algorithms = Vec::new();
     for z in 0..zones {
@@ -80,7 +84,9 @@ fn request(rng: &mut Rng) -> OwnedRequest {
         "::ffff:198.51.100.1".parse().unwrap(),
     ];
     let method = ["GET", "POST"][rng.below(2) as usize];
-    let mut r = OwnedRequest::new(method, "/", *pick(rng, &peers));
+    // One in ten targets is refused when the target is read ("/%zz": a bad escape).
+    let target = if rng.below(10) == 0 { "/%zz" } else { "/" };
+    let mut r = OwnedRequest::new(method, target, *pick(rng, &peers));
     for var in 0..2 {
         match rng.below(5) {
             0 => {}

@@ -387,8 +387,8 @@ impl Engine {
         engine.any_deferred = (engine.policy.limits.iter()).any(|l| !l.charge_on_status.is_empty());
         engine.keys = engine.key_plans();
         engine.traits = engine.limit_traits();
-        engine.fast_policy = engine.fast_policy(&engine.traits);
         engine.policy_reads = engine.policy_reads();
+        engine.fast_policy = engine.fast_policy(&engine.traits);
         engine.ban_ids = engine.ban_ids(now);
         engine.counters.ban_ids = engine.ban_ids.clone();
         Ok(engine)

@@ -77,11 +77,13 @@ impl Engine {
     }
 
     /// The limits [`Engine::evaluate`] checks when the fast path can charge all of them: no
-    /// exemptions, no classes that name a lane, every limit that applies by classes applies
-    /// to every request and is fast. `None` otherwise.
+    /// exemptions, no classes that name a lane, nothing that reads the target (so a target
+    /// the general path would refuse is never let through), every limit that applies by
+    /// classes applies to every request and is fast. `None` otherwise.
     pub(super) fn fast_policy(&self, traits: &[u8]) -> Option<Box<[u16]>> {
         let p = &self.policy;
-        if !p.exemptions.is_empty() || !self.laned.is_empty() {
+        let reads = self.policy_reads;
+        if !p.exemptions.is_empty() || !self.laned.is_empty() || reads.path || reads.query {
             return None;
         }
         let listed: Vec<u16> = (p.limits.iter().enumerate())
@@ -118,7 +120,7 @@ impl Engine {
                     let len = ip_key(client, v4_prefix, v6_prefix, &mut ip);
                     self.tables[zone].key_hash(&ip[..len])
                 }
-                _ => return None,
+                _ => unreachable!("limit {limit} is not fast"),
             };
             let _ = hits.try_push(Hit { limit, key_hash });
         }
@@ -131,8 +133,7 @@ impl Engine {
         for (k, h) in hits.iter().enumerate() {
             let limit = &self.policy.limits[h.limit];
             let Limiter::Rate(alg) = &self.limiters[h.limit] else {
-                self.refund_hits(&hits[..k], now);
-                return None;
+                unreachable!("limit {} is not fast", h.limit)
             };
             let table = &self.tables[limit.zone];
             let v = alg.check(table, h.key_hash, limit.cost, now);
