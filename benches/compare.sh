@@ -137,14 +137,18 @@ for case, label, n, over, ratio, b in rows:
 if check:
     print("(budget: nginx and tower rows over plain nginx / the inner service, others as measured)")
 
+# The nginx module's code layout moves every nginx row by up to ±200 instructions per request
+# with no change on the request path (docs/PERFORMANCE.md): its budget is written this far above.
+LAYOUT = 300
+
 if mode == "update":
     with open(budget_path, "w") as f:
         f.write("# Instruction budget per case (bash benches/compare.sh --check fails on any case more than\n"
                 "# 10 % over). nginx and tower rows: instructions over plain nginx / the inner service;\n"
-                "# the others as measured.\n"
+                f"# the others as measured. nginx rows: today's figure + {LAYOUT} (code layout noise).\n"
                 "# Rewritten by `make perf-budget` (bash benches/compare.sh --update).\n")
         for case, b in measured.items():
-            f.write(f"{case}\t{b}\n")
+            f.write(f"{case}\t{b + LAYOUT if case.startswith('nginx/') else b}\n")
     print(f"compare: wrote {budget_path} ({len(measured)} cases)")
 elif mode == "check":
     missing = [c for c in budget if c not in measured]
