@@ -7,7 +7,7 @@
 use std::fmt::Write as _;
 use std::net::IpAddr;
 
-use weir::policy::{CompiledPolicy, Engine, OwnedRequest};
+use weir::policy::{CompiledPolicy, Engine, EvalError, OwnedRequest};
 
 use super::host_limits::Rng;
 
@@ -152,6 +152,14 @@ fn the_fast_path_answers_as_the_general_path() {
             assert_eq!(fast.counters(l), general.counters(l), "seed {seed}\n{src}");
         }
         assert_eq!(fast.totals(), general.totals(), "seed {seed}\n{src}");
+        // A selection naming no limit, or too many, is refused on both paths.
+        let req = OwnedRequest::new("GET", "/", [198, 51, 100, 1].into());
+        for limits in [vec![0, n as u16], vec![0; 33]] {
+            for e in [&fast, &general] {
+                let got = e.evaluate_selected(&req, &limits, now).map(|o| o.action);
+                assert_eq!(got, Err(EvalError::BadSelection), "seed {seed}: {limits:?}");
+            }
+        }
     }
     // Most random policies have a limit the fast path leaves to the general path; a good
     // share of the evaluations must still be the fast path's.

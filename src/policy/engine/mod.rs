@@ -423,16 +423,18 @@ impl Engine {
             }
             Selection::Host(limits) => {
                 let mut conc = 0;
+                let mut bad = limits.len() > MAX_SELECTED;
+                // Traits some listed limit has, and that every one has.
                 let (mut any, mut all) = (0, TRAIT_FAST);
                 for &l in limits {
-                    let t = match self.traits.get(usize::from(l)) {
-                        Some(t) => *t,
-                        None => TRAIT_CONCURRENCY | u8::MAX << 4,
+                    let Some(&t) = self.traits.get(usize::from(l)) else {
+                        bad = true;
+                        break;
                     };
                     conc += usize::from(t & TRAIT_CONCURRENCY);
                     (any, all) = (any | t, all & t);
                 }
-                if limits.len() > MAX_SELECTED || conc > MAX_PERMITS || any >> 4 != 0 {
+                if bad || conc > MAX_PERMITS {
                     if let Some(t) = ticket {
                         self.abandon(t, now);
                     }
