@@ -101,6 +101,8 @@ impl Engine {
     /// charged.
     #[inline(always)]
     pub(super) fn fast(&self, req: &dyn RequestView, limits: &[u16], now: u64) -> Option<Outcome> {
+        // The keys `key_of` would make, read straight from the view: a `PreparedRequest`
+        // for `key_of` costs about 65 instructions, 9 % of a minimal request.
         let mut hits = ArrayVec::<Hit, MAX_HITS>::new();
         for &l in limits {
             let limit = usize::from(l);
