@@ -27,6 +27,15 @@ pub struct weir_log_decision {
     pub action_len: usize,
 }
 
+/// What a pass shows (no exemption, no dry run): no limit, "pass".
+pub(crate) const PASS_DECISION: weir_log_decision = weir_log_decision {
+    limit: -1,
+    name: "".as_ptr(),
+    name_len: 0,
+    action: "pass".as_ptr(),
+    action_len: 4,
+};
+
 fn action(code: i32) -> Action {
     match code {
         WEIR_DELAY => Action::Delay,

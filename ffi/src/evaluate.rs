@@ -125,7 +125,8 @@ pub struct weir_verdict {
     pub dry_run_action: i32,
     /// Bytes written to the caller's header buffer: lines "Name: value\r\n".
     pub headers_len: usize,
-    /// Set when the header buffer was too small and lines were left out.
+    /// Set when the header buffer was too small and lines were left out (never by
+    /// `weir_engine_evaluate_selected`, which writes none).
     pub headers_truncated: u8,
     /// Concurrency permits held by an admitted request, the held ones first (`limit < 0`
     /// after them): release with `weir_engine_release`.
@@ -411,7 +412,7 @@ unsafe fn evaluate(
             }
         });
         v.headers_len = used;
-    } else {
+    } else if limits.is_none() {
         engine.headers(o, |_, _| v.headers_truncated = 1);
     }
     if !o.permits.is_empty() {

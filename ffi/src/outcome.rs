@@ -10,7 +10,8 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use weir::policy::config::LogLevel;
 use weir::policy::Engine;
 
-use crate::{access_log::log_decision, weir_log_decision};
+use crate::access_log::{log_decision, PASS_DECISION};
+use crate::weir_log_decision;
 use crate::{
     bytes, guard, weir_arg, weir_engine, weir_verdict, WEIR_ERR_INVALID, WEIR_ERR_NULL, WEIR_OK,
 };
@@ -290,6 +291,21 @@ fn conn_outcome(e: &Engine, v: &weir_verdict, o: &mut weir_outcome) {
     }
 }
 
+/// The general rules of [`weir_engine_outcome`] (`style` a known one).
+fn fill(e: &Engine, v: &weir_verdict, style: c_int, o: &mut weir_outcome) {
+    o.action = WEIR_PASS;
+    o.status = 0;
+    o.wait_ms = v.wait_ns.div_ceil(1_000_000);
+    o.state("");
+    o.log = log_decision(e, v, style);
+    o.lines = 0;
+    match style {
+        WEIR_STYLE_POLICY => policy_outcome(e, v, o),
+        WEIR_STYLE_REQ => req_outcome(e, v, o),
+        _ => conn_outcome(e, v, o),
+    }
+}
+
 /// What a host does with verdict `v` of engine `e`, in `style` (WEIR_STYLE_*), into `*out`.
 /// WEIR_ERR_NULL for a NULL argument, WEIR_ERR_INVALID for an unknown style.
 #[no_mangle]
@@ -307,16 +323,17 @@ pub unsafe extern "C" fn weir_engine_outcome(
         if ![WEIR_STYLE_POLICY, WEIR_STYLE_REQ, WEIR_STYLE_CONN].contains(&style) {
             return WEIR_ERR_INVALID;
         }
-        o.action = WEIR_PASS;
-        o.status = 0;
-        o.wait_ms = v.wait_ns.div_ceil(1_000_000);
-        o.state("");
-        o.log = log_decision(e, v, style);
-        o.lines = 0;
-        match style {
-            WEIR_STYLE_POLICY => policy_outcome(e, v, o),
-            WEIR_STYLE_REQ => req_outcome(e, v, o),
-            _ => conn_outcome(e, v, o),
+        if v.action == WEIR_PASS && v.dry_run_limit < 0 && v.exempt < 0 {
+            // The common pass (nothing to log, no limit to name) without the general rules'
+            // work: what they give for it (a test compares).
+            o.action = WEIR_PASS;
+            o.status = 0;
+            o.wait_ms = v.wait_ns.div_ceil(1_000_000);
+            o.state(if style == WEIR_STYLE_POLICY { "" } else { "PASSED" });
+            o.log = PASS_DECISION;
+            o.lines = 0;
+        } else {
+            fill(e, v, style, o);
         }
         WEIR_OK
     })
@@ -590,6 +607,33 @@ mod tests {
         assert_eq!(lines, ["-1 limiting connections by zone \"conn\""]);
         let (o, lines) = outcome(&e, &empty_verdict(), WEIR_STYLE_REQ);
         assert_eq!((o.action, state(&o), lines.len()), (WEIR_PASS, "PASSED", 0));
+    }
+
+    #[test]
+    fn a_plain_pass_is_what_the_general_rules_give() {
+        let e = engine();
+        let text = |p: *const u8, n: usize| unsafe { std::slice::from_raw_parts(p, n) }.to_vec();
+        for (limit, wait_ns) in [(-1, 0), (0, 0), (1, 0), (1, 2_500_000)] {
+            let mut v = empty_verdict();
+            v.limit = limit;
+            v.wait_ns = wait_ns;
+            for style in [WEIR_STYLE_POLICY, WEIR_STYLE_REQ, WEIR_STYLE_CONN] {
+                let (fast, lines) = outcome(&e, &v, style);
+                // SAFETY: as in `outcome`.
+                let mut general: weir_outcome = unsafe { std::mem::zeroed() };
+                fill(&e.engine, &v, style, &mut general);
+                let seen = |o: &weir_outcome| {
+                    let l = &o.log;
+                    (
+                        (o.action, o.status, o.wait_ms, o.lines),
+                        text(o.state, o.state_len),
+                        (l.limit, text(l.name, l.name_len), text(l.action, l.action_len)),
+                    )
+                };
+                assert_eq!(seen(&fast), seen(&general), "limit {limit}, style {style}");
+                assert!(lines.is_empty());
+            }
+        }
     }
 
     #[test]
