@@ -329,7 +329,11 @@ pub unsafe extern "C" fn weir_engine_outcome(
             o.action = WEIR_PASS;
             o.status = 0;
             o.wait_ms = v.wait_ns.div_ceil(1_000_000);
-            o.state(if style == WEIR_STYLE_POLICY { "" } else { "PASSED" });
+            o.state(if style == WEIR_STYLE_POLICY {
+                ""
+            } else {
+                "PASSED"
+            });
             o.log = PASS_DECISION;
             o.lines = 0;
         } else {
@@ -627,7 +631,11 @@ mod tests {
                     (
                         (o.action, o.status, o.wait_ms, o.lines),
                         text(o.state, o.state_len),
-                        (l.limit, text(l.name, l.name_len), text(l.action, l.action_len)),
+                        (
+                            l.limit,
+                            text(l.name, l.name_len),
+                            text(l.action, l.action_len),
+                        ),
                     )
                 };
                 assert_eq!(seen(&fast), seen(&general), "limit {limit}, style {style}");

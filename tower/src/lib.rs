@@ -371,7 +371,9 @@ pin_project! {
             guard: Option<Box<PermitGuard>>,
             extra: Option<Box<Extra>>,
         },
-        Ready { resp: Option<Response<WeirBody<RB>>> },
+        // Boxed: a response inline would make every pass's future (moved by whoever polls
+        // it) as large as a response.
+        Ready { resp: Option<Box<Response<WeirBody<RB>>>> },
         Slow { fut: SlowFuture<RB, E> },
     }
 }
@@ -390,7 +392,7 @@ where
                 let resp = ready!(fut.poll(cx))?;
                 Poll::Ready(Ok(finish(resp, guard.take(), extra.take())))
             }
-            StateProj::Ready { resp } => Poll::Ready(Ok(resp
+            StateProj::Ready { resp } => Poll::Ready(Ok(*resp
                 .take()
                 .expect("ResponseFuture polled after completion"))),
             StateProj::Slow { fut } => fut.as_mut().poll(cx),
@@ -455,7 +457,7 @@ where
             None if fails_closed(cfg) => {
                 return ResponseFuture {
                     state: State::Ready {
-                        resp: Some(unavailable()),
+                        resp: Some(Box::new(unavailable())),
                     },
                 }
             }
@@ -467,7 +469,7 @@ where
             Some(Err(_)) => {
                 return ResponseFuture {
                     state: State::Ready {
-                        resp: Some(bad_request(cfg)),
+                        resp: Some(Box::new(bad_request(cfg))),
                     },
                 }
             }
@@ -487,9 +489,9 @@ where
                 }
             }
             Plan::Other(out) if out.action == Action::Reject => State::Ready {
-                resp: Some(reject_response(cfg, &out, || {
+                resp: Some(Box::new(reject_response(cfg, &out, || {
                     Verdict::of(cfg, &req, &out, None)
-                })),
+                }))),
             },
             Plan::Other(out) => State::Slow {
                 fut: Box::pin(slow(cfg.clone(), self.inner.clone(), req, *out)),
