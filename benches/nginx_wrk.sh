@@ -21,7 +21,9 @@
 # policy, plain, …) so that load from other jobs on the machine hits all of them alike; the
 # table gives the median requests/s and the median worker CPU time per request (utime+stime
 # of the nginx workers from /proc, divided by the requests wrk completed), which is much less
-# sensitive to other jobs than throughput.
+# sensitive to other jobs than throughput, and the user-space part of it alone (utime): the
+# kernel's TCP work is about three quarters of a worker's time here and varies from run to
+# run by more than a module costs, while a module runs in user space.
 #
 # Env: DURATION (default 5s), ROUNDS (3), CONNS (32), THREADS (2), WORKERS (1),
 # SETS ("hot churn flood").
@@ -165,9 +167,9 @@ CONF
     pid=$(cat "$dir/nginx.pid")
     local script=() t0 t1 reqs
     [ "$4" = churn ] && script=(-s "$dir/churn.lua")
-    t0=$(worker_ticks)
+    read -r t0 u0 <<<"$(worker_ticks)"
     wrk -t"$threads" -c"$conns" -d"$duration" "${script[@]}" "http://127.0.0.1:$port/f" > "$dir/wrk.out"
-    t1=$(worker_ticks)
+    read -r t1 u1 <<<"$(worker_ticks)"
     stop
     if [ "$4" = flood ]; then
         grep -q Non-2xx "$dir/wrk.out" || { echo "$1 $4: nothing refused" >&2; exit 1; }
@@ -177,7 +179,7 @@ CONF
         exit 1
     fi
     reqs=$(awk '/requests in/ {print $1}' "$dir/wrk.out")
-    echo "$1|$4|$(awk '/Requests\/sec/ {print $2}' "$dir/wrk.out")|$(( (t1 - t0) * 100000000 / $(getconf CLK_TCK) / reqs ))" >> "$dir/results"
+    echo "$1|$4|$(awk '/Requests\/sec/ {print $2}' "$dir/wrk.out")|$(( (t1 - t0) * 100000000 / $(getconf CLK_TCK) / reqs ))|$(( (u1 - u0) * 100000000 / $(getconf CLK_TCK) / reqs ))" >> "$dir/results"
 }
 
 instr() { # as run, under callgrind: instructions per request, in the CPU column (×100)
@@ -212,15 +214,16 @@ PY
         total+=("$(sed -n 's/^summary: *//p' "$dir/cg.out")")
     done
     i=$(( (total[1] - total[0]) / (${N2:-1200} - ${N1:-200}) ))
-    echo "$1|$4|0|$(( i * 100 ))" >> "$dir/results"
+    echo "$1|$4|0|$(( i * 100 ))|0" >> "$dir/results"
 }
 
-worker_ticks() { # utime + stime of the workers, in clock ticks
-    local sum=0 w
+worker_ticks() { # utime + stime, and utime alone, of the workers, in clock ticks
+    local sum=0 user=0 w
     for w in $(ps -o pid= --ppid "$pid"); do
         sum=$(( sum + $(awk '{print $14 + $15}' "/proc/$w/stat") ))
+        user=$(( user + $(awk '{print $14}' "/proc/$w/stat") ))
     done
-    echo $sum
+    echo "$sum $user"
 }
 
 for _ in $(seq "$rounds"); do
@@ -250,20 +253,24 @@ slug = {"plain (no limit)": "plain", "plain (return 503)": "plain", "stock limit
         "weir_req": "weir_req", "weir policy mode": "policy1", "weir policy, 3 limits": "policy3"}
 rows = collections.OrderedDict()
 for line in open(sys.argv[1]):
-    name, keys, rps, cpu = line.strip().split("|")
-    rows.setdefault((keys, name), []).append((float(rps), int(cpu) / 100))
+    name, keys, rps, cpu, user = line.strip().split("|")
+    rows.setdefault((keys, name), []).append((float(rps), int(cpu) / 100, int(user) / 100))
 cost = "instructions/req" if instr else "worker CPU us/req"
-print(f"{'configuration':<22} {'keys':<6} {'req/s (median)':>15} {'vs plain':>9} {cost:>18} {'vs plain':>9}")
+user_col = "" if instr else f" {'user us/req':>12} {'vs plain':>9}"
+print(f"{'configuration':<22} {'keys':<6} {'req/s (median)':>15} {'vs plain':>9} {cost:>18} {'vs plain':>9}{user_col}")
 for keys in dict.fromkeys(k for k, _ in rows):
     base = next(v for (k, name), v in rows.items() if k == keys and name.startswith("plain"))
-    b_rps = statistics.median(r for r, _ in base) or 1
-    b_cpu = statistics.median(c for _, c in base)
+    b_rps = statistics.median(r for r, _, _ in base) or 1
+    b_cpu = statistics.median(c for _, c, _ in base)
+    b_user = statistics.median(u for _, _, u in base) or 1
     for (k, name), v in rows.items():
         if k != keys:
             continue
-        rps = statistics.median(r for r, _ in v)
-        cpu = statistics.median(c for _, c in v)
-        print(f"{name:<22} {keys:<6} {rps:>15.0f} {rps / b_rps:>9.2f} {cpu:>18.2f} {cpu / b_cpu:>9.2f}")
+        rps = statistics.median(r for r, _, _ in v)
+        cpu = statistics.median(c for _, c, _ in v)
+        user = statistics.median(u for _, _, u in v)
+        line = f"{name:<22} {keys:<6} {rps:>15.0f} {rps / b_rps:>9.2f} {cpu:>18.2f} {cpu / b_cpu:>9.2f}"
+        print(line + ("" if instr else f" {user:>12.2f} {user / b_user:>9.2f}"))
         if instr and os.environ.get("TSV"):
             with open(os.environ["TSV"], "a") as f:
                 f.write(f"nginx/{keys}/{slug[name]}\t{cpu:.0f}\n")
