@@ -277,7 +277,8 @@ typedef struct weir_verdict {
    */
   size_t headers_len;
   /*
-   Set when the header buffer was too small and lines were left out.
+   Set when the header buffer was too small and lines were left out (never by
+   `weir_engine_evaluate_selected`, which writes none).
    */
   uint8_t headers_truncated;
   /*
