@@ -1074,6 +1074,19 @@ int weir_engine_release_sampled(const struct weir_engine *e,
                                 uint64_t now);
 
 /*
+ The next response header of a verdict's buffer (`buf`, `len` bytes: lines "Name: value\r\n")
+ from byte `*pos` (0 first), whose name and value (bytes of `buf`, the value without its
+ leading spaces) go to `*name` and `*value`; `*pos` moves past it. 1 when there is one, 0 at
+ the end (or for a NULL argument). With `ratelimit` 0 the `RateLimit*` headers are skipped.
+ */
+int weir_header_next(const uint8_t *buf,
+                     size_t len,
+                     size_t *pos,
+                     int ratelimit,
+                     struct weir_arg *name,
+                     struct weir_arg *value);
+
+/*
  A new, empty declaration (never NULL).
  */
 struct weir_host_limits *weir_host_limits_new(void);
@@ -1309,29 +1322,6 @@ int weir_engine_outcome(const struct weir_engine *e,
                         struct weir_outcome *out);
 
 /*
- The next response header of a verdict's buffer (`buf`, `len` bytes: lines "Name: value\r\n")
- from byte `*pos` (0 first), whose name and value (bytes of `buf`, the value without its
- leading spaces) go to `*name` and `*value`; `*pos` moves past it. 1 when there is one, 0 at
- the end (or for a NULL argument). With `ratelimit` 0 the `RateLimit*` headers are skipped.
- */
-int weir_header_next(const uint8_t *buf,
-                     size_t len,
-                     size_t *pos,
-                     int ratelimit,
-                     struct weir_arg *name,
-                     struct weir_arg *value);
-
-/*
- Writes verdict `v` of engine `e` as "action=A limit=L wait_ns=N exempt=E status=S
- dry_run=D" into `buf` (`cap` bytes, cut to fit, not NUL-terminated), for hosts' test
- hooks; the number of bytes written (0 for a NULL argument).
- */
-size_t weir_verdict_text(const struct weir_engine *e,
-                         const struct weir_verdict *v,
-                         uint8_t *buf,
-                         size_t cap);
-
-/*
  Parses a rate as a policy's `rate` does: `10r/s`, `30r/m`, `100r/h` or `1000r/d` (so every
  nginx `rate=` value too), count 1 to 1,000,000,000. `text` is `len` bytes, not
  NUL-terminated. WEIR_OK and `*out` set, or WEIR_ERR_INVALID and the policy's message in
@@ -1470,6 +1460,16 @@ int weir_engine_renew_held(const struct weir_engine *e, uint64_t now);
  renew).
  */
 uint64_t weir_engine_renew_interval_ns(const struct weir_engine *e);
+
+/*
+ Writes verdict `v` of engine `e` as "action=A limit=L wait_ns=N exempt=E status=S
+ dry_run=D" into `buf` (`cap` bytes, cut to fit, not NUL-terminated), for hosts' test
+ hooks; the number of bytes written (0 for a NULL argument).
+ */
+size_t weir_verdict_text(const struct weir_engine *e,
+                         const struct weir_verdict *v,
+                         uint8_t *buf,
+                         size_t cap);
 
 /*
  Bytes a zone needs at least.

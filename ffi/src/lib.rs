@@ -26,6 +26,7 @@ mod cluster;
 mod directive;
 mod engine;
 mod evaluate;
+mod header_walk;
 mod host_limits;
 mod keys;
 mod limiter;
@@ -38,6 +39,7 @@ mod policy;
 mod queue;
 mod reload;
 mod renew;
+mod verdict_text;
 mod zone;
 
 use std::ffi::{c_char, c_int, CString};
@@ -49,6 +51,7 @@ pub use cluster::*;
 pub use directive::*;
 pub use engine::*;
 pub use evaluate::*;
+pub use header_walk::*;
 pub use host_limits::*;
 pub use keys::*;
 pub use limiter::*;
@@ -60,6 +63,7 @@ pub use policy::*;
 pub use queue::*;
 pub use reload::*;
 pub use renew::*;
+pub use verdict_text::*;
 pub use zone::*;
 
 /// Success.

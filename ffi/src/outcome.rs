@@ -5,16 +5,13 @@
 
 use std::ffi::c_int;
 use std::io::Write;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use weir::policy::config::LogLevel;
 use weir::policy::Engine;
 
 use crate::access_log::{log_decision, PASS_DECISION};
 use crate::weir_log_decision;
-use crate::{
-    bytes, guard, weir_arg, weir_engine, weir_verdict, WEIR_ERR_INVALID, WEIR_ERR_NULL, WEIR_OK,
-};
+use crate::{guard, weir_engine, weir_verdict, WEIR_ERR_INVALID, WEIR_ERR_NULL, WEIR_OK};
 use crate::{WEIR_DELAY, WEIR_PASS, WEIR_QUEUE, WEIR_REJECT};
 
 /// `weir_engine_outcome` styles: policy mode ("by weir limit"), nginx `limit_req` ("by zone",
@@ -343,117 +340,8 @@ pub unsafe extern "C" fn weir_engine_outcome(
     })
 }
 
-/// The next response header of a verdict's buffer (`buf`, `len` bytes: lines "Name: value\r\n")
-/// from byte `*pos` (0 first), whose name and value (bytes of `buf`, the value without its
-/// leading spaces) go to `*name` and `*value`; `*pos` moves past it. 1 when there is one, 0 at
-/// the end (or for a NULL argument). With `ratelimit` 0 the `RateLimit*` headers are skipped.
-#[no_mangle]
-pub unsafe extern "C" fn weir_header_next(
-    buf: *const u8,
-    len: usize,
-    pos: *mut usize,
-    ratelimit: c_int,
-    name: *mut weir_arg,
-    value: *mut weir_arg,
-) -> c_int {
-    if pos.is_null() || name.is_null() || value.is_null() {
-        return 0;
-    }
-    let Ok(buf) = bytes(buf, len) else {
-        return 0;
-    };
-    catch_unwind(AssertUnwindSafe(|| {
-        next_header(buf, &mut *pos, ratelimit, &mut *name, &mut *value)
-    }))
-    .unwrap_or(0)
-}
-
-fn next_header(
-    buf: &[u8],
-    pos: &mut usize,
-    ratelimit: c_int,
-    name: &mut weir_arg,
-    value: &mut weir_arg,
-) -> c_int {
-    while *pos < buf.len() {
-        let line = &buf[*pos..];
-        let eol = line.iter().position(|&c| c == b'\r').unwrap_or(line.len());
-        *pos += eol + 2;
-        let line = &line[..eol];
-        let Some(colon) = line.iter().position(|&c| c == b':') else {
-            continue;
-        };
-        if ratelimit == 0
-            && line[..colon].len() >= 9
-            && line[..9].eq_ignore_ascii_case(b"ratelimit")
-        {
-            continue;
-        }
-        let v = &line[colon + 1..];
-        let v = &v[v.iter().take_while(|&&c| c == b' ').count()..];
-        *name = weir_arg {
-            len: colon,
-            data: line.as_ptr(),
-        };
-        *value = weir_arg {
-            len: v.len(),
-            data: v.as_ptr(),
-        };
-        return 1;
-    }
-    0
-}
-
-/// Writes verdict `v` of engine `e` as "action=A limit=L wait_ns=N exempt=E status=S
-/// dry_run=D" into `buf` (`cap` bytes, cut to fit, not NUL-terminated), for hosts' test
-/// hooks; the number of bytes written (0 for a NULL argument).
-#[no_mangle]
-pub unsafe extern "C" fn weir_verdict_text(
-    e: *const weir_engine,
-    v: *const weir_verdict,
-    buf: *mut u8,
-    cap: usize,
-) -> usize {
-    if e.is_null() || v.is_null() || buf.is_null() {
-        return 0;
-    }
-    catch_unwind(AssertUnwindSafe(|| {
-        verdict_text(&(*e).engine, &*v, buf, cap)
-    }))
-    .unwrap_or(0)
-}
-
-unsafe fn verdict_text(e: &Engine, v: &weir_verdict, buf: *mut u8, cap: usize) -> usize {
-    let out = std::slice::from_raw_parts_mut(buf, cap);
-    let mut w = &mut out[..];
-    let action = ["pass", "delay", "reject", "queue"]
-        .get(usize::try_from(v.action).unwrap_or(usize::MAX))
-        .unwrap_or(&"unknown");
-    let limit = limit_word(e, v.limit, WEIR_STYLE_POLICY);
-    let limit = if limit.is_empty() {
-        "-"
-    } else {
-        let mut end = limit.len().min(200);
-        while !limit.is_char_boundary(end) {
-            end -= 1;
-        }
-        &limit[..end]
-    };
-    let dry = match (v.dry_run_limit, v.dry_run_action) {
-        (l, _) if l < 0 => "-",
-        (_, WEIR_REJECT) => "reject",
-        _ => "delay",
-    };
-    let _ = write!(
-        w,
-        "action={action} limit={limit} wait_ns={} exempt={} status={} dry_run={dry}",
-        v.wait_ns, v.exempt, v.status
-    );
-    cap - w.len()
-}
-
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::evaluate::empty_verdict;
     use weir::limiter::Rate;
@@ -462,7 +350,7 @@ mod tests {
 
     /// Limit 0 `web.0` on gcra zone "web" (warn); limit 1 `hold` on concurrency zone "conn"
     /// with a queue.
-    fn engine() -> weir_engine {
+    pub(crate) fn engine() -> weir_engine {
         let mut b = HostLimits::new();
         let rate = Rate {
             count: 1,
@@ -692,59 +580,6 @@ mod tests {
         assert_eq!(
             unsafe { weir_engine_outcome(&e, &v, 9, std::ptr::null_mut()) },
             WEIR_ERR_NULL
-        );
-    }
-
-    #[test]
-    fn headers_one_by_one() {
-        let buf = b"RateLimit: x\r\nbad line\r\nRetry-After:  3\r\nX: \r\n";
-        let walk = |ratelimit| {
-            let (mut pos, mut got) = (0, Vec::new());
-            let mut n = weir_arg {
-                len: 0,
-                data: std::ptr::null(),
-            };
-            let mut v = weir_arg {
-                len: 0,
-                data: std::ptr::null(),
-            };
-            while unsafe {
-                weir_header_next(buf.as_ptr(), buf.len(), &mut pos, ratelimit, &mut n, &mut v)
-            } == 1
-            {
-                let text =
-                    |a: &weir_arg| unsafe { std::slice::from_raw_parts(a.data, a.len) }.to_vec();
-                got.push(format!(
-                    "{}={}",
-                    String::from_utf8_lossy(&text(&n)),
-                    String::from_utf8_lossy(&text(&v))
-                ));
-            }
-            got
-        };
-        assert_eq!(walk(1), ["RateLimit=x", "Retry-After=3", "X="]);
-        assert_eq!(walk(0), ["Retry-After=3", "X="]);
-    }
-
-    #[test]
-    fn verdict_text_for_test_hooks() {
-        let e = engine();
-        let mut v = empty_verdict();
-        v.limit = 1;
-        v.dry_run_limit = 0;
-        v.dry_run_action = WEIR_REJECT;
-        let mut buf = [0u8; 128];
-        let n = unsafe { weir_verdict_text(&e, &v, buf.as_mut_ptr(), buf.len()) };
-        assert_eq!(
-            std::str::from_utf8(&buf[..n]).unwrap(),
-            "action=pass limit=hold wait_ns=0 exempt=-1 status=200 dry_run=reject"
-        );
-        v.limit = -1;
-        v.action = 7;
-        let n = unsafe { weir_verdict_text(&e, &v, buf.as_mut_ptr(), 20) };
-        assert_eq!(
-            std::str::from_utf8(&buf[..n]).unwrap(),
-            "action=unknown limit"
         );
     }
 }
